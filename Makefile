@@ -1,0 +1,41 @@
+# Data Movement Limits: two commands do everything on a fresh machine (Python 3.11 and make).
+#   make book   set up .venv, then build the whole book into _build/html
+#   make test   build what the tests need, then run every test
+# Options: SCENARIO=FILE.yaml|NAME (make book), SET="key=value ..." (make book), PYTHON=python3.11
+
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+BUILD_ARGS := $(if $(SCENARIO),--scenario $(SCENARIO)) $(foreach s,$(SET),--set $(s))
+
+.PHONY: book test lint derivations clean venv
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+book: $(STAMP)
+	$(PY) -m dmlimits build $(BUILD_ARGS)
+
+# The tests read the default book (executed notebooks and HTML); build it first when missing
+# or older than its sources.
+_build/html/index.html: $(STAMP) $(shell find lib notebooks book -type f -not -name '*.pyc' 2>/dev/null) _config.yml _toc.yml
+	$(PY) -m dmlimits build
+
+test: _build/html/index.html lint
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) -m ruff check lib tests bench
+
+derivations: $(STAMP)
+	$(PY) -m dmlimits derivations --verify
+
+clean:
+	rm -rf _build

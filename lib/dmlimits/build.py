@@ -1,0 +1,326 @@
+"""Build the book for one scenario: execute every notebook, build the HTML, swap it into place.
+
+The order is fixed so that a failure never leaves a half-built book:
+
+1. the scenario is validated (by the caller) before anything runs;
+2. the book's sources are staged in a fresh folder under ``_build/``;
+3. every notebook of the table of contents is converted from MyST Markdown and executed by
+   papermill with the scenario injected as parameters (in parallel, one kernel per core);
+4. Jupyter Book builds the staged sources with ``--all -W -n --keep-going``;
+5. only then are the HTML and the executed notebooks moved to their final place, replacing the
+   previous ones.  On any failure the stage is removed and the previous book is left as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .scenario import DEFAULT_SCENARIO, SCHEMA, Scenario, resolve
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+STAGED = ("_config.yml", "_toc.yml", "book")
+
+
+class BuildError(RuntimeError):
+    """The build failed; the message says where and the previous book is unchanged."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    notebook: str
+    seconds: float
+
+
+def project_root() -> Path:
+    """The folder holding ``_toc.yml``: the current directory or one of its parents."""
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        if (folder / "_toc.yml").is_file() and (folder / "notebooks").is_dir():
+            return folder
+    raise BuildError(
+        "cannot find the book (a folder with _toc.yml and notebooks/); run from the "
+        "project's folder"
+    )
+
+
+def toc_notebooks(root: Path) -> list[str]:
+    """The notebook sources the table of contents names, in reading order."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    files: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("file"), str):
+                files.append(node["file"])
+            if isinstance(node.get("root"), str):
+                files.append(node["root"])
+            for value in node.values():
+                if isinstance(value, list | dict):
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(toc)
+    out = []
+    for f in files:
+        if f.startswith("notebooks/"):
+            if not (root / f"{f}.md").is_file():
+                raise BuildError(
+                    f"_toc.yml names {f} but notebooks/{Path(f).name}.md does not exist"
+                )
+            out.append(f)
+    return out
+
+
+def notebook_parameters(scn: Scenario) -> dict:
+    """What papermill injects: the preset the scenario starts from and every value that
+    differs from it, so an executed notebook re-runs anywhere without extra files."""
+    base = (
+        scn.origin.removeprefix("preset ")
+        if scn.origin.startswith("preset ")
+        else (DEFAULT_SCENARIO)
+    )
+    reference = resolve(base)
+    overrides = {k: v for k, v in scn.values.items() if reference.values.get(k) != v}
+    # The GPU goes first so that its preset values are applied before the other overrides.
+    ordered = dict(sorted(overrides.items(), key=lambda kv: kv[0] != "gpu"))
+    return {"scenario": base, "overrides": ordered, "scenario_name": scn.name}
+
+
+def output_dir(root: Path, scn: Scenario, output: str | None) -> Path:
+    if output:
+        return Path(output).resolve()
+    if scn.name == DEFAULT_SCENARIO and not scn.overrides:
+        return root / "_build" / "html"
+    return root / "_build" / "scenarios" / scn.slug / "html"
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _ipc_kernel_manager(socket_dir: Path):
+    """Kernels talk to papermill over local IPC sockets (in ``socket_dir``, a short path under
+    the system's temporary folder: socket paths are limited in length) rather than TCP."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class IpcKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs):
+            kwargs.setdefault("transport", "ipc")
+            kwargs.setdefault("ip", str(Path(tempfile.mkdtemp(dir=socket_dir)) / "k"))
+            super().__init__(**kwargs)
+
+    return IpcKernelManager
+
+
+def _execute_one(root: Path, stage: Path, name: str, params: dict, socket_dir: Path) -> Timing:
+    import jupytext
+    import papermill as pm
+
+    source = root / f"{name}.md"
+    target = stage / f"{name}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nb = jupytext.read(source)
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    # Paths are resolved relative to the staged notebook; keep jupytext's pairing out of it.
+    nb.metadata.pop("jupytext", None)
+    unexecuted = target.with_suffix(".source.ipynb")
+    jupytext.write(nb, unexecuted)
+    start = time.perf_counter()
+    try:
+        pm.execute_notebook(
+            str(unexecuted),
+            str(target),
+            parameters=params,
+            kernel_name="python3",
+            cwd=str(target.parent),
+            progress_bar=False,
+            log_output=False,
+            report_mode=False,
+            kernel_manager_class=_ipc_kernel_manager(socket_dir),
+        )
+    finally:
+        unexecuted.unlink(missing_ok=True)
+    _hide_injected_parameters(target)
+    return Timing(name, time.perf_counter() - start)
+
+
+def _hide_injected_parameters(path: Path) -> None:
+    """Keep papermill's injected-parameters cell (for re-execution) but out of the page."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        tags = cell.metadata.setdefault("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")
+    nbformat.write(nb, path)
+
+
+def _describe_failure(name: str, exc: BaseException, stage: Path) -> str:
+    """The failing cell and its traceback, without colour codes."""
+    lines = [f"notebook {name}.md failed"]
+    cell = getattr(exc, "exec_count", None)
+    if cell is not None:
+        lines[0] += f" in the cell executed as [{cell}]"
+    source = getattr(exc, "cell_source", None) or ""
+    if not source:
+        executed = stage / f"{name}.ipynb"
+        if executed.is_file():
+            import nbformat
+
+            nb = nbformat.read(executed, as_version=4)
+            for c in nb.cells:
+                for out in c.get("outputs", []):
+                    if out.get("output_type") == "error":
+                        source = c.source
+    if source:
+        lines.append("--- cell source ---")
+        lines.extend(source.splitlines())
+    lines.append("--- traceback ---")
+    tb = getattr(exc, "traceback", None)
+    if tb:
+        lines.extend(ANSI.sub("", t) for t in tb)
+    else:
+        ename, evalue = getattr(exc, "ename", type(exc).__name__), getattr(exc, "evalue", exc)
+        lines.append(f"{ename}: {evalue}")
+    return "\n".join(lines)
+
+
+def execute_notebooks(
+    root: Path, stage: Path, names: list[str], params: dict, jobs: int
+) -> list[Timing]:
+    total = len(names)
+    timings: list[Timing] = []
+    failures: list[str] = []
+    _say(f"executing {total} notebook(s) with {jobs} worker(s)")
+    socket_dir = Path(tempfile.mkdtemp(prefix="dmlimits-kernels-"))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(_execute_one, root, stage, n, params, socket_dir): n for n in names}
+        for n in names:
+            _say(f"  started  {n}.md")
+        for done, future in enumerate(as_completed(futures), start=1):
+            name = futures[future]
+            try:
+                t = future.result()
+            except Exception as exc:  # a notebook raised: report it fully, then fail
+                failures.append(_describe_failure(name, exc, stage))
+                _say(f"  [{done}/{total}] FAILED {name}.md")
+                continue
+            timings.append(t)
+            _say(f"  [{done}/{total}] {name}.md  {t.seconds:.1f} s")
+    shutil.rmtree(socket_dir, ignore_errors=True)
+    if failures:
+        raise BuildError("\n\n".join(failures))
+    return sorted(timings, key=lambda t: names.index(t.notebook))
+
+
+def stage_mathjax(stage: Path) -> None:
+    """Serve MathJax from the book itself (the pinned ``django-static-mathjax`` wheel carries
+    MathJax 3), so equations typeset offline and in the tests, with no CDN."""
+    import mathjax
+
+    es5 = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
+    target = stage / "_static" / "mathjax"
+    target.mkdir(parents=True)
+    shutil.copy2(es5 / "tex-chtml.js", target / "tex-chtml.js")
+    for sub in ("output", "ui", "a11y", "input"):
+        shutil.copytree(es5 / sub, target / sub)
+
+
+def _jupyter_book(stage: Path) -> None:
+    exe = Path(sys.executable).parent / "jupyter-book"
+    cmd = [
+        str(exe) if exe.exists() else "jupyter-book",
+        "build",
+        str(stage),
+        "--all",
+        "-W",
+        "-n",
+        "--keep-going",
+        "--path-output",
+        str(stage),
+    ]
+    _say("building the HTML: " + " ".join(["jupyter-book", *cmd[1:3], "--all -W -n --keep-going"]))
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=stage)
+    if proc.returncode != 0 or not (stage / "_build" / "html" / "index.html").is_file():
+        log = (proc.stdout + "\n" + proc.stderr).strip().splitlines()
+        warnings = [line for line in log if "WARNING" in line or "ERROR" in line]
+        shown = warnings or log[-40:]
+        raise BuildError("jupyter-book build failed (warnings are errors):\n" + "\n".join(shown))
+
+
+def _swap(new: Path, final: Path) -> None:
+    """Put ``new`` where ``final`` is, replacing it only at the last moment."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    if final.exists():
+        final.rename(old)
+    try:
+        new.rename(final)
+    except OSError:
+        if old.exists():
+            old.rename(final)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def build(scn: Scenario, output: str | None = None, jobs: int | None = None) -> Path:
+    """Build the whole book for ``scn``; return the HTML folder."""
+    root = project_root()
+    names = toc_notebooks(root)
+    final = output_dir(root, scn, output)
+    work = root / "_build"
+    work.mkdir(exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".stage-{scn.slug}-", dir=work))
+    started = time.perf_counter()
+    try:
+        for item in STAGED:
+            src = root / item
+            if src.is_dir():
+                shutil.copytree(src, stage / item)
+            elif src.is_file():
+                shutil.copy2(src, stage / item)
+        (stage / "scenario.yaml").write_text(scn.to_yaml())
+        stage_mathjax(stage)
+        params = notebook_parameters(scn)
+        jobs = jobs or max(1, min(len(names), os.cpu_count() or 1))
+        timings = execute_notebooks(root, stage, names, params, jobs)
+        _jupyter_book(stage)
+        # Success: keep the executed notebooks beside the HTML, then swap both in.
+        executed = stage / "_executed"
+        executed.mkdir()
+        for name in names:
+            shutil.copy2(stage / f"{name}.ipynb", executed / Path(name).name)
+        (executed / "scenario.yaml").write_text(scn.to_yaml())
+        _swap(stage / "_build" / "html", final)
+        _swap(executed, final.parent / "executed")
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    _say("timings:")
+    for t in timings:
+        _say(f"  {t.notebook + '.md':<32} {t.seconds:6.1f} s")
+    _say(f"  {'total':<32} {time.perf_counter() - started:6.1f} s")
+    _say(f"built {final / 'index.html'}")
+    return final
+
+
+def scenario_keys() -> list[tuple[str, str, str]]:
+    """(key, expected value, meaning) for every scenario key."""
+    return [(k, f.expected(), f.doc) for k, f in SCHEMA.items()]

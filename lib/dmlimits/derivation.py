@@ -1,0 +1,225 @@
+"""Derivations: ordered, checked chains of steps that the book renders as they are.
+
+A :class:`Derivation` is a list of :class:`Step` objects.  Each step carries one sentence and one
+sympy expression or equation.  A step follows from the one before it in one of three ways:
+
+* a rewrite: the two are equal (their difference simplifies to zero; for equations, the
+  difference of the two sides);
+* a named substitution: applying a :class:`Substitution` (an assumption or a definition, with a
+  name the book shows) to the previous step gives one equal to this step;
+* a solution: the step is ``Eq(x, f)`` and putting ``x = f`` into the previous equation makes it
+  hold identically.
+
+:meth:`Derivation.verify` proves every link and raises :class:`DerivationError` naming the first
+step that does not follow.  Notebooks render the same object with :meth:`Derivation.markdown`,
+so what the book shows is what the tests check.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+from .symbols import REGISTRY, Registry
+
+
+class DerivationError(AssertionError):
+    """A step of a derivation does not follow from the step before it."""
+
+
+@dataclass(frozen=True)
+class Substitution:
+    """A named replacement of symbols: an assumption (a modelling choice) or a definition."""
+
+    name: str
+    mapping: Mapping[sp.Symbol, sp.Expr]
+    kind: str = "definition"  # "definition" or "assumption"
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("definition", "assumption"):
+            raise ValueError(
+                f"substitution kind must be 'definition' or 'assumption', got {self.kind!r}"
+            )
+
+    def apply(self, expr: sp.Basic) -> sp.Basic:
+        return expr.subs(dict(self.mapping))
+
+    def latex(self, registry: Registry = REGISTRY) -> str:
+        return ",\\quad ".join(
+            f"{registry.latex(k)} = {registry.latex(v)}" for k, v in self.mapping.items()
+        )
+
+
+@dataclass(frozen=True)
+class Step:
+    text: str
+    expr: sp.Basic
+    using: Substitution | None = None
+    solve_for: sp.Symbol | None = None
+
+    def latex(self, registry: Registry = REGISTRY) -> str:
+        return registry.latex(self.expr)
+
+
+def _residual(expr: sp.Basic) -> sp.Expr:
+    return expr.lhs - expr.rhs if isinstance(expr, sp.Equality) else expr
+
+
+def _is_zero(expr: sp.Expr) -> bool:
+    """Whether ``expr`` simplifies to zero (a proof, not a numerical spot check)."""
+    if expr == 0:
+        return True
+    for transform in (
+        sp.simplify,
+        lambda e: sp.simplify(sp.powsimp(sp.expand_power_base(e, force=True), force=True)),
+        lambda e: sp.simplify(sp.expand(sp.expand_log(e, force=True))),
+    ):
+        if transform(expr) == 0:
+            return True
+    return False
+
+
+def _same(prev: sp.Basic, new: sp.Basic) -> bool:
+    """Two expressions are equal, or two equations state the same relation."""
+    if isinstance(prev, sp.Equality) != isinstance(new, sp.Equality):
+        return False
+    if not isinstance(new, sp.Equality):
+        return _is_zero(new - prev)
+    rp, rn = _residual(prev), _residual(new)
+    if _is_zero(rn - rp) or _is_zero(rn + rp):
+        return True
+    # The same relation scaled by a nonzero constant factor (e.g. both sides doubled).
+    ratio = sp.simplify(rn / rp)
+    return bool(ratio.is_number and ratio != 0)
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """An ordered chain of steps with a name (used for equation labels) and a title."""
+
+    name: str
+    title: str
+    steps: tuple[Step, ...]
+    chapter: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", self.name):
+            raise ValueError(
+                f"derivation name {self.name!r} must be lower-case letters, digits "
+                "and hyphens (it becomes equation labels)"
+            )
+        if not self.steps:
+            raise ValueError(f"derivation {self.name!r} has no steps")
+
+    @property
+    def result(self) -> sp.Basic:
+        return self.steps[-1].expr
+
+    @property
+    def substitutions(self) -> list[Substitution]:
+        return [s.using for s in self.steps if s.using is not None]
+
+    def label(self, index: int) -> str:
+        """The equation label of step ``index`` (1-based)."""
+        return f"{self.name}-{index}"
+
+    def check_step(self, index: int) -> None:
+        """Prove that step ``index`` (1-based, at least 2) follows from the one before it."""
+        prev, step = self.steps[index - 2], self.steps[index - 1]
+        where = f"{self.name}: step {index} ({step.text!r})"
+        if step.solve_for is not None:
+            if not isinstance(step.expr, sp.Equality) or step.expr.lhs != step.solve_for:
+                raise DerivationError(
+                    f"{where} solves for {step.solve_for} but is not '{step.solve_for} = ...'"
+                )
+            base = step.using.apply(prev.expr) if step.using else prev.expr
+            if not _is_zero(_residual(base).subs(step.solve_for, step.expr.rhs)):
+                raise DerivationError(
+                    f"{where}: {step.expr} does not solve step {index - 1}, {prev.expr}"
+                )
+            return
+        if step.using is not None:
+            if _same(step.using.apply(prev.expr), step.expr):
+                return
+            raise DerivationError(
+                f"{where}: substituting {step.using.name!r} into step "
+                f"{index - 1} does not give {step.expr}"
+            )
+        if not _same(prev.expr, step.expr):
+            raise DerivationError(
+                f"{where}: {step.expr} is not equal to step {index - 1}, {prev.expr}"
+            )
+
+    def verify(self, registry: Registry = REGISTRY) -> Derivation:
+        """Check every link and that every symbol is registered; return self for chaining."""
+        for index, step in enumerate(self.steps, start=1):
+            missing = registry.unregistered(step.expr)
+            if step.using is not None:
+                for k, v in step.using.mapping.items():
+                    missing |= registry.unregistered(sp.sympify(k)) | registry.unregistered(
+                        sp.sympify(v)
+                    )
+            if missing:
+                names = ", ".join(sorted(map(str, missing)))
+                raise DerivationError(
+                    f"{self.name}: step {index} uses unregistered symbols {names}"
+                )
+            if index > 1:
+                self.check_step(index)
+        return self
+
+    @property
+    def free_symbols(self) -> set[sp.Symbol]:
+        out: set[sp.Symbol] = set()
+        for step in self.steps:
+            out |= step.expr.free_symbols
+            if step.using is not None:
+                for k, v in step.using.mapping.items():
+                    out |= sp.sympify(k).free_symbols | sp.sympify(v).free_symbols
+        return out
+
+    def markdown(self, registry: Registry = REGISTRY) -> str:
+        """MyST Markdown: each sentence, then its step as labelled (numbered) display math."""
+        parts = []
+        for index, step in enumerate(self.steps, start=1):
+            text = step.text
+            if step.using is not None:
+                kind = "assumption" if step.using.kind == "assumption" else "definition"
+                text += f" (*{kind}: {step.using.name}*, ${step.using.latex(registry)}$)"
+            parts.append(text)
+            parts.append(f"```{{math}}\n:label: {self.label(index)}\n{step.latex(registry)}\n```")
+        return "\n\n".join(parts)
+
+    def _repr_markdown_(self) -> str:
+        return self.markdown()
+
+
+def derivation(
+    name: str, title: str, steps: Iterable[Step], *, chapter: str = "", notes: Iterable[str] = ()
+) -> Derivation:
+    return Derivation(
+        name=name, title=title, steps=tuple(steps), chapter=chapter, notes=tuple(notes)
+    )
+
+
+# Every derivation the library defines registers a builder here, so that tests and the
+# ``derivations --verify`` command find them all.
+_BUILDERS: dict[str, object] = {}
+
+
+def register(builder):
+    """Decorator for a zero-argument function returning a :class:`Derivation`."""
+    _BUILDERS[builder.__module__ + "." + builder.__name__] = builder
+    return builder
+
+
+def all_derivations() -> list[Derivation]:
+    """Every derivation of the library, built fresh (importing the modules that define them)."""
+    from . import matmul, model  # noqa: F401  (importing registers their derivations)
+
+    return [builder() for builder in _BUILDERS.values()]

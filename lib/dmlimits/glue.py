@@ -1,0 +1,176 @@
+"""Numbers and formulas into prose: the only way a computed value reaches the book's text.
+
+``glue(key, value)`` stores a value in the executing notebook for MyST-NB to paste:
+
+* a number (Python or numpy; NaN and infinity refused) is stored as a plain Python ``int`` or
+  ``float`` under ``key``, for ``{glue:text}`key:.3g``` with the rounding in the prose, and a
+  readable form under ``key.sci`` ("2.05 × 10²⁸", three significant figures) for
+  ``{glue:text}`key.sci```;
+* a sympy expression or equation is stored as math (LaTeX, rendered with the book's notation),
+  for ``{glue}`key``` inline or ``{glue:math}`` as display math;
+* a string is stored as text for ``{glue:text}`key```;
+* a matplotlib figure is stored as a PNG (fixed DPI, no timestamp) for ``{glue:figure}``, and
+  closed.
+
+:func:`read_glued` reads the values back from an executed notebook, which is how the tests compare
+the book with the library.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import numbers
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from .symbols import REGISTRY
+
+SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+class GlueError(ValueError):
+    """A value cannot be glued into the book's prose."""
+
+
+def as_number(key: str, value: Any) -> int | float:
+    """A Python int or float from a Python or numpy number; NaN, infinity and non-numbers
+    raise :class:`GlueError` naming the key."""
+    if isinstance(value, bool | np.bool_):
+        raise GlueError(f"glue {key!r}: got a boolean {value!r}; expected a number")
+    if isinstance(value, np.ndarray):
+        if value.shape != ():
+            raise GlueError(
+                f"glue {key!r}: got an array of shape {value.shape}; expected one number"
+            )
+        value = value[()]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, sp.Basic) and value.is_number:
+        value = float(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        if not math.isfinite(value):
+            raise GlueError(
+                f"glue {key!r}: got {value!r}; expected a finite number (a NaN or "
+                "an infinity here means the computation failed upstream)"
+            )
+        return value
+    raise GlueError(
+        f"glue {key!r}: got {type(value).__name__} {value!r}; expected a number, "
+        "a sympy expression or a string"
+    )
+
+
+def sci(value: float, digits: int = 3) -> str:
+    """``2.05 × 10²⁸`` for large or small magnitudes; plain digits otherwise."""
+    if value == 0:
+        return "0"
+    exponent = math.floor(math.log10(abs(value)))
+    if -3 <= exponent < 5:
+        return f"{value:,.{max(digits - 1 - exponent, 0)}f}"
+    mantissa = round(value / 10**exponent, digits - 1)
+    if abs(mantissa) >= 10:  # rounding carried into the next decade
+        mantissa /= 10
+        exponent += 1
+    text = f"{mantissa:.{digits - 1}f}"
+    return f"{text} × 10{str(exponent).translate(SUPERSCRIPT)}"
+
+
+class _Text:
+    """Displays as its text (no quotes), so ``{glue:text}`` pastes it as it is."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class _Math:
+    """Displays as LaTeX only: ``{glue}`key``` pastes it as inline math (MyST-NB turns inline
+    text/latex into a math node) and ``{glue:math}`` as display math.  (Pasted Markdown is not
+    parsed for $...$ or roles, so Markdown is not offered.)"""
+
+    def __init__(self, latex: str) -> None:
+        self.latex = latex
+
+    def _repr_latex_(self) -> str:
+        return f"$\\displaystyle {self.latex}$"
+
+    def __repr__(self) -> str:
+        return self.latex
+
+
+class _Png:
+    """A figure rendered once to PNG bytes with fixed metadata (byte-identical across builds)."""
+
+    def __init__(self, fig: Any) -> None:
+        import io
+
+        from .figures import DPI, PNG_METADATA
+
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=DPI, metadata=PNG_METADATA)
+        self.png = buffer.getvalue()
+
+    def _repr_png_(self) -> bytes:
+        return self.png
+
+    def __repr__(self) -> str:
+        return "<figure>"
+
+
+def _paste(key: str, obj: Any) -> None:
+    from myst_nb import glue as myst_glue
+
+    myst_glue(key, obj, display=False)
+
+
+def glue(key: str, value: Any, *, digits: int = 3) -> Any:
+    """Glue a number, a sympy expression or a string under ``key``; return the glued value."""
+    if not isinstance(key, str) or not key or ":" in key:
+        raise GlueError(f"glue key {key!r}: expected a non-empty name without ':'")
+    if isinstance(value, str):
+        _paste(key, _Text(value))
+        return value
+    if type(value).__name__ == "Figure" and hasattr(value, "savefig"):
+        import matplotlib.pyplot as plt
+
+        _paste(key, _Png(value))
+        plt.close(value)
+        return value
+    if isinstance(value, sp.Basic) and not value.is_number:
+        _paste(key, _Math(REGISTRY.latex(value)))
+        return value
+    number = as_number(key, value)
+    _paste(key, number)
+    _paste(key + ".sci", _Text(sci(float(number), digits)))
+    return number
+
+
+def read_glued(notebook: str | Path) -> dict[str, Any]:
+    """Every glued key of an executed notebook and its value (numbers as numbers)."""
+    nb = json.loads(Path(notebook).read_text())
+    out: dict[str, Any] = {}
+    for cell in nb.get("cells", []):
+        for output in cell.get("outputs", []):
+            meta = output.get("metadata", {}).get("scrapbook")
+            if not meta:
+                continue
+            prefix = meta.get("mime_prefix", "")
+            data = output.get("data", {})
+            text = data.get(prefix + "text/plain", "")
+            if isinstance(text, list):
+                text = "".join(text)
+            try:
+                out[meta["name"]] = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                out[meta["name"]] = text
+    return out

@@ -1,0 +1,573 @@
+"""One matmul on one GPU: the single-device cost model of the book.
+
+Erdil & Schneider-Joseph (2024, "Data movement limits to frontier model training",
+arXiv:2411.01137) time every matmul of a training step with a roofline over the GPU's memory
+hierarchy.  This module rebuilds that model (section 4 of the project's reference notes, which
+reconstruct it from the authors' public code ``gpu/gpu_model.py``) in our own terms:
+
+* **The operation.**  A weight operand of ``d1 x d2`` meets a *nanobatch* of ``b`` tokens.  Three
+  kinds occur in training: the forward pass ``Y = W X`` and the activation gradient
+  ``dX = W^T dY`` (a ``d1 x d2`` operand times a ``d2 x b`` input, accumulating a ``d1 x b``
+  output; for the activation gradient ``d1 x d2`` is the shape of ``W^T``), and the weight
+  gradient ``dW = dY X^T`` (a ``d1 x b`` and a ``d2 x b`` operand, accumulating ``d1 x d2``).
+* **The hierarchy.**  HBM, the L2 cache, and the streaming multiprocessors (SMs), each with a
+  register file split over processing blocks; shared memory is the staging buffer between L2 and
+  registers.  Three boundaries are crossed: HBM-L2, L2-SM and shared memory-registers.
+* **Tiling.**  ``b`` is the smallest dimension (data and pipeline parallelism both slice it), so
+  every boundary tiles the *weight* shape: the fewest tiles that fit the lower level's usable
+  capacity (75 % of it), each as near square as the shard allows.
+* **Traffic across a boundary.**  Weights and their gradients stay at the lowest level that holds
+  both; above it nothing moves for them.  Otherwise every pass streams the weights down once, and
+  the weight-gradient pass loads and stores the running gradient.  The input activations are
+  fetched once per row of tiles; the forward/activation-gradient output is accumulated once per
+  column of tiles (a store, and a load of the partial sum for every column after the first); the
+  weight gradient's ``d1 x b`` operand is fetched once per column.
+* **Multicast.**  With distributed shared memory (Hopper), the L2-SM boundary is crossed as if all
+  SMs' registers were one store; spreading the data among SMs then costs shared-memory traffic
+  (counted at both ends) instead of L2 traffic.
+* **Time.**  The largest of HBM, L2, shared-memory and arithmetic time, plus a fixed kernel
+  latency.  Shared memory moves ``32 banks x 4 bytes`` per SM per clock at the derated clock;
+  arithmetic runs at the derated rate ``eta F`` on dimensions padded to multiples of 8.
+
+Every cost is a sympy expression in registered symbols (:func:`cost_expressions`); the numeric
+functions are lambdified from those same expressions and broadcast over numpy arrays of
+``d1, d2, b``.  Every hardware number comes from a :class:`~dmlimits.scenario.Scenario`.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from . import symbols as s
+from . import units as u
+from .derivation import Derivation, Step, Substitution, derivation, register
+from .scenario import Scenario
+
+CHAPTER = "matmul"
+
+# --- Definitional constants ------------------------------------------------------------------
+# One multiply-accumulate is a multiply and an add: two FLOP (the usual convention, also the
+# model chapter's).
+FLOP_PER_MAC = 2
+# Tensor cores work on fixed fragments; the reference notes (section 4) pad every dimension of
+# the arithmetic to a multiple of 8.
+PAD_MULTIPLE = 8
+# Shared memory: 32 banks per SM, each 4 bytes wide per clock (NVIDIA CUDA C++ Programming
+# Guide, "Shared Memory"; the reference notes, section 3).
+SHARED_BANKS = 32
+BANK_BYTES = 4
+# Usable share of L2 and of the register file for tiles (the reference notes, section 3; the
+# rest holds addresses, indices and buffers).
+USABLE_FRACTION = sp.Rational(3, 4)
+
+KINDS = ("forward", "activation-grad", "weight-grad")
+LEVELS = ("hbm", "l2", "shared")  # the memories whose bandwidth can bind
+
+_decl = s.REGISTRY.declare
+_S = u.second
+_B = u.byte
+
+# --- Symbols -----------------------------------------------------------------------------------
+# The operation.
+d1 = _decl(
+    "d_1",
+    "d_1",
+    "rows of a matmul's weight operand (its output dimension in the forward "
+    "and activation-gradient passes)",
+    defined_in=CHAPTER,
+)
+d2 = _decl("d_2", "d_2", "columns of a matmul's weight operand", defined_in=CHAPTER)
+b = _decl("b", "b", "nanobatch: tokens in one matmul on one GPU", defined_in=CHAPTER)
+word = _decl("w_word", "w", "bytes per word (16-bit arithmetic)", _B, defined_in=CHAPTER)
+# The GPU.
+bw_hbm = _decl(
+    "W_HBM", r"W_{\mathrm{HBM}}", "HBM bandwidth of one GPU", _B / _S, defined_in=CHAPTER
+)
+bw_l2 = _decl(
+    "W_L2", r"W_{\mathrm{L2}}", "L2 cache bandwidth of one GPU", _B / _S, defined_in=CHAPTER
+)
+bw_shared = _decl(
+    "W_sh",
+    r"W_{\mathrm{sh}}",
+    "shared-memory bandwidth of one GPU (all SMs)",
+    _B / _S,
+    defined_in=CHAPTER,
+)
+cap_l2 = _decl("M_L2", r"M_{\mathrm{L2}}", "L2 cache capacity", _B, defined_in=CHAPTER)
+cap_reg = _decl(
+    "M_reg", r"M_{\mathrm{reg}}", "register file of one processing block", _B, defined_in=CHAPTER
+)
+n_blocks = _decl("n_blk", r"n_{\mathrm{blk}}", "processing blocks per SM", defined_in=CHAPTER)
+n_sms = _decl(
+    "n_SM", r"n_{\mathrm{SM}}", "streaming multiprocessors (SMs) per GPU", defined_in=CHAPTER
+)
+clock = _decl("f_clk", r"f_{\mathrm{clk}}", "maximum clock frequency", 1 / _S, defined_in=CHAPTER)
+t_kernel = _decl(
+    "t_kern", r"t_{\mathrm{kern}}", "fixed latency of one matmul kernel", _S, defined_in=CHAPTER
+)
+# Definitional constants, kept symbolic in the formulas the book shows.
+usable = _decl(
+    "phi_use", r"\phi", "usable fraction of L2 and of the register file", defined_in=CHAPTER
+)
+n_banks = _decl("n_bank", r"n_{\mathrm{bank}}", "shared-memory banks per SM", defined_in=CHAPTER)
+bank_width = _decl(
+    "w_bank", r"w_{\mathrm{bank}}", "bytes one bank moves per clock", _B, defined_in=CHAPTER
+)
+pad = _decl(
+    "g_pad", "g", "multiple to which the arithmetic pads each dimension", defined_in=CHAPTER
+)
+# Tiling of the weight shape at one boundary.
+tile_rows = _decl("r_tile", "r", "rows of tiles (tiles along d_1)", defined_in=CHAPTER)
+tile_cols = _decl("c_tile", "c", "columns of tiles (tiles along d_2)", defined_in=CHAPTER)
+# Traffic, times and the result.
+q_hbm = _decl(
+    "Q_HBM",
+    r"Q_{\mathrm{HBM}}",
+    "bytes moved to and from HBM by one matmul",
+    _B,
+    defined_in=CHAPTER,
+)
+q_l2 = _decl(
+    "Q_L2", r"Q_{\mathrm{L2}}", "bytes moved to and from L2 by one matmul", _B, defined_in=CHAPTER
+)
+q_shared = _decl(
+    "Q_sh",
+    r"Q_{\mathrm{sh}}",
+    "bytes moved through shared memory by one matmul",
+    _B,
+    defined_in=CHAPTER,
+)
+t_hbm = _decl("t_HBM", r"t_{\mathrm{HBM}}", "HBM time of one matmul", _S, defined_in=CHAPTER)
+t_l2 = _decl("t_L2", r"t_{\mathrm{L2}}", "L2 time of one matmul", _S, defined_in=CHAPTER)
+t_shared = _decl(
+    "t_sh", r"t_{\mathrm{sh}}", "shared-memory time of one matmul", _S, defined_in=CHAPTER
+)
+t_arith = _decl(
+    "t_arith", r"t_{\mathrm{arith}}", "arithmetic time of one matmul", _S, defined_in=CHAPTER
+)
+t_matmul = _decl(
+    "t_mm", r"t_{\mathrm{mm}}", "time of one matmul on one GPU", _S, defined_in=CHAPTER
+)
+intensity = _decl(
+    "I_mm", r"I", "arithmetic intensity: FLOP per byte moved", u.flop / _B, defined_in=CHAPTER
+)
+efficiency = _decl(
+    "u_mm", r"u_{\mathrm{mm}}", "matmul efficiency: useful FLOP/s over peak", defined_in=CHAPTER
+)
+
+# The definitional constants as one named substitution (applied before lambdifying).
+CONSTANTS = Substitution(
+    "definitional constants",
+    {
+        s.flop_per_mac: FLOP_PER_MAC,
+        pad: PAD_MULTIPLE,
+        n_banks: SHARED_BANKS,
+        bank_width: BANK_BYTES,
+        usable: USABLE_FRACTION,
+    },
+)
+
+# Where each hardware symbol's value comes from in a scenario.
+_SCENARIO_KEYS: dict[sp.Symbol, str] = {
+    word: "model.word_bytes",
+    bw_hbm: "hardware.hbm_bandwidth",
+    bw_l2: "hardware.l2_bandwidth",
+    cap_l2: "hardware.l2_size",
+    cap_reg: "hardware.register_file_per_block",
+    n_blocks: "hardware.blocks_per_sm",
+    n_sms: "hardware.sms",
+    clock: "hardware.max_clock",
+    s.eff_util: "hardware.effective_utilization",
+    t_kernel: "hardware.kernel_latency",
+}
+_HARDWARE = (*_SCENARIO_KEYS, s.peak_flops)  # lambdify arguments after d1, d2, b
+
+
+# --- Building blocks, symbolic ---------------------------------------------------------------
+def tile_grid(capacity: sp.Expr) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """Tiles ``(k, rows, cols)`` of the ``d1 x d2`` weight shape, at most ``capacity`` bytes each.
+
+    ``k`` is the fewest tiles that fit; each then holds ``d1 d2 / k`` words.  A square tile of that
+    area would give ``sqrt(k d1 / d2)`` rows; a tile cannot be taller than the shard (at least one
+    row) nor wider (at most ``k`` rows), so the count is clipped to ``[1, k]``.  Tile counts are
+    kept fractional apart from ``k``, as in Erdil & Schneider-Joseph (2024): the model ignores the
+    remaining discrete constraints rather than searching them.
+    """
+    k = sp.ceiling(word * d1 * d2 / capacity)
+    rows = sp.Min(sp.Max(1, sp.sqrt(k * d1 / d2)), k)
+    return k, rows, k / rows
+
+
+def streamed(capacity: sp.Expr) -> sp.Expr:
+    """1 when the weights and their gradients (two words per weight) exceed ``capacity``, else 0."""
+    return sp.Piecewise((1, 2 * word * d1 * d2 > capacity), (0, True))
+
+
+def boundary_traffic(kind: str, rows: sp.Expr, cols: sp.Expr, streaming: sp.Expr) -> sp.Expr:
+    """Bytes crossing one boundary of the hierarchy, tiled in ``rows x cols`` weight tiles.
+
+    ``streaming`` is 1 when the weights live above the boundary (see :func:`streamed`).
+    """
+    kind = check_kind(kind)
+    inputs = rows * word * d2 * b  # the d2 x b operand, once per row of tiles
+    if kind == "weight-grad":
+        # The d1 x b operand once per column of tiles.
+        return streaming * weight_traffic(kind) + inputs + cols * word * d1 * b
+    # Accumulate the output once per column: a store each time, and a load of the partial sum
+    # every time but the first.
+    return streaming * weight_traffic(kind) + inputs + (2 * cols - 1) * word * d1 * b
+
+
+def weight_traffic(kind: str) -> sp.Expr:
+    """Bytes of weights (or weight gradients) one pass moves across a boundary above them."""
+    weights = word * d1 * d2
+    # The weight-gradient pass loads the running gradient and stores it back; the others load
+    # the weights once.
+    return 2 * weights if check_kind(kind) == "weight-grad" else weights
+
+
+def multicast_traffic(rows: sp.Expr, cols: sp.Expr) -> sp.Expr:
+    """Bytes moved between SMs over distributed shared memory, counted at both ends.
+
+    With ``rows x cols`` per-SM tiles, each input value goes to every row of tiles after the
+    first holding it, and each ``d1 x b`` value (a partial output to reduce, or a weight-gradient
+    operand to share) crosses once per column after the first.  Both kinds have this form.
+    """
+    return 2 * ((rows - 1) * word * d2 * b + (cols - 1) * word * d1 * b)
+
+
+def padded(x: sp.Expr) -> sp.Expr:
+    """``x`` rounded up to a multiple of the tensor-core padding ``g``."""
+    return pad * sp.ceiling(x / pad)
+
+
+def shared_bandwidth() -> sp.Expr:
+    """Banks x bank width x SMs x the derated clock."""
+    return n_banks * bank_width * n_sms * clock * s.eff_util
+
+
+@cache
+def traffic_expressions(kind: str, multicast: bool) -> dict[str, sp.Expr]:
+    """Bytes through HBM, L2 and shared memory (keys of :data:`LEVELS`), symbolic."""
+    kind = check_kind(kind)
+    # HBM-L2: one L2, tiles of its usable capacity.
+    l2_room = usable * cap_l2
+    _, rows, cols = tile_grid(l2_room)
+    hbm_l2 = boundary_traffic(kind, rows, cols, streamed(l2_room))
+    # L2-SM: each SM holds a tile in its blocks' registers; with multicast all SMs act as one.
+    sm_room = n_blocks * usable * cap_reg
+    all_sms = n_sms * sm_room
+    _, rows, cols = tile_grid(all_sms if multicast else sm_room)
+    l2_sm = boundary_traffic(kind, rows, cols, streamed(all_sms))
+    if multicast:
+        _, rows, cols = tile_grid(sm_room)
+        between_sms = multicast_traffic(rows, cols)
+    else:
+        between_sms = sp.Integer(0)
+    # Shared memory-registers: each processing block holds a tile.
+    block_room = usable * cap_reg
+    _, rows, cols = tile_grid(block_room)
+    sm_reg = boundary_traffic(kind, rows, cols, streamed(n_sms * n_blocks * block_room))
+    return {"hbm": hbm_l2, "l2": hbm_l2 + l2_sm, "shared": l2_sm + between_sms + sm_reg}
+
+
+@cache
+def cost_expressions(kind: str, multicast: bool) -> dict[str, sp.Expr]:
+    """Each time of one matmul, in seconds, as sympy expressions in registered symbols.
+
+    Keys: ``hbm``, ``l2``, ``shared``, ``arithmetic``, ``latency`` and ``total``
+    (= the largest of the first four plus the latency); ``efficiency`` is dimensionless.
+    """
+    q = traffic_expressions(kind, multicast)
+    times = {
+        "hbm": q["hbm"] / bw_hbm,
+        "l2": q["l2"] / bw_l2,
+        "shared": q["shared"] / shared_bandwidth(),
+        "arithmetic": s.flop_per_mac
+        * padded(d1)
+        * padded(d2)
+        * padded(b)
+        / (s.eff_util * s.peak_flops),
+        "latency": t_kernel,
+    }
+    times["total"] = sp.Max(*(times[k] for k in (*LEVELS, "arithmetic"))) + t_kernel
+    times["efficiency"] = s.flop_per_mac * d1 * d2 * b / (times["total"] * s.peak_flops)
+    return times
+
+
+# --- Derivations -----------------------------------------------------------------------------
+@register
+def min_nanobatch_derivation() -> Derivation:
+    """The nanobatch below which streaming weights through HBM cannot hide behind arithmetic."""
+    i1 = sp.Eq(intensity, s.flop_per_mac * d1 * d2 * b / q_hbm)
+    gradients = Substitution(
+        "the running gradient streams through HBM; activations neglected",
+        {q_hbm: weight_traffic("weight-grad")},
+        kind="assumption",
+    )
+    i2 = gradients.apply(i1)
+    balance = Substitution(
+        "HBM keeps up exactly when the intensity equals the GPU's balance",
+        {intensity: s.eff_util * s.peak_flops / bw_hbm},
+        kind="assumption",
+    )
+    i3 = balance.apply(i2)
+    i4 = sp.Eq(b, sp.solve(i3, b)[0])
+    title = "The minimum nanobatch of a weight-streaming matmul"
+    return derivation(
+        "matmul-min-nanobatch",
+        title,
+        [
+            Step(
+                "The arithmetic intensity of a matmul at HBM is its FLOP (one multiply-accumulate "
+                "per weight per token) over the bytes it moves to and from HBM.",
+                i1,
+            ),
+            Step(
+                "When the shard is too large for L2, the weight-gradient pass loads and stores "
+                "every gradient word; beside that the activations are small.  The shard's size "
+                "cancels: the intensity grows with the nanobatch alone.",
+                i2,
+                using=gradients,
+            ),
+            Step(
+                "HBM time hides behind arithmetic time once the intensity reaches the ratio of "
+                "the derated FLOP rate to HBM bandwidth.",
+                i3,
+                using=balance,
+            ),
+            Step(
+                "Solving for the nanobatch gives the smallest that keeps HBM off the critical "
+                "path.",
+                i4,
+                solve_for=b,
+            ),
+        ],
+        chapter=CHAPTER,
+        notes=(
+            "Erdil & Schneider-Joseph (2024) state the same threshold per 8-GPU node at the peak "
+            "rate (eta = 1); min_nanobatch(scn, derated=False) gives that number.",
+        ),
+    )
+
+
+@register
+def hbm_time_derivation() -> Derivation:
+    """HBM time of a forward pass whose weights stream from HBM, with square L2 tiles."""
+    t1 = sp.Eq(t_hbm, q_hbm / bw_hbm)
+    crossing = Substitution(
+        "bytes crossing the HBM-L2 boundary (weights streamed)",
+        {q_hbm: boundary_traffic("forward", tile_rows, tile_cols, 1)},
+    )
+    t2 = crossing.apply(t1)
+    side = sp.sqrt(usable * cap_l2 / word)  # side, in words, of a square tile filling usable L2
+    square = Substitution(
+        "square tiles filling the usable L2 (tile count not rounded)",
+        {tile_rows: d1 / side, tile_cols: d2 / side},
+        kind="assumption",
+    )
+    t3 = square.apply(t2)
+    t4 = sp.Eq(
+        t_hbm, word * d1 * d2 / bw_hbm * (1 + 3 * b * sp.sqrt(word / (usable * cap_l2)) - b / d2)
+    )
+    return derivation(
+        "matmul-hbm-time",
+        "HBM time of a forward matmul",
+        [
+            Step("The time at one level is the bytes that cross it over its bandwidth.", t1),
+            Step(
+                "Forward pass, weights too big for L2: the weights come down once, the input once "
+                "per row of L2 tiles, and the output is accumulated once per column of tiles.",
+                t2,
+                using=crossing,
+            ),
+            Step(
+                "With square tiles that fill the usable L2, the rows and columns of tiles are the "
+                "shard's sides over the tile's side.",
+                t3,
+                using=square,
+            ),
+            Step(
+                "So activations add to the weight traffic a fraction of about three times the "
+                "nanobatch over the tile's side (once in, twice for the accumulated output): they "
+                "matter once b approaches a third of that side.",
+                t4,
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+@register
+def arithmetic_bound_derivation() -> Derivation:
+    """Efficiency of an arithmetic-bound matmul: the derate, lowered by the kernel latency."""
+    e1 = sp.Eq(efficiency, s.flop_per_mac * d1 * d2 * b / (t_matmul * s.peak_flops))
+    bound = Substitution(
+        "arithmetic binds (no memory level is slower)",
+        {t_matmul: t_arith + t_kernel},
+        kind="assumption",
+    )
+    e2 = bound.apply(e1)
+    arith = Substitution(
+        "arithmetic time: padded dimensions at the derated rate",
+        {t_arith: cost_expressions("forward", False)["arithmetic"]},
+    )
+    e3 = arith.apply(e2)
+    whole = Substitution(
+        "every dimension already a multiple of g",
+        {padded(x): x for x in (d1, d2, b)},
+        kind="assumption",
+    )
+    e4 = whole.apply(e3)
+    e5 = sp.Eq(
+        efficiency,
+        s.eff_util / (1 + s.eff_util * s.peak_flops * t_kernel / (s.flop_per_mac * d1 * d2 * b)),
+    )
+    return derivation(
+        "matmul-arithmetic-bound",
+        "Efficiency of an arithmetic-bound matmul",
+        [
+            Step(
+                "Efficiency is useful FLOP over what the peak rate could do in the matmul's time.",
+                e1,
+            ),
+            Step(
+                "When arithmetic is the slowest part, the time is the arithmetic time plus the "
+                "kernel latency.",
+                e2,
+                using=bound,
+            ),
+            Step(
+                "Arithmetic runs at the derated rate on dimensions padded to the tensor-core "
+                "multiple.",
+                e3,
+                using=arith,
+            ),
+            Step("Take dimensions that need no padding.", e4, using=whole),
+            Step(
+                "So efficiency approaches the derate, less a latency term that fades as the work "
+                "grows.",
+                e5,
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+# --- Checks ----------------------------------------------------------------------------------
+def check_kind(kind: Any) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r}: expected one of {', '.join(map(repr, KINDS))}")
+    return kind
+
+
+def _check_scenario(scn: Any) -> Scenario:
+    if not isinstance(scn, Scenario):
+        raise ValueError(
+            f"scn: got {type(scn).__name__} {scn!r:.80}; expected a "
+            "dmlimits.scenario.Scenario, e.g. dmlimits.scenario.resolve('h100')"
+        )
+    return scn
+
+
+def _dimension(name: str, value: Any) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{name}: got {value!r:.80}; expected a positive number or an array of positive numbers"
+        ) from None
+    if not np.all(np.isfinite(arr) & (arr > 0)):
+        bad = arr[~(np.isfinite(arr) & (arr > 0))].flat[0] if arr.ndim else arr
+        raise ValueError(f"{name}: got {float(bad)!r}; expected finite numbers greater than zero")
+    return arr
+
+
+def _hardware_values(scn: Scenario) -> tuple[float, ...]:
+    values = [float(scn[key]) for key in _SCENARIO_KEYS.values()]
+    return (*values, float(scn.peak_flops))
+
+
+# --- Numeric functions, lambdified from the expressions above -----------------------------
+@cache
+def _numeric(kind: str, multicast: bool, what: tuple[str, ...]):
+    exprs = cost_expressions(kind, multicast)
+    body = [CONSTANTS.apply(exprs[k]) for k in what]
+    return sp.lambdify((d1, d2, b, *_HARDWARE), body, "numpy", cse=True)
+
+
+def _evaluate(
+    scn: Any, x1: Any, x2: Any, nb: Any, kind: Any, what: tuple[str, ...]
+) -> list[np.ndarray | float]:
+    scn = _check_scenario(scn)
+    kind = check_kind(kind)
+    a1, a2, ab = _dimension("d1", x1), _dimension("d2", x2), _dimension("b", nb)
+    shape = np.broadcast_shapes(a1.shape, a2.shape, ab.shape)
+    multicast = bool(scn["hardware.distributed_shared_memory"])
+    out = _numeric(kind, multicast, what)(a1, a2, ab, *_hardware_values(scn))
+    results: list[np.ndarray | float] = []
+    for value in out:
+        arr = np.broadcast_to(np.asarray(value, dtype=float), shape)
+        results.append(float(arr) if shape == () else np.array(arr))
+    return results
+
+
+def matmul_time(scn: Scenario, d1: Any, d2: Any, b: Any, kind: str) -> np.ndarray | float:
+    """Seconds for one matmul of a ``d1 x d2`` weight shard and ``b`` tokens on one GPU.
+
+    ``kind`` is ``"forward"``, ``"activation-grad"`` or ``"weight-grad"``; ``d1``, ``d2``, ``b``
+    broadcast as numpy arrays (a float comes back for scalars).  Erdil & Schneider-Joseph (2024),
+    section 4 of the reference notes.
+    """
+    return _evaluate(scn, d1, d2, b, kind, ("total",))[0]
+
+
+def matmul_efficiency(scn: Scenario, d1: Any, d2: Any, b: Any, kind: str) -> np.ndarray | float:
+    """``2 d1 d2 b / (time x peak FLOP/s)``: the fraction of peak one matmul achieves."""
+    return _evaluate(scn, d1, d2, b, kind, ("efficiency",))[0]
+
+
+def level_times(
+    scn: Scenario, d1: Any, d2: Any, b: Any, kind: str
+) -> dict[str, np.ndarray | float]:
+    """Each part of a matmul's time: ``hbm``, ``l2``, ``shared``, ``arithmetic``, ``latency``
+    and ``total`` (seconds), plus ``binding``, the name of the slowest of the first four."""
+    keys = (*LEVELS, "arithmetic", "latency", "total")
+    values = _evaluate(scn, d1, d2, b, kind, keys)
+    out: dict[str, Any] = dict(zip(keys, values, strict=True))
+    stacked = np.stack([np.asarray(out[k]) for k in (*LEVELS, "arithmetic")])
+    names = np.array([*LEVELS, "arithmetic"])
+    binding = names[np.argmax(stacked, axis=0)]
+    out["binding"] = str(binding) if binding.ndim == 0 else binding
+    return out
+
+
+@cache
+def _min_nanobatch_function():
+    rhs = min_nanobatch_derivation().result.rhs
+    return sp.lambdify((word, s.eff_util, s.peak_flops, bw_hbm), CONSTANTS.apply(rhs), "numpy")
+
+
+def min_nanobatch(scn: Scenario, derated: bool = True) -> float:
+    """Tokens per matmul below which streaming the weights from HBM cannot hide behind
+    arithmetic (the ``matmul-min-nanobatch`` derivation).
+
+    ``derated=False`` uses the peak rate instead of the derated one, as the paper's closed form
+    for the critical compute does (Erdil & Schneider-Joseph 2024; reference notes, section 7).
+    """
+    scn = _check_scenario(scn)
+    if not isinstance(derated, bool):
+        raise ValueError(f"derated: got {derated!r}; expected True or False")
+    eta = float(scn["hardware.effective_utilization"]) if derated else 1.0
+    return float(
+        _min_nanobatch_function()(
+            float(scn["model.word_bytes"]),
+            eta,
+            float(scn.peak_flops),
+            float(scn["hardware.hbm_bandwidth"]),
+        )
+    )

@@ -1,0 +1,43 @@
+"""The notation page, generated from the symbol registry."""
+
+from __future__ import annotations
+
+from .derivation import all_derivations
+from .symbols import REGISTRY
+from .units import unit_latex
+
+CHAPTER_TITLES = {
+    "model": "The model of training",
+}
+
+
+def used_symbols() -> set:
+    """Every symbol that appears in a derivation of the library."""
+    out: set = set()
+    for d in all_derivations():
+        out |= d.free_symbols
+    return out
+
+
+def markdown_table() -> str:
+    """A MyST table: symbol, meaning, unit, where defined; sorted by chapter then symbol."""
+    all_derivations()  # make sure every module that declares symbols is imported
+    rows = ["| Symbol | Meaning | Unit | Defined in |", "|---|---|---|---|"]
+    order = list(CHAPTER_TITLES)
+    infos = sorted(
+        REGISTRY,
+        key=lambda i: (
+            order.index(i.defined_in) if i.defined_in in order else len(order),
+            i.symbol.name.lower(),
+        ),
+    )
+    for info in infos:
+        unit = unit_latex(info.unit)
+        where = (
+            f"{{doc}}`{CHAPTER_TITLES[info.defined_in]} <{info.defined_in}>`"
+            if info.defined_in in CHAPTER_TITLES
+            else info.defined_in
+        )
+        meaning = info.meaning.replace("|", "\\|")
+        rows.append(f"| ${info.latex}$ | {meaning} | ${unit}$ | {where} |")
+    return "\n".join(rows)

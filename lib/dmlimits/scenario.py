@@ -1,0 +1,423 @@
+"""Scenarios: every assumption of a build, validated before anything runs.
+
+A scenario is a flat mapping of dotted keys (``network.inter_node.bandwidth``) to values.  It is
+made, in this order, from
+
+1. the defaults of :data:`SCHEMA`,
+2. the GPU preset named by ``gpu`` (its ``hardware.*`` and ``network.*`` values),
+3. a named preset (``lib/dmlimits/scenarios/NAME.yaml``) or a YAML file of the reader's, which may
+   carry ``name``, ``description``, any keys, and ``scale`` (multipliers applied to values of the
+   GPU preset, e.g. latencies divided by ten),
+4. ``--set key=value`` overrides, in the order given.
+
+Every value is checked against the schema: unknown keys, wrong types, zero, negative or
+non-finite sizes, bandwidths, latencies and durations are refused with a
+:class:`ScenarioError` whose one-line message names the key, the value given and what was
+expected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import hardware
+
+DEFAULT_SCENARIO = "h100"
+SECONDS_PER_YEAR = 365.25 * 86400
+
+
+class ScenarioError(ValueError):
+    """A scenario value, key, file or preset name is not acceptable.  The message is one line."""
+
+
+@dataclass(frozen=True)
+class Field:
+    kind: str  # "float", "int", "bool", "choice"
+    default: Any
+    doc: str
+    unit: str = ""
+    choices: tuple[str, ...] = ()
+    minimum: float = 0.0
+    inclusive_minimum: bool = False  # False: value must exceed the minimum
+    maximum: float | None = None
+
+    def expected(self) -> str:
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        what = "a whole number" if self.kind == "int" else "a finite number"
+        if self.inclusive_minimum:
+            bound = f"at least {self.minimum:g}"
+        else:
+            bound = "greater than zero" if self.minimum == 0 else f"greater than {self.minimum:g}"
+        if self.maximum is not None:
+            bound += f" and at most {self.maximum:g}"
+        unit = f" ({self.unit})" if self.unit else ""
+        return f"{what} {bound}{unit}"
+
+
+def _pos(default: float, doc: str, unit: str = "", **kw: Any) -> Field:
+    return Field("float", default, doc, unit, **kw)
+
+
+def _int(default: int, doc: str, unit: str = "", **kw: Any) -> Field:
+    return Field("int", default, doc, unit, **kw)
+
+
+_H100 = hardware.gpu_values("h100")
+
+SCHEMA: dict[str, Field] = {
+    "gpu": Field(
+        "choice",
+        "h100",
+        "GPU preset supplying the hardware.* and network.* values",
+        choices=tuple(hardware.gpu_names()),
+    ),
+    # hardware.*: one GPU
+    "hardware.sms": _int(_H100["hardware.sms"], "streaming multiprocessors"),
+    "hardware.max_clock": _pos(_H100["hardware.max_clock"], "maximum clock", "Hz"),
+    "hardware.flop_per_clock_per_thread": _pos(
+        _H100["hardware.flop_per_clock_per_thread"], "16-bit FLOP per clock per thread"
+    ),
+    "hardware.threads_per_sm": _int(_H100["hardware.threads_per_sm"], "threads per SM"),
+    "hardware.effective_utilization": _pos(
+        _H100["hardware.effective_utilization"],
+        "measured utilization of long runs of large matmuls (clock derate)",
+        maximum=1.0,
+    ),
+    "hardware.hbm_bandwidth": _pos(_H100["hardware.hbm_bandwidth"], "HBM bandwidth", "byte/s"),
+    "hardware.l2_bandwidth": _pos(_H100["hardware.l2_bandwidth"], "L2 bandwidth", "byte/s"),
+    "hardware.l2_size": _pos(_H100["hardware.l2_size"], "L2 capacity", "byte"),
+    "hardware.register_file_per_block": _pos(
+        _H100["hardware.register_file_per_block"], "register file per processing block", "byte"
+    ),
+    "hardware.blocks_per_sm": _int(_H100["hardware.blocks_per_sm"], "processing blocks per SM"),
+    "hardware.distributed_shared_memory": Field(
+        "bool",
+        _H100["hardware.distributed_shared_memory"],
+        "distributed shared memory multicast (Hopper)",
+    ),
+    "hardware.hbm_capacity": _pos(_H100["hardware.hbm_capacity"], "HBM capacity", "byte"),
+    "hardware.kernel_latency": _pos(
+        _H100["hardware.kernel_latency"], "fixed latency of one matmul kernel", "s"
+    ),
+    # network.*: the two-level cluster network
+    "network.topology": Field(
+        "choice",
+        "two-level",
+        "two-level (NVLink nodes joined by InfiniBand), flat (one NVLink level for all GPUs) or "
+        "unlimited (no bandwidth limit; latency still paid)",
+        choices=("two-level", "flat", "unlimited"),
+    ),
+    "network.intra_node.bandwidth": _pos(
+        _H100["network.intra_node.bandwidth"], "NVLink bandwidth per GPU, bidirectional", "byte/s"
+    ),
+    "network.inter_node.bandwidth": _pos(
+        _H100["network.inter_node.bandwidth"],
+        "InfiniBand bandwidth per GPU, bidirectional",
+        "byte/s",
+    ),
+    "network.latency": _pos(_H100["network.latency"], "latency per message, each level", "s"),
+    "network.node_size": _int(_H100["network.node_size"], "GPUs per NVLink node"),
+    # training.*
+    "training.months": _pos(3.0, "wall-clock duration of the training run", "months"),
+    "training.tokens_per_param": _pos(20.0, "training tokens per parameter (Chinchilla)"),
+    # model.*
+    "model.sparse": Field("bool", False, "mixture of experts (sparsity law) instead of dense"),
+    "model.ff_ratio": _pos(4.0, "d_ff / d_model"),
+    "model.sequence_length": _int(2048, "tokens per sequence", "tokens"),
+    "model.word_bytes": _pos(2.0, "bytes per word (16-bit arithmetic)", "byte"),
+    # depth.*: L = coefficient * (d_model d_ff)^exponent
+    "depth.coefficient": _pos(0.10056, "coefficient of the depth law"),
+    "depth.exponent": _pos(0.3751, "exponent of the depth law", maximum=10.0),
+    # sparsity.*: S = experts * sqrt(d_model d_ff / (ff_ratio * reference_d_model^2))
+    "sparsity.reference_experts": _pos(8.0, "experts at the reference width"),
+    "sparsity.reference_d_model": _pos(12288.0, "reference width of the sparsity law"),
+    # batch.*
+    "batch.law": Field(
+        "choice", "default", "batch-size law", choices=("default", "none", "deepseek")
+    ),
+    "batch.anchor_tokens": _pos(
+        4.0 * 2**20,
+        "batch at the anchor compute (default law) and fixed batch (no scaling)",
+        "tokens",
+    ),
+    "batch.anchor_flop": _pos(3e23, "anchor compute of the default batch law", "FLOP"),
+    "batch.exponent": _pos(
+        1 / 6, "exponent of the default batch law", minimum=0.0, inclusive_minimum=True, maximum=1.0
+    ),
+    "batch.deepseek_coefficient": _pos(0.2920, "coefficient of the DeepSeek batch law"),
+    "batch.deepseek_exponent": _pos(0.3271, "exponent of the DeepSeek batch law", maximum=1.0),
+    # sweep.*: the grid of model widths
+    "sweep.d_model_min": _pos(12288.0, "smallest model width of the sweep"),
+    "sweep.d_model_max_factor": _pos(
+        128.0, "largest width as a multiple of the smallest", minimum=1.0, inclusive_minimum=True
+    ),
+}
+
+META_KEYS = ("name", "description", "scale")
+
+
+def _suggest(key: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(key, options, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def coerce(key: str, value: Any) -> Any:
+    """Check one value against the schema; return it in its canonical Python type."""
+    if key not in SCHEMA:
+        raise ScenarioError(
+            f"{key}: unknown key{_suggest(key, list(SCHEMA))}; run "
+            "'python -m dmlimits scenarios --keys' for the list"
+        )
+    f = SCHEMA[key]
+    bad = ScenarioError(f"{key}: got {value!r}; expected {f.expected()}")
+    if f.kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no"):
+            return value.lower() in ("true", "yes")
+        raise bad
+    if f.kind == "choice":
+        if isinstance(value, str) and value in f.choices:
+            return value
+        hint = _suggest(str(value), list(f.choices))
+        raise ScenarioError(f"{key}: got {value!r}; expected {f.expected()}{hint}")
+    if isinstance(value, bool):
+        raise bad
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise bad from None
+    if not isinstance(value, int | float):
+        raise bad
+    if not math.isfinite(value):
+        raise bad
+    if f.kind == "int":
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise bad
+            value = int(value)
+    else:
+        value = float(value)
+    too_small = value < f.minimum if f.inclusive_minimum else value <= f.minimum
+    if too_small or (f.maximum is not None and value > f.maximum):
+        raise bad
+    return value
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and key not in META_KEYS and key not in SCHEMA:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def preset_dir() -> Path:
+    return Path(str(resources.files("dmlimits") / "scenarios"))
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in preset_dir().glob("*.yaml"))
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ScenarioError(f"scenario file {str(path)!r} does not exist") from None
+    except OSError as exc:
+        raise ScenarioError(f"scenario file {str(path)!r} cannot be read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ScenarioError(
+            f"scenario file {str(path)!r} does not parse{where}: {problem}"
+        ) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ScenarioError(
+            f"scenario file {str(path)!r}: expected a mapping of keys to values, "
+            f"got {type(data).__name__}"
+        )
+    return _flatten(data)
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """``key=value`` to a key and a YAML-parsed value (still unvalidated)."""
+    if "=" not in item:
+        raise ScenarioError(f"--set {item!r}: expected key=value, e.g. training.months=6")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ScenarioError(f"--set {item!r}: the key before '=' is empty")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else raw
+    except yaml.YAMLError:
+        value = raw
+    if isinstance(value, dict | list):
+        value = raw
+    return key, value
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated set of assumptions.  Index it with dotted keys: ``scn["training.months"]``."""
+
+    name: str
+    values: dict[str, Any]
+    description: str = ""
+    origin: str = ""  # the preset or file it came from
+    overrides: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.values:
+            raise KeyError(f"{key}: unknown key{_suggest(key, list(self.values))}")
+        return self.values[key]
+
+    # Quantities every chapter needs, derived from the values in one place.
+    @property
+    def peak_flops(self) -> float:
+        """Peak 16-bit FLOP/s of one GPU: FLOP per clock per thread x threads x SMs x clock."""
+        v = self.values
+        return (
+            v["hardware.flop_per_clock_per_thread"]
+            * v["hardware.threads_per_sm"]
+            * v["hardware.sms"]
+            * v["hardware.max_clock"]
+        )
+
+    @property
+    def train_seconds(self) -> float:
+        return self.values["training.months"] / 12 * SECONDS_PER_YEAR
+
+    @property
+    def gpu_label(self) -> str:
+        return hardware.gpu_label(self.values["gpu"])
+
+    @property
+    def slug(self) -> str:
+        """A folder-safe name for this scenario's build."""
+        safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in self.name)
+        return safe.strip("-") or "scenario"
+
+    def differences(self, other: Scenario) -> dict[str, tuple[Any, Any]]:
+        """Keys whose values differ: key -> (other's value, this value)."""
+        return {
+            k: (other.values.get(k), v) for k, v in self.values.items() if other.values.get(k) != v
+        }
+
+    def to_yaml(self) -> str:
+        data = {"name": self.name, "description": self.description, **self.values}
+        return yaml.safe_dump(data, sort_keys=False)
+
+
+def _load_base(spec: str) -> tuple[dict[str, Any], str]:
+    """A preset name or a YAML path to its flat mapping and its origin."""
+    if spec in preset_names():
+        return _read_yaml(preset_dir() / f"{spec}.yaml"), f"preset {spec}"
+    looks_like_path = spec.endswith((".yaml", ".yml")) or "/" in spec or Path(spec).exists()
+    if looks_like_path:
+        return _read_yaml(Path(spec)), str(spec)
+    raise ScenarioError(
+        f"scenario {spec!r}: not a preset name or a YAML file; presets are "
+        f"{', '.join(preset_names())}{_suggest(spec, preset_names())}"
+    )
+
+
+def resolve(
+    spec: str | None = None,
+    sets: list[str] | tuple[str, ...] = (),
+    name: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Scenario:
+    """Build and validate a scenario from a preset name or YAML path plus ``key=value`` sets
+    (strings, as on the command line) and ``overrides`` (a mapping, as notebooks receive)."""
+    spec = spec or DEFAULT_SCENARIO
+    base, origin = _load_base(spec)
+    parsed_sets = [parse_set(s) for s in sets] + list((overrides or {}).items())
+
+    meta_name = base.pop("name", None)
+    description = base.pop("description", "") or ""
+    scale = base.pop("scale", None) or {}
+    if not isinstance(scale, dict):
+        raise ScenarioError(
+            f"{origin}: scale: expected a mapping of keys to multipliers, got {scale!r}"
+        )
+    scale = _flatten(scale)
+
+    # Validate every key and value before combining, in the order a reader would fix them.
+    file_values = {k: coerce(k, v) for k, v in base.items()}
+    set_values = [(k, coerce(k, v)) for k, v in parsed_sets]
+    for k, factor in scale.items():
+        coerce(k, SCHEMA[k].default if k in SCHEMA else factor)  # the key must exist
+        if SCHEMA[k].kind not in ("float", "int"):
+            raise ScenarioError(f"scale: {k} is not a number and cannot be scaled")
+        if (
+            isinstance(factor, bool)
+            or not isinstance(factor, int | float)
+            or not (math.isfinite(factor) and factor > 0)
+        ):
+            raise ScenarioError(
+                f"scale: {k}: got {factor!r}; expected a finite multiplier greater than zero"
+            )
+
+    gpu = dict(set_values).get("gpu", file_values.get("gpu", SCHEMA["gpu"].default))
+    values = {k: f.default for k, f in SCHEMA.items()}
+    values["gpu"] = gpu
+    values.update(hardware.gpu_values(gpu))
+    for k, factor in scale.items():
+        values[k] = coerce(k, values[k] * factor)
+    values.update(file_values)
+    for k, v in set_values:
+        values[k] = v
+
+    scenario_name = name or meta_name or (spec if origin.startswith("preset") else Path(spec).stem)
+    if not isinstance(scenario_name, str) or not scenario_name.strip():
+        raise ScenarioError(f"{origin}: name: got {scenario_name!r}; expected a non-empty string")
+    if set_values and not name:
+        scenario_name += "+" + "+".join(f"{k}={v}" for k, v in set_values)
+    return Scenario(
+        name=scenario_name,
+        values=values,
+        description=str(description),
+        origin=origin,
+        overrides=tuple(set_values),
+    )
+
+
+def default() -> Scenario:
+    return resolve(DEFAULT_SCENARIO)
+
+
+def describe_presets() -> list[tuple[str, str]]:
+    """(name, one-line description) for every preset."""
+    out = []
+    for name in preset_names():
+        data = _read_yaml(preset_dir() / f"{name}.yaml")
+        out.append(
+            (
+                name,
+                str(data.get("description", "")).strip().splitlines()[0]
+                if data.get("description")
+                else "",
+            )
+        )
+    return out
