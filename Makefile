@@ -28,8 +28,10 @@ book: $(STAMP)
 _build/html/index.html: $(STAMP) $(shell find lib notebooks book -type f -not -name '*.pyc' 2>/dev/null) _config.yml _toc.yml
 	$(PY) -m dmlimits build
 
+# The library, sources, builds and HTML tests, plus nbval: every executed notebook of the
+# default book is re-run and its outputs (glued numbers included) compared.
 test: _build/html/index.html lint
-	$(PY) -m pytest
+	$(PY) -m pytest tests _build/executed --nbval
 
 lint: $(STAMP)
 	$(PY) -m ruff check lib tests bench

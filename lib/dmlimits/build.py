@@ -132,7 +132,7 @@ def _execute_one(root: Path, stage: Path, name: str, params: dict, socket_dir: P
     source = root / f"{name}.md"
     target = stage / f"{name}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    nb = jupytext.read(source)
+    nb = jupytext.read(source, fmt="md:myst")  # MyST whatever the header says
     nb.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3",
@@ -260,7 +260,7 @@ def _jupyter_book(stage: Path) -> None:
     _say("building the HTML: " + " ".join(["jupyter-book", *cmd[1:3], "--all -W -n --keep-going"]))
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=stage)
     if proc.returncode != 0 or not (stage / "_build" / "html" / "index.html").is_file():
-        log = (proc.stdout + "\n" + proc.stderr).strip().splitlines()
+        log = ANSI.sub("", proc.stdout + "\n" + proc.stderr).strip().splitlines()
         warnings = [line for line in log if "WARNING" in line or "ERROR" in line]
         shown = warnings or log[-40:]
         raise BuildError("jupyter-book build failed (warnings are errors):\n" + "\n".join(shown))
@@ -307,7 +307,7 @@ def build(scn: Scenario, output: str | None = None, jobs: int | None = None) -> 
         executed = stage / "_executed"
         executed.mkdir()
         for name in names:
-            shutil.copy2(stage / f"{name}.ipynb", executed / Path(name).name)
+            shutil.copy2(stage / f"{name}.ipynb", executed / f"{Path(name).name}.ipynb")
         (executed / "scenario.yaml").write_text(scn.to_yaml())
         _swap(stage / "_build" / "html", final)
         _swap(executed, final.parent / "executed")

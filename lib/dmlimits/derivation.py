@@ -61,6 +61,11 @@ class Step:
     using: Substitution | None = None
     solve_for: sp.Symbol | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.expr, sp.Expr | sp.Equality):
+            raise TypeError(f"step {self.text!r}: expected a sympy expression or equation, got "
+                            f"{self.expr!r} (an equation that sympy evaluated to a boolean?)")
+
     def latex(self, registry: Registry = REGISTRY) -> str:
         return registry.latex(self.expr)
 

@@ -237,6 +237,18 @@ def depth_from_compute() -> Derivation:
     )
 
 
+# --- The time budget of a run (cost formulas, in seconds) -----------------------------------
+STEP_BUDGET = s.train_time / s.n_steps
+LAYER_BUDGET = s.train_time / (s.n_steps * s.n_layers)
+MIN_GPUS = s.compute / (s.train_time * s.peak_flops * s.eff_util)
+COST_FORMULAS = {
+    "step_budget": (STEP_BUDGET, s.u.second),
+    "layer_budget": (LAYER_BUDGET, s.u.second),
+    "min_gpus": (MIN_GPUS, s.u.one),
+    "compute": (compute_of_a_run().steps[0].expr.rhs, s.u.flop),
+}
+
+
 # --- Exponents against compute ---------------------------------------------------------------
 def closed_forms(sparse: bool, law: str) -> dict[str, sp.Expr]:
     """Each quantity as a function of compute C (before rounding to the grid)."""
@@ -409,6 +421,11 @@ def _numeric_defs() -> dict[str, object]:
         "depth": sp.lambdify(
             [s.d_model, s.d_ff, s.depth_coef, s.depth_exp], DEPTH_LAW.mapping[s.n_layers], "numpy"
         ),
+        "step_budget": sp.lambdify([s.train_time, s.n_steps], STEP_BUDGET, "numpy"),
+        "layer_budget": sp.lambdify([s.train_time, s.n_steps, s.n_layers], LAYER_BUDGET, "numpy"),
+        "min_gpus": sp.lambdify(
+            [s.compute, s.train_time, s.peak_flops, s.eff_util], MIN_GPUS, "numpy"
+        ),
         "experts": sp.lambdify(
             [s.d_model, s.d_ff, s.ff_ratio, s.sparse_ref_experts, s.sparse_ref_width],
             SPARSITY_LAW.mapping[s.n_experts],
@@ -462,8 +479,11 @@ def shapes(scn: Scenario, law: str | None = None) -> Shapes:
     tokens = v["training.tokens_per_param"] * params
     batch = batch_tokens(scn, compute, experts, law)
     steps = tokens / batch
-    step_budget = scn.train_seconds / steps
-    min_gpus = compute / (scn.train_seconds * scn.peak_flops * v["hardware.effective_utilization"])
+    step_budget = defs["step_budget"](scn.train_seconds, steps)
+    layer_budget = defs["layer_budget"](scn.train_seconds, steps, layers)
+    min_gpus = defs["min_gpus"](
+        compute, scn.train_seconds, scn.peak_flops, v["hardware.effective_utilization"]
+    )
     return Shapes(
         d_model=d,
         d_ff=dff,
@@ -476,7 +496,7 @@ def shapes(scn: Scenario, law: str | None = None) -> Shapes:
         batch=batch,
         steps=steps,
         step_budget=step_budget,
-        layer_budget=step_budget / layers,
+        layer_budget=layer_budget,
         min_gpus=min_gpus,
     )
 
@@ -484,17 +504,20 @@ def shapes(scn: Scenario, law: str | None = None) -> Shapes:
 def budget_at(scn: Scenario, compute: float, law: str | None = None) -> dict[str, float]:
     """Smooth-law quantities at one compute value: the time budget of a step and of a layer."""
     forms = along_compute(scn, np.array([compute]), law)
+    defs = _numeric_defs()
     steps = float(forms["steps"][0])
     layers = float(forms["layers"][0])
-    step = scn.train_seconds / steps
     return {
         "steps": steps,
         "layers": layers,
         "batch": float(forms["batch"][0]),
-        "step_budget": step,
-        "layer_budget": step / layers,
-        "min_gpus": compute
-        / (scn.train_seconds * scn.peak_flops * scn["hardware.effective_utilization"]),
+        "step_budget": float(defs["step_budget"](scn.train_seconds, steps)),
+        "layer_budget": float(defs["layer_budget"](scn.train_seconds, steps, layers)),
+        "min_gpus": float(
+            defs["min_gpus"](
+                compute, scn.train_seconds, scn.peak_flops, scn["hardware.effective_utilization"]
+            )
+        ),
     }
 
 

@@ -1,0 +1,152 @@
+"""Whole builds: a changed assumption reaches the chapter; bad input and failing notebooks
+leave the previous book exactly as it was."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import EXECUTED, HTML, ROOT, run_cli
+from dmlimits import model, published
+from dmlimits.glue import read_glued
+from dmlimits.scenario import resolve
+
+pytestmark = pytest.mark.slow
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def stages() -> list[Path]:
+    return sorted((ROOT / "_build").glob(".stage-*"))
+
+
+@pytest.fixture(scope="module")
+def changed_build(tmp_path_factory, built_book):
+    """The whole book built with two changed assumptions, into a folder of its own."""
+    out = tmp_path_factory.mktemp("changed") / "html"
+    default = resolve("h100")
+    sets = [
+        f"training.months={2 * default['training.months']:g}",
+        f"batch.anchor_tokens={2 * default['batch.anchor_tokens']:g}",
+    ]
+    before = snapshot(HTML)
+    proc = run_cli("build", *[a for s in sets for a in ("--set", s)], "--output", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert snapshot(HTML) == before, "the default book changed"
+    return out, resolve("h100", sets), proc
+
+
+def test_build_reports_progress_and_timings(changed_build):
+    _, _, proc = changed_build
+    assert "[3/3]" in proc.stdout and "timings:" in proc.stdout and "total" in proc.stdout
+
+
+def test_changed_assumptions_change_the_chapters_numbers(changed_build):
+    out, scn, _ = changed_build
+    old = read_glued(EXECUTED / "model.ipynb")
+    new = read_glued(out.parent / "executed" / "model.ipynb")
+    # The values that depend on the changed assumptions moved, to what the library computes...
+    assert new["months"] == scn["training.months"] != old["months"]
+    slow = model.budget_at(scn, published.value("paper1.post_slowdown_flop"))
+    assert new["slow_step_budget"] == slow["step_budget"] * 1e3
+    assert new["slow_step_budget"] != old["slow_step_budget"]
+    assert new["first_batch"] == float(model.shapes(scn).batch[0]) != old["first_batch"]
+    assert new["batch_anchor_tokens"] == scn["batch.anchor_tokens"]
+    # ...and the ones that do not depend on them stayed.
+    for key in ("grid_c_max", "first_layers", "alpha.layers", "alpha.batch_per_layer"):
+        assert new[key] == old[key], key
+
+
+def _figure(notebook: Path, key: str) -> bytes:
+    import json
+
+    nb = json.loads(notebook.read_text())
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            if out.get("metadata", {}).get("scrapbook", {}).get("name") == key:
+                prefix = out["metadata"]["scrapbook"]["mime_prefix"]
+                return out["data"][prefix + "image/png"].encode()
+    raise KeyError(key)
+
+
+@pytest.mark.parametrize("key", ["fig_budget", "fig_batch"])
+def test_changed_assumptions_change_the_figures(changed_build, key):
+    out, _, _ = changed_build
+    assert _figure(out.parent / "executed" / "model.ipynb", key) != _figure(
+        EXECUTED / "model.ipynb", key
+    )
+
+
+def test_changed_build_html_shows_the_new_values(changed_build):
+    out, scn, _ = changed_build
+    text = (out / "notebooks" / "model.html").read_text()
+    assert f'<span class="pasted-text">{scn["training.months"]:g}</span>-month run' in text
+    assert (
+        yaml.safe_load((out.parent / "executed" / "scenario.yaml").read_text())["training.months"]
+        == scn["training.months"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "key"),
+    [
+        ("no.such.key=1", "no.such.key"),
+        ("network.inter_node.bandwidth=-5", "network.inter_node.bandwidth"),
+        ("training.months=abc", "training.months"),
+        ("network.latency=nan", "network.latency"),
+        ("network.node_size=8.5", "network.node_size"),
+    ],
+)
+def test_bad_set_exits_with_one_line_and_touches_nothing(built_book, value, key):
+    before, staged = snapshot(HTML), stages()
+    proc = run_cli("build", "--set", value)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and key in lines[0]
+    assert proc.stdout == ""
+    assert snapshot(HTML) == before and stages() == staged
+
+
+def test_bad_scenario_file_touches_nothing(built_book, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("network: [\n")
+    before = snapshot(HTML)
+    for spec in (str(bad), str(tmp_path / "missing.yaml"), "h100-sparce"):
+        proc = run_cli("build", "--scenario", spec)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, spec
+    assert snapshot(HTML) == before
+
+
+def test_a_failing_notebook_fails_the_build_loudly(tmp_path):
+    """A notebook that raises: exit 1, its cell and traceback printed, the previous book kept."""
+    project = tmp_path / "project"
+    project.mkdir()
+    for item in ("_config.yml", "book", "notebooks"):
+        src = ROOT / item
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, project / item)
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    toc["parts"][-1]["chapters"].insert(0, {"file": "notebooks/broken"})
+    (project / "_toc.yml").write_text(yaml.safe_dump(toc))
+    (project / "notebooks" / "broken.md").write_text(
+        (ROOT / "notebooks" / "notation.md").read_text().split("```{code-cell}")[0]
+        + "```{code-cell} ipython3\n:tags: [parameters]\nscenario = 'h100'\noverrides = {}\n```\n\n"
+        "```{code-cell} ipython3\nraise RuntimeError('deliberately broken for the test')\n```\n"
+    )
+    previous = project / "_build" / "html"
+    previous.mkdir(parents=True)
+    (previous / "index.html").write_text("the previous book")
+    before = snapshot(previous)
+    proc = run_cli("build", cwd=project)
+    assert proc.returncode == 1
+    assert "notebook notebooks/broken.md failed" in proc.stderr
+    assert "raise RuntimeError('deliberately broken for the test')" in proc.stderr
+    assert "RuntimeError: deliberately broken for the test" in proc.stderr
+    assert "previous book is unchanged" in proc.stderr
+    assert snapshot(previous) == before
+    assert not list((project / "_build").glob(".stage-*"))

@@ -1,0 +1,146 @@
+"""Derivations: every one verifies; a broken step is caught and named."""
+
+import json
+import re
+
+import pytest
+import sympy as sp
+from conftest import EXECUTED
+from dmlimits import model
+from dmlimits import symbols as s
+from dmlimits.derivation import (
+    Derivation,
+    DerivationError,
+    Step,
+    Substitution,
+    all_derivations,
+    derivation,
+)
+
+ALL = all_derivations()
+
+
+def test_there_are_derivations_in_every_module():
+    chapters = {d.chapter for d in ALL}
+    assert {"model", "matmul"} <= chapters
+
+
+@pytest.mark.parametrize("d", ALL, ids=[d.name for d in ALL])
+def test_every_derivation_verifies(d: Derivation):
+    d.verify()
+    assert len(d.steps) >= 2
+
+
+def test_names_are_unique():
+    names = [d.name for d in ALL]
+    assert len(names) == len(set(names))
+
+
+def _broken(index: int, new_expr) -> Derivation:
+    d = model.compute_from_width()
+    steps = list(d.steps)
+    steps[index - 1] = Step(
+        steps[index - 1].text,
+        new_expr,
+        using=steps[index - 1].using,
+        solve_for=steps[index - 1].solve_for,
+    )
+    return derivation(d.name, d.title, steps, chapter=d.chapter)
+
+
+def test_a_wrong_rewrite_is_named():
+    d = model.compute_from_width()
+    wrong = sp.Eq(s.compute, d.result.rhs * 2)
+    with pytest.raises(DerivationError, match=r"model-compute-width: step 5 \('Collecting"):
+        _broken(5, wrong).verify()
+
+
+def test_a_wrong_substitution_is_named():
+    d = model.compute_from_width()
+    wrong = sp.Eq(s.compute, d.steps[1].expr.rhs * s.n_layers)
+    with pytest.raises(DerivationError, match=r"step 2 .*substituting"):
+        _broken(2, wrong).verify()
+
+
+def test_a_wrong_solution_is_named():
+    d = model.width_from_compute_dense()
+    last = d.steps[-1]
+    bad = Step(last.text, sp.Eq(s.d_model, last.expr.rhs * 2), solve_for=s.d_model)
+    broken = derivation(d.name, d.title, [*d.steps[:-1], bad])
+    with pytest.raises(DerivationError, match=r"step 4 .*does not solve"):
+        broken.verify()
+
+
+def test_an_unregistered_symbol_is_refused():
+    x = sp.Symbol("x_unregistered", positive=True)
+    d = derivation(
+        "test-unregistered", "t", [Step("a", sp.Eq(x, s.compute)), Step("b", sp.Eq(x, s.compute))]
+    )
+    with pytest.raises(DerivationError, match="unregistered symbols x_unregistered"):
+        d.verify()
+
+
+def test_a_boolean_is_not_a_step():
+    with pytest.raises(TypeError, match="evaluated to a boolean"):
+        Step("trivial", sp.Eq(s.compute, s.compute))
+
+
+def test_substitution_kind_is_checked():
+    with pytest.raises(ValueError, match="kind"):
+        Substitution("bad", {s.d_ff: s.d_model}, kind="guess")
+
+
+def test_scaled_equations_are_the_same_relation():
+    a = sp.Eq(s.compute, 6 * s.n_params)
+    b = sp.Eq(2 * s.compute, 12 * s.n_params)
+    derivation("test-scaled", "t", [Step("a", a), Step("b", b)]).verify()
+
+
+def test_markdown_has_one_numbered_equation_per_step():
+    d = model.compute_of_a_run()
+    md = d.markdown()
+    labels = re.findall(r":label: (\S+)", md)
+    assert labels == [d.label(i) for i in range(1, len(d.steps) + 1)]
+    for step in d.steps:
+        assert step.text in md
+
+
+def test_the_book_renders_the_objects_the_tests_check(built_book):
+    """Each derivation shown in the chapter is, byte for byte, the library's markdown."""
+    nb = json.loads((EXECUTED / "model.ipynb").read_text())
+    shown = set()
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            text = out.get("data", {}).get("text/markdown")
+            if text:
+                shown.add("".join(text) if isinstance(text, list) else text)
+    chapter = [d for d in ALL if d.chapter == "model"]
+    assert chapter
+    for d in chapter:
+        assert d.markdown() in shown, f"{d.name} is not rendered as the library builds it"
+
+
+def test_cli_lists_and_verifies(tmp_path):
+    from conftest import run_cli
+
+    proc = run_cli("derivations", "--verify")
+    assert proc.returncode == 0, proc.stderr
+    for d in ALL:
+        assert re.search(
+            rf"^{re.escape(d.name)}\s+{len(d.steps)} steps\s+verified$", proc.stdout, re.M
+        )
+
+
+def test_cli_exits_non_zero_when_a_derivation_fails(capsys, monkeypatch):
+    from dmlimits import cli
+    from dmlimits import derivation as dv
+
+    def broken():
+        return derivation(
+            "test-broken", "t", [Step("a", sp.Eq(s.compute, 1)), Step("b", sp.Eq(s.compute, 2))]
+        )
+
+    monkeypatch.setitem(dv._BUILDERS, "tests.broken", broken)
+    assert cli.main(["derivations", "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert "test-broken" in out and "FAILED" in out and "1 failed" in out

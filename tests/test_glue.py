@@ -1,0 +1,93 @@
+"""The glue helper: what it accepts, what it refuses, and reading values back."""
+
+import json
+
+import numpy as np
+import pytest
+import sympy as sp
+from dmlimits import glue as g
+from dmlimits import symbols as s
+
+
+@pytest.mark.parametrize(
+    ("value", "expected", "kind"),
+    [
+        (np.float64(2.5), 2.5, float),
+        (np.int64(7), 7, int),
+        (np.float32(0.5), 0.5, float),
+        (np.array(3.0), 3.0, float),
+        (3, 3, int),
+        (sp.Integer(4), 4.0, float),
+    ],
+)
+def test_numbers_become_python_numbers(value, expected, kind):
+    out = g.as_number("k", value)
+    assert out == expected and type(out) is kind
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), np.float64("-inf"), np.nan])
+def test_non_finite_is_refused_naming_the_key(value):
+    with pytest.raises(g.GlueError, match=r"glue 'my\.key'.*finite"):
+        g.as_number("my.key", value)
+
+
+@pytest.mark.parametrize("value", [True, np.array([1.0, 2.0]), object()])
+def test_non_numbers_are_refused(value):
+    with pytest.raises(g.GlueError, match="glue 'k'"):
+        g.as_number("k", value)
+
+
+def test_glue_pastes_numbers_math_and_text(monkeypatch):
+    pasted = {}
+    monkeypatch.setattr(g, "_paste", lambda key, obj: pasted.__setitem__(key, obj))
+    g.glue("n", np.float64(2.05e28))
+    g.glue("eq", sp.Eq(s.compute, 6 * s.n_params))
+    g.glue("t", "hello")
+    assert pasted["n"] == 2.05e28 and type(pasted["n"]) is float
+    assert repr(pasted["n.sci"]) == "2.05 × 10²⁸"
+    assert "C = 6 N" in pasted["eq"]._repr_latex_()
+    assert repr(pasted["t"]) == "hello"
+    with pytest.raises(g.GlueError, match="'bad'"):
+        g.glue("bad", float("nan"))
+    with pytest.raises(g.GlueError, match="without ':'"):
+        g.glue("a:b", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (2.05e28, "2.05 × 10²⁸"),
+        (9.996e27, "1.00 × 10²⁸"),
+        (1.5e-7, "1.50 × 10⁻⁷"),
+        (1234.5, "1,234"),
+        (0.5, "0.500"),
+        (0, "0"),
+    ],
+)
+def test_sci(value, text):
+    assert g.sci(value) == text
+
+
+def test_read_glued_round_trip(tmp_path):
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "outputs": [
+                    {
+                        "output_type": "display_data",
+                        "metadata": {"scrapbook": {"name": "x", "mime_prefix": "p/"}},
+                        "data": {"p/text/plain": "2.5"},
+                    },
+                    {
+                        "output_type": "display_data",
+                        "metadata": {"scrapbook": {"name": "y", "mime_prefix": ""}},
+                        "data": {"text/plain": "C = 6 N"},
+                    },
+                ],
+            }
+        ]
+    }
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(nb))
+    assert g.read_glued(path) == {"x": 2.5, "y": "C = 6 N"}

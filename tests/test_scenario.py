@@ -1,0 +1,140 @@
+"""Scenarios: presets, files, overrides, and refusal of bad input with a one-line message."""
+
+import math
+
+import pytest
+from dmlimits import hardware
+from dmlimits.scenario import SCHEMA, ScenarioError, preset_names, resolve
+
+
+def test_default_is_the_paper_baseline():
+    scn = resolve()
+    assert scn.name == "h100"
+    assert scn["gpu"] == "h100"
+    assert scn["training.months"] == SCHEMA["training.months"].default
+    for key, value in hardware.gpu_values("h100").items():
+        assert scn[key] == value
+
+
+def test_peak_flops_is_the_product_of_its_parts():
+    scn = resolve("h100")
+    v = scn.values
+    parts = (
+        v["hardware.flop_per_clock_per_thread"],
+        v["hardware.threads_per_sm"],
+        v["hardware.sms"],
+        v["hardware.max_clock"],
+    )
+    assert scn.peak_flops == math.prod(parts)
+
+
+@pytest.mark.parametrize("gpu", hardware.gpu_names())
+def test_gpu_override_brings_its_preset(gpu):
+    scn = resolve("h100", [f"gpu={gpu}"])
+    for key, value in hardware.gpu_values(gpu).items():
+        assert scn[key] == value
+
+
+def test_explicit_value_beats_the_gpu_preset():
+    scn = resolve("h100", ["network.inter_node.bandwidth=400e9", "gpu=a100"])
+    assert scn["network.inter_node.bandwidth"] == 400e9
+    assert scn["hardware.sms"] == hardware.gpu_values("a100")["hardware.sms"]
+
+
+def test_every_preset_resolves_and_sixteen_exist():
+    names = preset_names()
+    assert len(names) == 16
+    for name in names:
+        assert resolve(name).name == name
+
+
+def test_low_latency_divides_latencies_by_ten():
+    base, low = resolve("h100"), resolve("h100-low-latency")
+    for key in ("hardware.kernel_latency", "network.latency"):
+        assert low[key] == pytest.approx(base[key] / 10)
+
+
+def test_yaml_file_nested_and_dotted(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text(
+        "name: mine\ngpu: a100\nnetwork:\n  inter_node:\n    bandwidth: 2.0e+11\n"
+        "training.months: 6\n"
+    )
+    scn = resolve(str(f))
+    assert scn.name == "mine"
+    assert scn["network.inter_node.bandwidth"] == 2e11
+    assert scn["training.months"] == 6.0
+    assert scn["hardware.sms"] == hardware.gpu_values("a100")["hardware.sms"]
+
+
+def test_overrides_mapping_as_notebooks_receive_it():
+    scn = resolve("h100", overrides={"training.months": 6, "batch.law": "none"}, name="x")
+    assert scn["training.months"] == 6.0 and scn["batch.law"] == "none" and scn.name == "x"
+
+
+def test_sets_name_the_scenario():
+    assert resolve("h100", ["training.months=6"]).name == "h100+training.months=6.0"
+
+
+BAD = [
+    (["no.such.key=1"], "no.such.key", "unknown key"),
+    (["network.inter_node.bandwidth=-5"], "network.inter_node.bandwidth", "got -5"),
+    (["network.intra_node.bandwidth=0"], "network.intra_node.bandwidth", "greater than zero"),
+    (["network.latency=nan"], "network.latency", "finite"),
+    (["hardware.kernel_latency=inf"], "hardware.kernel_latency", "finite"),
+    (["training.months=abc"], "training.months", "'abc'"),
+    (["training.months=-1"], "training.months", "greater than zero"),
+    (["network.node_size=8.5"], "network.node_size", "whole number"),
+    (["gpu=h10"], "gpu", "did you mean h100"),
+    (["batch.law=sqrt"], "batch.law", "one of default, none, deepseek"),
+    (["model.sparse=maybe"], "model.sparse", "true or false"),
+    (["hardware.effective_utilization=1.5"], "hardware.effective_utilization", "at most 1"),
+    (["training.months"], "training.months", "expected key=value"),
+]
+
+
+@pytest.mark.parametrize(("sets", "key", "hint"), BAD, ids=[b[0][0] for b in BAD])
+def test_bad_values_are_refused_with_one_line(sets, key, hint):
+    with pytest.raises(ScenarioError) as info:
+        resolve("h100", sets)
+    message = str(info.value)
+    assert key in message and hint in message
+    assert "\n" not in message
+
+
+def test_misspelt_preset(tmp_path):
+    with pytest.raises(ScenarioError, match=r"not a preset name.*did you mean h100-sparse"):
+        resolve("h100-sparce")
+
+
+def test_missing_file():
+    with pytest.raises(ScenarioError, match="does not exist"):
+        resolve("nowhere/mine.yaml")
+
+
+def test_unparsable_file(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("gpu: [h100\n")
+    with pytest.raises(ScenarioError, match="does not parse at line"):
+        resolve(str(f))
+
+
+def test_file_with_a_bad_value_names_the_key(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("network:\n  latency: -1\n")
+    with pytest.raises(ScenarioError, match=r"network\.latency: got -1"):
+        resolve(str(f))
+
+
+def test_file_that_is_not_a_mapping(tmp_path):
+    f = tmp_path / "list.yaml"
+    f.write_text("- a\n- b\n")
+    with pytest.raises(ScenarioError, match="expected a mapping"):
+        resolve(str(f))
+
+
+def test_differences():
+    a, b = resolve("h100"), resolve("a100")
+    diff = b.differences(a)
+    assert diff["gpu"] == ("h100", "a100")
+    assert "training.months" not in diff

@@ -1,0 +1,78 @@
+"""The book's sources: MyST Markdown notebooks only, no outputs in git, no hand-typed numbers."""
+
+import subprocess
+from pathlib import Path
+
+import jupytext
+import pytest
+from conftest import ROOT, toc_notebooks
+from prose_check import hand_typed_numbers
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
+PAGES = sorted((ROOT / "book").glob("*.md"))
+
+
+def test_no_ipynb_in_git():
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.ipynb", "**/*.ipynb"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert tracked == [], f"committed notebooks (sources are MyST Markdown): {tracked}"
+
+
+def test_every_toc_notebook_is_a_source():
+    assert sorted(toc_notebooks()) == sorted(p.stem for p in NOTEBOOKS)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_sources_have_no_outputs_and_one_parameters_cell(path: Path):
+    nb = jupytext.read(path)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.get("outputs") for c in code)
+    tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
+    assert "scenario =" in tagged[0].source and "overrides =" in tagged[0].source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + PAGES, ids=lambda p: p.name)
+def test_prose_has_no_hand_typed_numbers(path: Path):
+    if path.suffix == ".md" and path.parent.name == "notebooks":
+        nb = jupytext.read(path)
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    else:
+        text = path.read_text()
+    findings = hand_typed_numbers(text)
+    assert not findings, "glue these numbers (or see tests/prose_check.py):\n" + "\n".join(
+        map(str, findings)
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "bad"),
+    [
+        ("A run of 3 months.", ["3"]),
+        ("The 8-GPU node.", ["8"]),
+        ("Costs 2.05e28 FLOP.", ["2.05e28"]),
+        ("```{glue:figure} f\n:name: x\n\nCaption with 12 typed.\n```\n", ["12"]),
+        (":::{exercise}\n:label: e\n\nUse 4 GPUs.\n:::\n", ["4"]),
+    ],
+)
+def test_scanner_catches_typed_numbers(text, bad):
+    assert [f.number for f in hand_typed_numbers(text)] == bad
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Costs {glue:text}`c:.2e` FLOP {cite}`erdil2024datamovement`.",
+        "The H100 and the 1F1B schedule, 2D tensor parallelism, ZeRO-1, in 2024.",
+        "See Section 4 and Table 2; $C = 6 N D$ and $$x = 2$$.",
+        "```python\nx = 3\n```\n",
+        "1. first item\n2. second item\n",
+    ],
+)
+def test_scanner_allows_glue_math_code_and_names(text):
+    assert hand_typed_numbers(text) == []
