@@ -75,10 +75,10 @@ BATCH_LAWS: dict[str, sp.Expr] = {
     "none": s.batch_anchor,
     "deepseek": s.deepseek_coef * (s.compute / one_flop) ** s.deepseek_exp * sp.sqrt(s.n_experts),
 }
-BATCH_LAW_LABELS = {
-    "default": "default: B₀ (C/C₀)^e_B √S",
-    "none": "no scaling: B = B₀",
-    "deepseek": "DeepSeek: k_DS C^e_DS √S",
+BATCH_LAW_LABELS = {  # matplotlib mathtext, for legends
+    "default": r"default: $B_0\,(C/C_0)^{e_B}\sqrt{S}$",
+    "none": r"no scaling: $B = B_0$",
+    "deepseek": r"DeepSeek: $k_{DS}\,C^{e_{DS}}\sqrt{S}$",
 }
 
 
