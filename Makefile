@@ -9,8 +9,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BUILD_ARGS := $(if $(SCENARIO),--scenario $(SCENARIO)) $(foreach s,$(SET),--set $(s))
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test lint derivations clean venv
+.PHONY: book test lint derivations clean venv browser-deps
 
 venv: $(STAMP)
 
@@ -30,8 +31,16 @@ _build/html/index.html: $(STAMP) $(shell find lib notebooks book -type f -not -n
 
 # The library, sources, builds and HTML tests, plus nbval: every executed notebook of the
 # default book is re-run and its outputs (glued numbers included) compared.
-test: _build/html/index.html lint
+test: _build/html/index.html lint browser-deps
 	$(PY) -m pytest tests _build/executed --nbval
+
+# The browser test drives Debian's Chromium through its driver; never a downloaded browser.
+browser-deps:
+	@if ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1; then \
+	  echo "installing Debian's chromium and chromium-driver for the browser test"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver; \
+	fi
 
 lint: $(STAMP)
 	$(PY) -m ruff check lib tests bench

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 
 FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.S)
 COMMENT = re.compile(r"<!--.*?-->", re.S)
-CODE_FENCE = re.compile(
-    r"^(?P<fence>`{3,}|~{3,})\s*(?P<info>[^\n]*)\n(?P<body>.*?)^(?P=fence)\s*$", re.S | re.M
+CODE_FENCE = re.compile(  # also indented, as inside list items
+    r"^[ \t]*(?P<fence>`{3,}|~{3,})\s*(?P<info>[^\n]*)\n(?P<body>.*?)^[ \t]*(?P=fence)\s*$",
+    re.S | re.M,
 )
 DISPLAY_MATH = re.compile(r"\$\$.*?\$\$", re.S)
 INLINE_MATH = re.compile(r"(?<!\\)\$[^$\n]+?(?<!\\)\$")

@@ -231,17 +231,16 @@ def execute_notebooks(
     return sorted(timings, key=lambda t: names.index(t.notebook))
 
 
-def stage_mathjax(stage: Path) -> None:
-    """Serve MathJax from the book itself (the pinned ``django-static-mathjax`` wheel carries
-    MathJax 3), so equations typeset offline and in the tests, with no CDN."""
-    import mathjax
-
-    es5 = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
-    target = stage / "_static" / "mathjax"
-    target.mkdir(parents=True)
-    shutil.copy2(es5 / "tex-chtml.js", target / "tex-chtml.js")
-    for sub in ("output", "ui", "a11y", "input"):
-        shutil.copytree(es5 / sub, target / sub)
+def stage_config(stage: Path) -> None:
+    """Launch buttons need the public repository's URL; the theme fails without one.  Until
+    ``repository.url`` is set in _config.yml, the staged copy leaves them out."""
+    path = stage / "_config.yml"
+    config = yaml.safe_load(path.read_text())
+    if config.get("launch_buttons") and not (config.get("repository") or {}).get("url"):
+        config.pop("launch_buttons")
+        config.pop("repository", None)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        _say("launch buttons off: set repository.url in _config.yml to show them")
 
 
 def _jupyter_book(stage: Path) -> None:
@@ -298,7 +297,7 @@ def build(scn: Scenario, output: str | None = None, jobs: int | None = None) -> 
             elif src.is_file():
                 shutil.copy2(src, stage / item)
         (stage / "scenario.yaml").write_text(scn.to_yaml())
-        stage_mathjax(stage)
+        stage_config(stage)
         params = notebook_parameters(scn)
         jobs = jobs or max(1, min(len(names), os.cpu_count() or 1))
         timings = execute_notebooks(root, stage, names, params, jobs)

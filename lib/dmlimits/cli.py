@@ -98,7 +98,9 @@ def _cmd_derivations(args: argparse.Namespace) -> int:
     from .derivation import DerivationError, all_derivations
 
     failed = 0
-    for d in all_derivations():
+    derivations = all_derivations()
+    width = max(len(d.name) for d in derivations) + 2
+    for d in derivations:
         status = ""
         if args.verify:
             try:
@@ -107,7 +109,7 @@ def _cmd_derivations(args: argparse.Namespace) -> int:
             except DerivationError as exc:
                 status = f"  FAILED: {exc}"
                 failed += 1
-        print(f"{d.name:<28} {len(d.steps):>2} steps{status}")
+        print(f"{d.name:<{width}} {len(d.steps):>2} steps{status}")
     if args.verify:
         print(f"{'all derivations verified' if not failed else f'{failed} failed'}")
     return 1 if failed else 0

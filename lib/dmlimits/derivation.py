@@ -224,7 +224,16 @@ def register(builder):
 
 
 def all_derivations() -> list[Derivation]:
-    """Every derivation of the library, built fresh (importing the modules that define them)."""
-    from . import matmul, model  # noqa: F401  (importing registers their derivations)
+    """Every derivation of the library, built fresh.
 
+    Every module of the package is imported first, so the set does not depend on what the
+    caller happened to import: a module that registers a derivation is always included."""
+    import importlib
+    import pkgutil
+
+    import dmlimits
+
+    for module in pkgutil.iter_modules(dmlimits.__path__):
+        if module.name != "__main__":
+            importlib.import_module(f"dmlimits.{module.name}")
     return [builder() for builder in _BUILDERS.values()]

@@ -1,0 +1,66 @@
+"""A small Sphinx extension for the book (listed in ``_config.yml``).
+
+* **MathJax from the book itself.**  The pinned ``django-static-mathjax`` wheel carries MathJax 3;
+  after the build its files are copied into the output's ``_static/mathjax`` (``mathjax_path``
+  points there), so equations typeset offline and in the browser test, with no CDN.  They are
+  copied into the *output*, not the source ``_static``: Jupyter Book would add every script it
+  finds there to every page.
+* **No duplicate inline scripts.**  Under Sphinx 7, extensions that register inline scripts when
+  the builder starts (sphinx-thebe, sphinx-togglebutton) get them on every page twice; Sphinx
+  removes duplicate script *files* but not duplicate inline bodies, and the second
+  ``const THEBE_JS_URL`` is a JavaScript error in the reader's console.  Identical inline
+  scripts are dropped here.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+MATHJAX_PARTS = ("tex-chtml.js", "output", "ui", "a11y", "input")
+
+
+def mathjax_source() -> Path:
+    import mathjax
+
+    return Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
+
+
+def _copy_mathjax(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    target = Path(app.outdir) / "_static" / "mathjax"
+    source = mathjax_source()
+    target.mkdir(parents=True, exist_ok=True)
+    for part in MATHJAX_PARTS:
+        src = source / part
+        if src.is_dir():
+            shutil.copytree(src, target / part, dirs_exist_ok=True)
+        else:
+            shutil.copy2(src, target / part)
+
+
+def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    seen: set[tuple] = set()
+    kept = []
+    for script in scripts:
+        attributes = getattr(script, "attributes", {}) or {}
+        # An inline script's filename is None from one registration and "" from the other.
+        filename = str(getattr(script, "filename", script) or "")
+        key = (filename, tuple(sorted((k, str(v)) for k, v in attributes.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        kept.append(script)
+    # In place: handlers that run later (MathJax's) append to this same list.
+    scripts[:] = kept
+
+
+def setup(app):
+    app.connect("build-finished", _copy_mathjax)
+    # Early: html-page-context stops at the first handler that returns a template name.
+    app.connect("html-page-context", _dedupe_scripts, priority=100)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,199 @@
+"""Drive the built book in headless Chromium and report what a reader would see go wrong.
+
+For every page: the console has no errors; every equation was typeset by MathJax (each math
+element holds MathJax output, no MathJax error, no raw TeX left in the visible text); every image
+loaded; the previous and next links lead to pages that load.  Pages are served from 127.0.0.1 by
+a throwaway HTTP server; the browser is Debian's Chromium (/usr/bin/chromium) with its driver,
+never a downloaded one, and makes no request beyond this machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import shutil
+import tempfile
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1300,900",
+)
+RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\(frac|mathrm|left|right|alpha|cdot)\b")
+
+WAIT_FOR_MATHJAX = """
+const done = arguments[arguments.length - 1];
+const start = Date.now();
+(function poll() {
+  const math = document.querySelectorAll('.math').length;
+  if (math === 0) { done('none'); return; }
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    MathJax.startup.promise.then(() => done('typeset')).catch(e => done('error: ' + e));
+  } else if (Date.now() - start > 15000) { done('MathJax never loaded');
+  } else { setTimeout(poll, 100); }
+})();
+"""
+UNTYPESET = """
+return [...document.querySelectorAll('.math')]
+  .filter(e => !e.querySelector('mjx-container') && !e.closest('mjx-container'))
+  .map(e => e.textContent.trim().slice(0, 60));
+"""
+# MathJax errors, and macros it did not know (its noundefined extension prints them, backslash
+# and all, in red instead of failing).
+TEX_ERRORS = """
+return [...document.querySelectorAll('mjx-merror'),
+        ...[...document.querySelectorAll('mjx-container')]
+           .filter(c => c.textContent.includes('\\\\'))]
+  .map(e => e.textContent.slice(0, 60));
+"""
+BROKEN_IMAGES = """
+return [...document.images].filter(i => !i.complete || i.naturalWidth === 0)
+  .map(i => i.getAttribute('src'));
+"""
+VISIBLE_TEXT = """
+const clone = document.querySelector('main') || document.body;
+return [...clone.querySelectorAll('p, li, td, th, h1, h2, h3, figcaption, dd, dt')]
+  .filter(e => !e.closest('pre, code, .highlight, mjx-container, .math'))
+  .map(e => { const c = e.cloneNode(true);
+              c.querySelectorAll('mjx-container, .math, code, pre').forEach(x => x.remove());
+              return c.textContent; })
+  .join('\\n');
+"""
+
+
+@dataclass(frozen=True)
+class Problem:
+    page: str
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.page}: {self.kind}: {self.detail}"
+
+
+def available() -> bool:
+    return Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
+
+
+@contextmanager
+def serve(folder: Path):
+    """Serve ``folder`` on 127.0.0.1 (an ephemeral port) for the duration of the block."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # keep test output clean
+            pass
+
+    handler = functools.partial(Quiet, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def chromium():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="dmlimits-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (*FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_script_timeout(30)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def pages(folder: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(folder))
+        for p in folder.rglob("*.html")
+        if not p.relative_to(folder).parts[0].startswith("_")
+    )
+
+
+def check_page(driver, base: str, page: str) -> list[Problem]:
+    problems: list[Problem] = []
+    driver.get_log("browser")  # drop what earlier pages left
+    driver.get(f"{base}/{page}")
+    state = driver.execute_async_script(WAIT_FOR_MATHJAX)
+    if state not in ("none", "typeset"):
+        problems.append(Problem(page, "mathjax", state))
+    for text in driver.execute_script(UNTYPESET):
+        problems.append(Problem(page, "equation not typeset", text))
+    for text in driver.execute_script(TEX_ERRORS):
+        problems.append(Problem(page, "TeX error", text))
+    raw = RAW_TEX.search(driver.execute_script(VISIBLE_TEXT) or "")
+    if raw:
+        problems.append(Problem(page, "raw TeX in the text", raw.group(0)))
+    for src in driver.execute_script(BROKEN_IMAGES):
+        problems.append(Problem(page, "image missing", src))
+    for entry in driver.get_log("browser"):
+        if entry.get("level") == "SEVERE" and "favicon.ico" not in entry.get("message", ""):
+            problems.append(Problem(page, "console error", entry["message"][:200]))
+    return problems
+
+
+def check_neighbours(driver, base: str, page: str) -> list[Problem]:
+    """Follow the previous and next links of ``page``; each must lead to a page that loads."""
+    from selenium.webdriver.common.by import By
+
+    problems = []
+    driver.get(f"{base}/{page}")
+    for css in ("a.left-prev", "a.right-next"):
+        links = driver.find_elements(By.CSS_SELECTOR, css)
+        if not links:
+            continue
+        target = links[0].get_attribute("href")
+        driver.get(target)
+        heading = driver.find_elements(By.CSS_SELECTOR, "main h1")
+        if "Error response" in driver.title or not heading:
+            problems.append(Problem(page, f"{css} link broken", target))
+        driver.get(f"{base}/{page}")
+    return problems
+
+
+def check_site(folder: Path, only: list[str] | None = None) -> list[Problem]:
+    problems: list[Problem] = []
+    with serve(folder) as base, chromium() as driver:
+        for page in only or pages(folder):
+            problems += check_page(driver, base, page)
+            problems += check_neighbours(driver, base, page)
+    return problems
+
+
+def screenshot(folder: Path, page: str, target: Path) -> Path:
+    """A full-page screenshot of ``page`` (after MathJax), for people to look at."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with serve(folder) as base, chromium() as driver:
+        driver.get(f"{base}/{page}")
+        driver.execute_async_script(WAIT_FOR_MATHJAX)
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.set_window_size(1300, min(int(height) + 100, 16000))
+        driver.save_screenshot(str(target))
+    return target

@@ -1,0 +1,74 @@
+"""The built book in a real browser (headless Chromium), and proof the checks can fail."""
+
+import re
+import shutil
+
+import browser
+import pytest
+from conftest import BUILD, HTML
+from dmlimits import model
+from dmlimits.glue import sci
+from dmlimits.scenario import resolve
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not browser.available(),
+        reason="needs Debian's chromium and chromium-driver (make test installs them)",
+    ),
+]
+
+HEADLINE = "notebooks/model.html"
+
+
+def test_every_page_in_the_browser(built_book):
+    problems = browser.check_site(HTML)
+    assert not problems, "\n".join(map(str, problems))
+
+
+def test_headline_page_numbers_equal_the_library(built_book):
+    from selenium.webdriver.common.by import By
+
+    scn = resolve("h100")
+    sh = model.shapes(scn)
+    alphas = model.exponent_values(scn)
+    with browser.serve(HTML) as base, browser.chromium() as driver:
+        driver.get(f"{base}/{HEADLINE}")
+        text = driver.find_element(By.TAG_NAME, "main").text
+    assert sci(float(sh.compute[-1])) in text
+    assert f"{alphas['batch_per_layer']:.4f}" in text
+    assert f"{sh.steps[0]:,.0f} steps" in text
+    shot = browser.screenshot(HTML, HEADLINE, BUILD / "screenshots" / "headline.png")
+    assert shot.stat().st_size > 10_000
+
+
+@pytest.fixture
+def site_copy(built_book, tmp_path):
+    copy = tmp_path / "html"
+    shutil.copytree(HTML, copy)
+    return copy
+
+
+def test_an_untypeset_equation_is_caught_and_named(site_copy):
+    page = site_copy / HEADLINE
+    html = page.read_text()
+    # An unknown macro, a missing brace, and an equation whose delimiters are gone.
+    assert r"\[C = 6 D N_{\mathrm{a}}\]" in html
+    html = html.replace(r"\[C = 6 D N_{\mathrm{a}}\]", r"\[C = \undefinedmacro{6} D\]", 1)
+    html = html.replace(r"\[C = 6 N N_{\mathrm{a}} k_D\]", r"\[C = \frac{6 N\]", 1)
+    html = re.sub(r"\\\[(C = \\frac\{6 N\^\{2\})", r"\1", html, count=1)
+    page.write_text(html)
+    problems = browser.check_site(site_copy, only=[HEADLINE])
+    kinds = {(p.page, p.kind) for p in problems}
+    assert (HEADLINE, "TeX error") in kinds, problems
+    assert (HEADLINE, "equation not typeset") in kinds, problems
+
+
+def test_a_missing_image_is_caught_and_named(site_copy):
+    html = (site_copy / HEADLINE).read_text()
+    image = re.search(r'<img[^>]+src="\.\./(_images/[^"]+)"', html).group(1)
+    (site_copy / image).unlink()
+    problems = browser.check_site(site_copy, only=[HEADLINE])
+    assert any(
+        p.page == HEADLINE and p.kind == "image missing" and image in p.detail for p in problems
+    ), problems

@@ -1,0 +1,54 @@
+"""Parts of the build pipeline that need no notebook execution."""
+
+import yaml
+from conftest import ROOT
+from dmlimits import build
+from dmlimits.scenario import resolve
+
+
+def test_launch_buttons_wait_for_a_repository_url(tmp_path, capsys):
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["launch_buttons"]["binderhub_url"] and config["launch_buttons"]["colab_url"]
+    (tmp_path / "_config.yml").write_text(yaml.safe_dump({**config, "repository": {"url": ""}}))
+    build.stage_config(tmp_path)
+    staged = yaml.safe_load((tmp_path / "_config.yml").read_text())
+    assert "launch_buttons" not in staged and "launch buttons off" in capsys.readouterr().out
+    url = {"url": "https://example.org/owner/book"}
+    (tmp_path / "_config.yml").write_text(yaml.safe_dump({**config, "repository": url}))
+    build.stage_config(tmp_path)
+    assert yaml.safe_load((tmp_path / "_config.yml").read_text())["launch_buttons"]
+
+
+def test_notebook_parameters_reproduce_the_scenario():
+    for spec, sets in [
+        ("h100", []),
+        ("a100-sparse", ["training.months=6"]),
+        ("h100", ["gpu=v100", "network.latency=2e-6"]),
+    ]:
+        scn = resolve(spec, sets)
+        params = build.notebook_parameters(scn)
+        again = resolve(
+            params["scenario"], overrides=params["overrides"], name=params["scenario_name"]
+        )
+        assert again.values == scn.values and again.name == scn.name
+
+
+def test_file_scenario_parameters(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text("name: mine\ngpu: a100\ntraining:\n  months: 4\n")
+    scn = resolve(str(f))
+    params = build.notebook_parameters(scn)
+    assert params["scenario"] == "h100" and params["overrides"]["gpu"] == "a100"
+    assert resolve(params["scenario"], overrides=params["overrides"]).values == scn.values
+
+
+def test_output_folders():
+    assert build.output_dir(ROOT, resolve("h100"), None) == ROOT / "_build" / "html"
+    other = resolve("h100", ["training.months=6"])
+    assert build.output_dir(ROOT, other, None).parent.parent.name == "scenarios"
+
+
+def test_toc_notebooks_exist():
+    names = build.toc_notebooks(ROOT)
+    assert "notebooks/model" in names
+    assert all((ROOT / f"{n}.md").is_file() for n in names)
