@@ -28,13 +28,19 @@ CASES = {
 
 def run(args: list[str], out: Path) -> tuple[float, dict[str, float]]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "dmlimits", "build", *args, "--output",
-                           str(out)], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dmlimits", "build", *args, "--output", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         sys.exit(f"build failed:\n{proc.stdout}\n{proc.stderr}")
-    notebooks = {m.group(1): float(m.group(2)) for m in re.finditer(
-        r"^\s+\[\d+/\d+\] (\S+)\s+([\d.]+) s$", proc.stdout, re.M)}
+    notebooks = {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r"^\s+\[\d+/\d+\] (\S+)\s+([\d.]+) s$", proc.stdout, re.M)
+    }
     return elapsed, notebooks
 
 

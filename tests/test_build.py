@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import EXECUTED, HTML, ROOT, run_cli
+from conftest import EXECUTED, HTML, ROOT, run_cli, toc_notebooks
 from dmlimits import model, published
 from dmlimits.glue import read_glued
 from dmlimits.scenario import resolve
@@ -44,7 +44,8 @@ def changed_build(tmp_path_factory, built_book):
 
 def test_build_reports_progress_and_timings(changed_build):
     _, _, proc = changed_build
-    assert "[3/3]" in proc.stdout and "timings:" in proc.stdout and "total" in proc.stdout
+    n = len(toc_notebooks())
+    assert f"[{n}/{n}]" in proc.stdout and "timings:" in proc.stdout and "total" in proc.stdout
 
 
 def test_changed_assumptions_change_the_chapters_numbers(changed_build):
@@ -150,3 +151,17 @@ def test_a_failing_notebook_fails_the_build_loudly(tmp_path):
     assert "previous book is unchanged" in proc.stderr
     assert snapshot(previous) == before
     assert not list((project / "_build").glob(".stage-*"))
+
+
+def test_assumptions_page_shows_what_differs(changed_build):
+    from dmlimits import assumptions
+
+    out, scn, _ = changed_build
+    changed = (out / "notebooks" / "assumptions.html").read_text()
+    default = (HTML / "notebooks" / "assumptions.html").read_text()
+    rows = [r for r in assumptions.table(scn) if r["changed"]]
+    assert {r["key"] for r in rows} == {"training.months", "batch.anchor_tokens"}
+    for row in rows:
+        assert f"<strong>{row['value']}</strong>" in changed
+    assert "built with the default scenario" in default
+    assert "built with the default scenario" not in changed

@@ -63,8 +63,10 @@ class Step:
 
     def __post_init__(self) -> None:
         if not isinstance(self.expr, sp.Expr | sp.Equality):
-            raise TypeError(f"step {self.text!r}: expected a sympy expression or equation, got "
-                            f"{self.expr!r} (an equation that sympy evaluated to a boolean?)")
+            raise TypeError(
+                f"step {self.text!r}: expected a sympy expression or equation, got "
+                f"{self.expr!r} (an equation that sympy evaluated to a boolean?)"
+            )
 
     def latex(self, registry: Registry = REGISTRY) -> str:
         return registry.latex(self.expr)

@@ -1,0 +1,565 @@
+"""Pipeline parallelism: stages, microbatches, the bubble, and what crosses a stage boundary.
+
+Erdil & Schneider-Joseph (2024, "Data movement limits to frontier model training",
+arXiv:2411.01137) split the ``L`` blocks of the model into ``N_PP`` pipeline stages (``N_PP``
+divides ``L``) and each step's batch, per pipeline, into ``m`` microbatches of whole sequences
+(section 5 of the project's reference notes, which reconstruct the model from the authors'
+public code).  This module derives the parts of that model that belong to the pipeline itself:
+
+* **The bubble of 1F1B.**  In the one-forward-one-backward schedule (PipeDream-Flush; Narayanan
+  et al. 2021) every stage waits while the first microbatch's forward pass fills the pipeline and
+  while the last microbatch's backward pass drains it.  The *bubble fraction* ``f`` is the share
+  of a flush in which a GPU computes nothing; every configuration's compute time is divided by
+  ``1 - f``.  Without interleaving it is ``(N_PP - 1) / (N_PP - 1 + m)``.
+* **Interleaving** (Narayanan et al. 2021).  Each GPU holds ``v`` model chunks (virtual stages),
+  assigned round-robin, so a microbatch goes round the ``N_PP`` GPUs ``v`` times.  Filling and
+  draining now cost chunk slots, a ``v``-th of a stage slot.  With fewer microbatches than stages
+  a GPU also waits at every change of chunk for the first microbatch to come back round:
+  ``z = (v - 1) max(0, N_PP - m)`` chunk slots, and
+  ``f = (z + N_PP - 1) / (z + N_PP - 1 + v m)``.  The paper interleaves fully,
+  ``v = L / N_PP`` (one block per chunk), whenever ``N_PP > 1``.
+* **Zero bubble** (Qi et al. 2023, schedule ZB-H2).  Splitting the backward pass into its
+  activation-gradient and weight-gradient halves lets the weight gradients fill the bubble:
+  ``f = 0``, valid with ``m >= 2 N_PP`` microbatches and no interleaving (``v = 1``).
+* **Microbatches.**  A microbatch is whole sequences, so ``m`` divides the sequences a pipeline
+  handles per step; the paper's search tries the smallest few valid ``m`` of at least ``N_PP``
+  (``2 N_PP`` for zero bubble).
+* **The boundary.**  Between stages travel each token's activations, ``d_model`` words, forward,
+  and their gradients, ``d_model`` words, backward.
+
+The bubble formulas are derived in sympy as registered derivations (chapter ``pipeline``); the
+numeric functions are lambdified from the same expressions and broadcast over numpy arrays.
+The schedules themselves are simulated slot by slot in ``tests/test_pipeline.py``, independently
+of these formulas.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from . import symbols as s
+from . import units as u
+from .derivation import Derivation, Step, Substitution, derivation, register
+from .matmul import word
+
+CHAPTER = "pipeline"
+
+# --- Definitional constants ------------------------------------------------------------------
+# Zero bubble (ZB-H2) needs at least this many microbatches per stage (Qi et al. 2023; the
+# reference notes, section 5).
+ZERO_BUBBLE_MICROBATCHES_PER_STAGE = 2
+# The paper's search tries this many of the smallest valid microbatch counts.
+SEARCH_MICROBATCH_COUNT = 4
+# A stage boundary carries activations forward and their gradients backward.
+BOUNDARY_PASSES = 2
+
+_decl = s.REGISTRY.declare
+_S = u.second
+
+# --- Symbols -----------------------------------------------------------------------------------
+n_pp = _decl(
+    "N_PP",
+    r"N_{\mathrm{PP}}",
+    "pipeline stages: the GPUs a microbatch passes through in turn",
+    defined_in=CHAPTER,
+    integer=True,
+)
+n_micro = _decl(
+    "m_micro",
+    "m",
+    "microbatches (of whole sequences) per pipeline per step",
+    defined_in=CHAPTER,
+    integer=True,
+)
+interleave = _decl(
+    "v_PP",
+    "v",
+    "interleaving factor: model chunks (virtual stages) per GPU",
+    defined_in=CHAPTER,
+    integer=True,
+)
+z_wait = _decl(
+    "z_PP",
+    "z",
+    "chunk slots a GPU waits at changes of chunk when microbatches are fewer than stages",
+    defined_in=CHAPTER,
+)
+bubble = _decl(
+    "f_bubble",
+    "f",
+    "pipeline bubble fraction: the share of a flush in which a GPU computes nothing",
+    defined_in=CHAPTER,
+)
+bubble_max = _decl(
+    "f_bubble_max", r"f_{\max}", "largest bubble fraction one accepts", defined_in=CHAPTER
+)
+t_fwd = _decl(
+    "t_fwd_stage",
+    r"t_{\mathrm{F}}",
+    "time of one microbatch's forward pass through one pipeline stage",
+    _S,
+    defined_in=CHAPTER,
+)
+t_bwd = _decl(
+    "t_bwd_stage",
+    r"t_{\mathrm{B}}",
+    "time of one microbatch's backward pass through one pipeline stage",
+    _S,
+    defined_in=CHAPTER,
+)
+t_chunk = _decl(
+    "t_chunk",
+    r"t_{\mathrm{chunk}}",
+    "time of one microbatch's forward and backward pass through one model chunk",
+    _S,
+    defined_in=CHAPTER,
+)
+t_busy = _decl(
+    "t_busy",
+    r"t_{\mathrm{busy}}",
+    "time one GPU computes during a pipeline flush",
+    _S,
+    defined_in=CHAPTER,
+)
+t_flush = _decl(
+    "t_flush",
+    r"t_{\mathrm{flush}}",
+    "time of a pipeline flush: from the first forward to the last backward of a step",
+    _S,
+    defined_in=CHAPTER,
+)
+n_tok = _decl(
+    "n_tok_PP",
+    r"n_{\mathrm{tok}}",
+    "tokens whose activations cross a stage boundary",
+    defined_in=CHAPTER,
+)
+
+# --- Definitions and assumptions, each a named substitution ---------------------------------
+IDLE_SHARE = sp.Eq(bubble, (t_flush - t_busy) / t_flush)
+
+BUSY_1F1B = Substitution(
+    "every stage runs the forward and backward pass of every microbatch once",
+    {t_busy: n_micro * (t_fwd + t_bwd)},
+)
+FLUSH_1F1B = Substitution(
+    "1F1B: the last stage computes without a gap between filling and draining",
+    {t_flush: (n_pp - 1) * t_fwd + n_micro * (t_fwd + t_bwd) + (n_pp - 1) * t_bwd},
+    kind="assumption",
+    source="narayanan2021megatron",
+)
+BUSY_INTERLEAVED = Substitution(
+    "every GPU runs every microbatch through each of its $v$ chunks",
+    {t_busy: interleave * n_micro * t_chunk},
+)
+FLUSH_INTERLEAVED = Substitution(
+    "interleaved 1F1B: fill and drain in chunk slots, plus $z$ chunk slots of waiting",
+    {t_flush: (interleave * n_micro + n_pp - 1 + z_wait) * t_chunk},
+    kind="assumption",
+    source="narayanan2021megatron",
+)
+WAITS = Substitution(
+    "waits at changes of chunk",
+    {z_wait: (interleave - 1) * sp.Max(0, n_pp - n_micro)},
+)
+NO_INTERLEAVING = Substitution("no interleaving", {interleave: 1}, kind="assumption")
+ENOUGH_MICROBATCHES = Substitution(
+    "at least as many microbatches as stages, as in every configuration the search tries",
+    {z_wait: 0},
+    kind="assumption",
+    source="erdil2024datamovement",
+)
+AT_THRESHOLD = Substitution(
+    "the bubble at the largest fraction accepted", {bubble: bubble_max}, kind="assumption"
+)
+
+
+# --- Derivations -------------------------------------------------------------------------------
+# Inline math for the step sentences, in the registered notation.
+_P = r"$N_{\mathrm{PP}}$"
+_P1 = r"$N_{\mathrm{PP}} - 1$"
+
+
+@register
+def bubble_1f1b_derivation() -> Derivation:
+    """The bubble of plain 1F1B, ``(N_PP - 1) / (N_PP - 1 + m)``, from the slots of a flush."""
+    f1 = IDLE_SHARE
+    f2 = BUSY_1F1B.apply(f1)
+    f3 = FLUSH_1F1B.apply(f2)
+    f4 = sp.Eq(bubble, (n_pp - 1) / (n_pp - 1 + n_micro))
+    return derivation(
+        "pipeline-bubble-1f1b",
+        "The bubble of 1F1B",
+        [
+            Step(
+                "A GPU's bubble is the share of a flush (one step's forward and backward passes "
+                "of all $m$ microbatches, ended by a synchronous optimizer step) in which it "
+                "computes nothing: the flush less its busy time, over the flush.",
+                f1,
+            ),
+            Step(
+                "Every stage holds the same number of layers and sees every microbatch once "
+                "forward and once backward, so every GPU is busy for the same time.",
+                f2,
+                using=BUSY_1F1B,
+            ),
+            Step(
+                f"Count the slots of the last stage.  It idles for {_P1} forward slots while the "
+                "first microbatch's forward pass crosses the stages before it (the fill).  From "
+                "then on 1F1B keeps it busy: it runs each microbatch's backward pass right after "
+                "its forward pass, and the next microbatch has arrived by then, so its $m$ "
+                "forward and $m$ backward slots follow without a gap.  After its last backward "
+                f"slot, that backward pass still has to cross the {_P1} stages before it (the "
+                "drain).",
+                f3,
+                using=FLUSH_1F1B,
+            ),
+            Step(
+                f"The slot lengths cancel: the idle time is {_P1} forward and {_P1} backward "
+                "slots, in the same proportion as the work, so the bubble depends on the numbers "
+                "of stages and microbatches only, whatever the backward pass costs relative to "
+                "the forward pass.",
+                f4,
+            ),
+        ],
+        chapter=CHAPTER,
+        notes=(
+            "Narayanan et al. (2021) state the same bubble as a ratio to the ideal time, "
+            "(N_PP - 1) / m; Erdil & Schneider-Joseph (2024) use the share of the flush.",
+        ),
+    )
+
+
+@register
+def bubble_interleaved_derivation() -> Derivation:
+    """The bubble of interleaved 1F1B, with the waits of few microbatches."""
+    f1 = IDLE_SHARE
+    f2 = BUSY_INTERLEAVED.apply(f1)
+    f3 = FLUSH_INTERLEAVED.apply(f2)
+    f4 = sp.Eq(bubble, (z_wait + n_pp - 1) / (z_wait + n_pp - 1 + interleave * n_micro))
+    f5 = WAITS.apply(f4)
+    f6 = NO_INTERLEAVING.apply(f5)
+    return derivation(
+        "pipeline-bubble-interleaved",
+        "The bubble of interleaved 1F1B",
+        [
+            Step("Start again from the idle share of a flush.", f1),
+            Step(
+                "With interleaving a GPU holds $v$ chunks of its layers, assigned round-robin, "
+                "so a microbatch passes every GPU $v$ times.  A chunk slot, one microbatch's "
+                "forward and backward pass through one chunk, is a $v$-th of a stage's: each GPU "
+                "fills $v m$ of them.",
+                f2,
+                using=BUSY_INTERLEAVED,
+            ),
+            Step(
+                f"The fill now takes {_P1} chunk forwards before the last GPU starts, and the "
+                f"drain {_P1} chunk backwards: interleaving shrinks both by $v$.  With fewer "
+                "microbatches than stages there is a second kind of idle slot, $z$ in all: a "
+                "GPU finishes its $m$ microbatches on one chunk before the first of them has "
+                f"come back round the ring of {_P} GPUs to its next chunk.",
+                f3,
+                using=FLUSH_INTERLEAVED,
+            ),
+            Step("The chunk slot cancels.", f4),
+            Step(
+                f"The first microbatch returns to a GPU {_P} chunk slots after it left it, "
+                "slots in which the GPU had only $m$ microbatches to run: it waits "
+                r"$N_{\mathrm{PP}} - m$ slots when that is positive, at each of the $v - 1$ "
+                "changes of chunk, in the forward passes and again in the backward passes.  "
+                "This is the paper's formula.",
+                f5,
+                using=WAITS,
+            ),
+            Step(
+                "With one chunk per GPU there are no changes of chunk, $z$ vanishes and this is "
+                "the plain 1F1B bubble, {eq}`pipeline-bubble-1f1b-4`.",
+                f6,
+                using=NO_INTERLEAVING,
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+@register
+def microbatches_for_bubble_derivation() -> Derivation:
+    """How many microbatches keep the bubble below a given fraction."""
+    f1 = bubble_interleaved_derivation().steps[3].expr
+    f2 = ENOUGH_MICROBATCHES.apply(f1)
+    f3 = AT_THRESHOLD.apply(f2)
+    threshold = (n_pp - 1) * (1 - bubble_max) / (interleave * bubble_max)
+    f4 = sp.Eq(n_micro, threshold)
+    f5 = NO_INTERLEAVING.apply(f4)
+    return derivation(
+        "pipeline-microbatches",
+        "Microbatches for a given bubble",
+        [
+            Step(
+                "Start from the interleaved bubble with its waits $z$, "
+                "{eq}`pipeline-bubble-interleaved-4`.",
+                f1,
+            ),
+            Step(
+                f"The search only tries microbatch counts of at least {_P}, so no GPU waits at "
+                "a change of chunk.",
+                f2,
+                using=ENOUGH_MICROBATCHES,
+            ),
+            Step(
+                "The bubble falls as $m$ grows, so it stays below a target exactly when $m$ "
+                "exceeds the count at which the two are equal.",
+                f3,
+                using=AT_THRESHOLD,
+            ),
+            Step(
+                "Solving for $m$: the microbatches needed grow with the stages and fall with "
+                "the target and with the interleaving factor.",
+                f4,
+                solve_for=n_micro,
+            ),
+            Step(
+                "Without interleaving a pipeline needs about "
+                r"$(N_{\mathrm{PP}} - 1) / f_{\max}$ microbatches: a pipeline with many more "
+                "stages than microbatches idles most of the time.",
+                f5,
+                using=NO_INTERLEAVING,
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+@register
+def flush_time_derivation() -> Derivation:
+    """The flush lasts the busy time divided by one less the bubble."""
+    f1 = IDLE_SHARE
+    f2 = sp.Eq(t_flush, t_busy / (1 - bubble))
+    return derivation(
+        "pipeline-flush-time",
+        "The time of a flush",
+        [
+            Step("The bubble is the idle share of a flush.", f1),
+            Step(
+                "So a flush takes the compute time of one GPU divided by one less the bubble: "
+                "this is how the bubble enters the step time.",
+                f2,
+                solve_for=t_flush,
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+def bubble_expression() -> sp.Expr:
+    """The paper's bubble fraction of (interleaved) 1F1B in ``N_PP, m, v``: step 5 of the
+    ``pipeline-bubble-interleaved`` derivation."""
+    return bubble_interleaved_derivation().steps[4].expr.rhs
+
+
+# --- Cost formulas -----------------------------------------------------------------------------
+# Bytes crossing one stage boundary for n_tok tokens: d_model words each way per token.
+BOUNDARY_BYTES = BOUNDARY_PASSES * word * s.d_model * n_tok
+# Chunk boundaries one microbatch crosses in each direction: v N_PP chunks in a row.
+CROSSINGS = interleave * n_pp - 1
+COST_FORMULAS = {
+    "boundary_bytes": (BOUNDARY_BYTES, u.byte),
+    "crossings": (CROSSINGS, u.one),
+    "bubble": (bubble_expression(), u.one),
+    "flush": (flush_time_derivation().result.rhs, u.second),
+}
+
+
+# --- Checks --------------------------------------------------------------------------------
+def _counts(name: str, value: Any, minimum: int = 1) -> np.ndarray:
+    """``value`` as a float array of whole numbers of at least ``minimum``, or ValueError."""
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{name}: got {value!r:.80}; expected a whole number of at least {minimum} "
+            "or an array of them"
+        ) from None
+    ok = np.isfinite(arr) & (arr >= minimum) & (arr == np.round(arr))
+    if not np.all(ok):
+        bad = arr[~ok].flat[0] if arr.ndim else arr
+        raise ValueError(f"{name}: got {_num(bad)}; expected whole numbers of at least {minimum}")
+    return arr
+
+
+def _positive(name: str, value: Any) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{name}: got {value!r:.80}; expected a positive number or an array of them"
+        ) from None
+    ok = np.isfinite(arr) & (arr > 0)
+    if not np.all(ok):
+        bad = arr[~ok].flat[0] if arr.ndim else arr
+        raise ValueError(f"{name}: got {float(bad)!r}; expected finite numbers greater than zero")
+    return arr
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name}: got {value!r:.80}; expected True or False")
+    return bool(value)
+
+
+def _integer(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer | float):
+        raise ValueError(
+            f"{name}: got {value!r:.80}; expected a whole number of at least {minimum}"
+        )
+    if not (math.isfinite(value) and value == int(value) and value >= minimum):
+        raise ValueError(f"{name}: got {value!r}; expected a whole number of at least {minimum}")
+    return int(value)
+
+
+def _num(x: Any) -> str:
+    """A number as the user would write it: ``4`` rather than ``4.0`` when whole."""
+    x = float(x)
+    return str(int(x)) if x.is_integer() else repr(x)
+
+
+def _out(value: Any, shape: tuple[int, ...]) -> np.ndarray | float:
+    arr = np.broadcast_to(np.asarray(value, dtype=float), shape)
+    return float(arr) if shape == () else np.array(arr)
+
+
+def check_zero_bubble(n_pp: Any, m: Any, v: Any = 1) -> None:
+    """Raise ValueError unless ZB-H2 applies: ``v = 1`` and ``m >= 2 N_PP`` (Qi et al. 2023)."""
+    p, mm, vv = _counts("n_pp", n_pp), _counts("m", m), _counts("v", v)
+    p, mm, vv = np.broadcast_arrays(p, mm, vv)
+    if np.any(vv != 1):
+        bad = vv[vv != 1].flat[0]
+        raise ValueError(
+            f"v: got {_num(bad)} with zero_bubble=True; zero bubble (ZB-H2) expects no "
+            "interleaving, v = 1"
+        )
+    need = ZERO_BUBBLE_MICROBATCHES_PER_STAGE * p
+    if np.any(mm < need):
+        i = np.flatnonzero((mm < need).ravel())[0]
+        raise ValueError(
+            f"m: got {_num(mm.flat[i])} microbatches with n_pp = {_num(p.flat[i])} and "
+            f"zero_bubble=True; zero bubble (ZB-H2) expects m >= "
+            f"{ZERO_BUBBLE_MICROBATCHES_PER_STAGE} * n_pp = {_num(need.flat[i])}"
+        )
+
+
+# --- Numeric functions, lambdified from the expressions above -------------------------------
+@cache
+def _numeric(what: str):
+    if what == "bubble":
+        return sp.lambdify((n_pp, n_micro, interleave), bubble_expression(), "numpy")
+    if what == "microbatches":
+        rhs = microbatches_for_bubble_derivation().steps[3].expr.rhs
+        return sp.lambdify((n_pp, bubble_max, interleave), rhs, "numpy")
+    if what == "boundary":
+        return sp.lambdify((s.d_model, n_tok, word), BOUNDARY_BYTES, "numpy")
+    if what == "crossings":
+        return sp.lambdify((n_pp, interleave), CROSSINGS, "numpy")
+    raise KeyError(what)
+
+
+def bubble_fraction(n_pp: Any, m: Any, v: Any = 1, zero_bubble: bool = False) -> np.ndarray | float:
+    """The share of a flush each GPU idles: ``(z + N_PP - 1) / (z + N_PP - 1 + v m)`` with
+    ``z = (v - 1) max(0, N_PP - m)`` for 1F1B (interleaved when ``v > 1``; Narayanan et al.
+    2021), and 0 for zero bubble (ZB-H2, Qi et al. 2023), which must have ``v = 1`` and
+    ``m >= 2 N_PP``.  Erdil & Schneider-Joseph (2024); the ``pipeline-bubble-interleaved``
+    derivation.  Arguments broadcast as numpy arrays; a float comes back for scalars.
+    """
+    zero_bubble = _flag("zero_bubble", zero_bubble)
+    p, mm, vv = _counts("n_pp", n_pp), _counts("m", m), _counts("v", v)
+    shape = np.broadcast_shapes(p.shape, mm.shape, vv.shape)
+    if zero_bubble:
+        check_zero_bubble(p, mm, vv)
+        return _out(0.0, shape)
+    return _out(_numeric("bubble")(p, mm, vv), shape)
+
+
+def microbatches_for_bubble(n_pp: Any, max_fraction: Any, v: Any = 1) -> np.ndarray | float:
+    """The microbatch count at which 1F1B's bubble equals ``max_fraction`` (real, not rounded):
+    ``(N_PP - 1)(1 - f_max) / (v f_max)``; any ``m`` above it does better.  Valid where that
+    count is at least ``N_PP`` (no waits at changes of chunk), and always for ``v = 1``.  The
+    ``pipeline-microbatches`` derivation.
+    """
+    p, vv = _counts("n_pp", n_pp), _counts("v", v)
+    f = _positive("max_fraction", max_fraction)
+    if np.any(f >= 1):
+        raise ValueError(
+            f"max_fraction: got {float(f[f >= 1].flat[0] if f.ndim else f)!r}; "
+            "expected a fraction between 0 and 1"
+        )
+    shape = np.broadcast_shapes(p.shape, f.shape, vv.shape)
+    return _out(_numeric("microbatches")(p, f, vv), shape)
+
+
+def interleaving_factor(n_layers: Any, n_pp: Any) -> np.ndarray | float:
+    """The paper's interleaving: ``v = L / N_PP`` chunks per GPU when ``N_PP > 1``, else 1.
+
+    ``N_PP`` must divide ``L`` (every stage holds whole blocks).  Erdil & Schneider-Joseph
+    (2024) interleave fully (one block per chunk) rather than search ``v``.
+    """
+    layers, p = _counts("n_layers", n_layers), _counts("n_pp", n_pp)
+    layers, p = np.broadcast_arrays(layers, p)
+    if np.any(np.mod(layers, p) != 0):
+        i = np.flatnonzero((np.mod(layers, p) != 0).ravel())[0]
+        raise ValueError(
+            f"n_pp: got {_num(p.flat[i])}, which does not divide n_layers = "
+            f"{_num(layers.flat[i])}; expected a divisor of the number of layers"
+        )
+    return _out(np.where(p > 1, layers / p, 1.0), layers.shape)
+
+
+def boundary_crossings(n_pp: Any, v: Any = 1) -> np.ndarray | float:
+    """Chunk boundaries one microbatch crosses in each direction, ``v N_PP - 1``: with chunks
+    assigned round-robin every one of them is a hop to the next GPU."""
+    p, vv = _counts("n_pp", n_pp), _counts("v", v)
+    shape = np.broadcast_shapes(p.shape, vv.shape)
+    return _out(_numeric("crossings")(p, vv), shape)
+
+
+def boundary_bytes(d_model: Any, tokens: Any, word_bytes: Any) -> np.ndarray | float:
+    """Bytes ``tokens`` tokens move across one stage boundary in a step, forward and backward:
+    ``2 w d_model n_tok`` (activations forward, their gradients backward; Erdil &
+    Schneider-Joseph 2024).  Arguments broadcast as numpy arrays."""
+    d = _positive("d_model", d_model)
+    t = _positive("tokens", tokens)
+    w = _positive("word_bytes", word_bytes)
+    shape = np.broadcast_shapes(d.shape, t.shape, w.shape)
+    return _out(_numeric("boundary")(d, t, w), shape)
+
+
+def _divisors(n: int) -> list[int]:
+    small, large = [], []
+    for k in range(1, math.isqrt(n) + 1):
+        if n % k == 0:
+            small.append(k)
+            if k != n // k:
+                large.append(n // k)
+    return small + large[::-1]
+
+
+def valid_microbatches(
+    n_pp: Any, batch_sequences: Any, zero_bubble: bool = False, count: Any = SEARCH_MICROBATCH_COUNT
+) -> tuple[int, ...]:
+    """The microbatch counts the search tries: the ``count`` smallest ``m`` that divide
+    ``batch_sequences`` (microbatches are whole sequences) with ``m >= N_PP``, or
+    ``m >= 2 N_PP`` for zero bubble (Qi et al. 2023).  Empty when there is none.
+
+    ``batch_sequences`` is the sequences one pipeline handles per step: the batch in sequences
+    over the data-parallel degree.  Erdil & Schneider-Joseph (2024); reference notes, section 5.
+    """
+    p = _integer("n_pp", n_pp)
+    seqs = _integer("batch_sequences", batch_sequences)
+    zero_bubble = _flag("zero_bubble", zero_bubble)
+    k = _integer("count", count)
+    least = ZERO_BUBBLE_MICROBATCHES_PER_STAGE * p if zero_bubble else p
+    return tuple(d for d in _divisors(seqs) if d >= least)[:k]

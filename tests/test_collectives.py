@@ -1,0 +1,400 @@
+"""Collectives (dmlimits.collectives): derivations, units, a ring simulation, and the numbers."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+from dmlimits import collectives as c
+from dmlimits import derivation, scenario, units
+from dmlimits import symbols as s
+from dmlimits.matmul import word
+from dmlimits.symbols import REGISTRY
+
+H100 = scenario.resolve("h100")
+FLAT = scenario.resolve("h100", sets=["network.topology=flat"])
+UNLIMITED = scenario.resolve("h100", sets=["network.topology=unlimited"])
+
+
+# --- Derivations and units ---------------------------------------------------------------------
+def _collective_derivations() -> list[derivation.Derivation]:
+    return [
+        build()
+        for key, build in derivation._BUILDERS.items()
+        if key.startswith("dmlimits.collectives.")
+    ]
+
+
+def test_derivations_verify():
+    found = _collective_derivations()
+    assert len(found) >= 2
+    names = [d.name for d in found]
+    assert len(names) == len(set(names))
+    for d in found:
+        assert d.chapter == "collectives"
+        assert len(d.steps) >= 2
+        d.verify()
+
+
+@pytest.mark.parametrize("name", sorted(c.COST_FORMULAS))
+def test_cost_formulas_are_in_seconds(name):
+    expr, unit = c.COST_FORMULAS[name]
+    assert unit == units.second
+    assert not REGISTRY.unregistered(expr)
+    units.check_unit(expr, REGISTRY.units, units.second)
+
+
+@pytest.mark.parametrize("name", sorted(c.TRAFFIC_FORMULAS))
+def test_traffic_formulas_are_in_bytes(name):
+    expr, unit = c.TRAFFIC_FORMULAS[name]
+    assert unit == units.byte
+    units.check_unit(expr, REGISTRY.units, units.byte)
+
+
+def test_symbols_are_registered_for_the_chapter():
+    for sym in (c.n_words, c.parts, c.rep_seq, c.rep_par, c.bw_level, c.lat_level):
+        assert REGISTRY[sym].defined_in == "collectives"
+    assert c.word is word  # the word size is matmul's symbol, not a second one
+
+
+# --- A ring, simulated ---------------------------------------------------------------------
+class Ring:
+    """GPUs that pass chunks of their vectors to their ring successors, counting words sent and
+    received per GPU and per network level.  Independent of the library's formulas."""
+
+    def __init__(self, vectors: dict[int, np.ndarray]):
+        self.buf = {g: v.copy() for g, v in vectors.items()}
+        self.sent: dict[tuple[int, str], int] = {}
+        self.received: dict[tuple[int, str], int] = {}
+        self.steps = 0
+
+    def _count(self, table: dict, gpu: int, level: str, n: int) -> None:
+        table[(gpu, level)] = table.get((gpu, level), 0) + n
+
+    def _step(self, members: list[int], regions: list[slice], pick, combine, level: str) -> None:
+        """One synchronous step: every member sends region ``pick(j)`` to its successor."""
+        p = len(members)
+        messages = []
+        for j, gpu in enumerate(members):
+            region = regions[pick(j) % p]
+            messages.append((members[(j + 1) % p], region, self.buf[gpu][region].copy()))
+            self._count(self.sent, gpu, level, region.stop - region.start)
+        for dest, region, data in messages:
+            self.buf[dest][region] = combine(self.buf[dest][region], data)
+            self._count(self.received, dest, level, region.stop - region.start)
+        self.steps += 1
+
+    def reduce_scatter(self, members: list[int], regions: list[slice], level: str) -> int:
+        """Ring reduce-scatter; afterwards member j holds the sum of region (j + 1) mod p.
+        Returns the number of steps."""
+        p = len(members)
+        for k in range(p - 1):
+            self._step(members, regions, lambda j, k=k: j - k, np.add, level)
+        return p - 1
+
+    def all_gather(self, members: list[int], regions: list[slice], level: str) -> int:
+        """Ring all-gather of the regions held after :meth:`reduce_scatter`."""
+        p = len(members)
+        for k in range(p - 1):
+            self._step(members, regions, lambda j, k=k: j + 1 - k, lambda old, new: new, level)
+        return p - 1
+
+    def words(self, table: dict, gpu: int, level: str = "ring") -> int:
+        return table.get((gpu, level), 0)
+
+
+def _regions(start: int, stop: int, pieces: int) -> list[slice]:
+    edges = np.linspace(start, stop, pieces + 1).round().astype(int)
+    return [slice(int(a), int(b)) for a, b in itertools.pairwise(edges)]
+
+
+def _vectors(n_gpus: int, words: int, seed: int) -> dict[int, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {g: rng.integers(-1000, 1000, words) for g in range(n_gpus)}
+
+
+def _ring_allreduce(p: int, words: int) -> tuple[Ring, list[int]]:
+    vectors = _vectors(p, words, seed=p * 1000 + words)
+    ring = Ring(vectors)
+    members = list(range(p))
+    regions = _regions(0, words, p)
+    phases = [ring.reduce_scatter(members, regions, "ring")]
+    phases.append(ring.all_gather(members, regions, "ring"))
+    total = sum(vectors.values())
+    for g in members:  # every GPU ends with the sum: the simulation is an all-reduce
+        np.testing.assert_array_equal(ring.buf[g], total)
+    return ring, phases
+
+
+@pytest.mark.parametrize("p", range(2, 65))
+def test_ring_simulation_matches_the_closed_form(p):
+    word_bytes = H100["model.word_bytes"]
+    for chunk in (1, 3):  # vectors that split into equal chunks: every GPU moves the same
+        words = p * chunk
+        ring, phases = _ring_allreduce(p, words)
+        # Two phases of p - 1 steps each; the model charges one latency per phase.
+        assert len(phases) == c.RING_PHASES
+        assert phases == [p - 1] * c.RING_PHASES
+        closed = c.allreduce_bytes(H100, words, p)  # lambdified from the library
+        for g in range(p):
+            assert ring.words(ring.sent, g) * word_bytes == closed
+            assert ring.words(ring.received, g) * word_bytes == closed
+    # Uneven chunks: the GPUs differ, but together they move exactly p times the closed form.
+    words = 3 * p + 1
+    ring, _ = _ring_allreduce(p, words)
+    exact = c.ALLREDUCE_BYTES.subs({c.n_words: words, c.parts: p, word: 1})
+    assert sum(ring.words(ring.sent, g) for g in range(p)) == p * exact
+    assert sum(ring.words(ring.received, g) for g in range(p)) == p * exact
+
+
+@pytest.mark.parametrize("p0,p1", [(1, 4), (2, 3), (4, 1), (4, 4), (8, 2), (3, 5)])
+def test_two_level_simulation_matches_the_level_traffic(p0, p1):
+    """Reduce-scatter in each node, all-reduce of each shard between nodes, all-gather in each
+    node: the words each GPU sends at each level against the library's traffic formulas."""
+    words = p0 * p1 * 6
+    vectors = _vectors(p0 * p1, words, seed=p0 * 100 + p1)
+    ring = Ring(vectors)
+    nodes = [[n * p0 + i for i in range(p0)] for n in range(p1)]
+    node_regions = _regions(0, words, p0)
+    for members in nodes:
+        ring.reduce_scatter(members, node_regions, "intra")
+    for j in range(p0):  # GPUs at local position j hold node sums of region (j + 1) mod p0
+        shard = node_regions[(j + 1) % p0]
+        peers = [nodes[n][j] for n in range(p1)]
+        sub = _regions(shard.start, shard.stop, p1)
+        ring.reduce_scatter(peers, sub, "inter")
+        ring.all_gather(peers, sub, "inter")
+    for members in nodes:
+        ring.all_gather(members, node_regions, "intra")
+    total = sum(vectors.values())
+    for g in vectors:
+        np.testing.assert_array_equal(ring.buf[g], total)
+
+    args = (c.n_words, c.parts0, c.parts1, word)
+    intra = sp.lambdify(args, c.TRAFFIC_FORMULAS["allreduce_two_level_bytes_intra"][0])
+    inter = sp.lambdify(args, c.TRAFFIC_FORMULAS["allreduce_two_level_bytes_inter"][0])
+    for g in vectors:
+        assert ring.words(ring.sent, g, "intra") == intra(words, p0, p1, 1)
+        assert ring.words(ring.sent, g, "inter") == inter(words, p0, p1, 1)
+        assert ring.words(ring.received, g, "inter") == inter(words, p0, p1, 1)
+    # And together exactly the bytes of a flat ring among all p0 p1 GPUs.
+    flat = c.allreduce_bytes(H100, words, p0 * p1) / H100["model.word_bytes"]
+    assert intra(words, p0, p1, 1) + inter(words, p0, p1, 1) == pytest.approx(flat, rel=1e-15)
+
+
+# --- The cluster (reference) form against the per-GPU form ----------------------------------
+def test_reference_form_is_per_gpu_form_when_repeats_tile_the_cluster():
+    ref = c.COST_FORMULAS["allreduce"][0]
+    per_gpu = c.rep_seq * (
+        c.ALLREDUCE_BYTES / c.one_way(c.bw_level)
+        + c.RING_PHASES * c.lat_level * sp.Piecewise((1, c.parts > 1), (0, True))
+    )
+    assert sp.simplify(ref.subs(s.n_gpu, c.rep_par * c.parts) - per_gpu) == 0
+    # Numerically, over participants, words and repeats.
+    p = np.arange(1, 9)[:, None, None]
+    w = np.array([0.0, 1.0, 4096.0, 3e9])[None, :, None]
+    seq, par = 6, np.array([1.0, 7.0, 4096.0])[None, None, :]
+    for level in c.LEVELS:
+        tiled = c.allreduce_time(H100, w, p, level, seq=seq, par=par, n_gpu=p * par)
+        default = c.allreduce_time(H100, w, p, level, seq=seq, par=par)
+        one = c.allreduce_time(H100, w, p, level)
+        np.testing.assert_array_equal(tiled.bandwidth, default.bandwidth)
+        np.testing.assert_allclose(tiled.bandwidth, seq * np.broadcast_to(one.bandwidth, (8, 4, 3)))
+        np.testing.assert_allclose(tiled.latency, seq * np.broadcast_to(one.latency, (8, 4, 3)))
+        # One all-reduce: the simulated per-GPU bytes over the one-way bandwidth.
+        expected = c.allreduce_bytes(H100, w, p) / c.one_way(c.level_bandwidth(H100, level))
+        np.testing.assert_allclose(one.bandwidth, expected, rtol=1e-14)
+
+
+def test_cluster_form_spreads_traffic_over_more_gpus():
+    """More GPUs than ring members: the traffic shares the cluster's links (time ~ 1 / N)."""
+    base = c.allreduce_time(H100, 1e6, 4, 1, par=2)
+    wide = c.allreduce_time(H100, 1e6, 4, 1, par=2, n_gpu=32)
+    assert wide.bandwidth == pytest.approx(base.bandwidth * 8 / 32)
+    assert wide.latency == base.latency
+
+
+def test_latency_only_when_someone_to_talk_to():
+    alone = c.allreduce_time(H100, 1e6, 1, 0, seq=5)
+    assert alone == (0.0, 0.0)
+    pair = c.allreduce_time(H100, 1e6, 2, 0, seq=5)
+    assert pair.latency == pytest.approx(5 * c.RING_PHASES * H100["network.latency"])
+    assert pair.total == pair.bandwidth + pair.latency
+
+
+def test_p2p_time():
+    words, seq, par = 4096.0, 3, 16
+    t = c.p2p_time(H100, words, 1, seq=seq, par=par)
+    one = c.p2p_time(H100, words, 1)
+    bytes_one = words * H100["model.word_bytes"]
+    assert one.bandwidth == pytest.approx(bytes_one / c.one_way(c.level_bandwidth(H100, 1)))
+    assert one.latency == H100["network.latency"]
+    assert t.bandwidth == pytest.approx(seq * one.bandwidth)
+    assert t.latency == pytest.approx(seq * one.latency)
+    # Half as many senders for the same transfers: twice the bandwidth time.
+    assert c.p2p_time(H100, words, 1, seq=seq, par=par, n_gpu=8).bandwidth == pytest.approx(
+        2 * t.bandwidth
+    )
+    f = sp.lambdify(c._ONE_LEVEL_ARGS, c.p2p_derivation().result.rhs)
+    assert t.total == pytest.approx(
+        f(words, 1, seq, par, par, 2, c.level_bandwidth(H100, 1), H100["network.latency"])
+    )
+
+
+# --- Two levels ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("p0", [1, 2, 4, 8])
+def test_split_with_one_node_is_the_intra_node_allreduce(p0):
+    w = np.array([0.0, 1e3, 1e9])
+    for seq, par in ((1, 1), (4, 3), (2, 1024)):
+        split = c.allreduce_time_split(H100, w, p0, 1, seq=seq, par=par)
+        direct = c.allreduce_time(H100, w, p0, 0, seq=seq, par=par)
+        np.testing.assert_allclose(split.bandwidth, direct.bandwidth, rtol=1e-14)
+        np.testing.assert_allclose(split.latency, direct.latency, rtol=1e-14)
+
+
+@pytest.mark.parametrize("p1", [1, 2, 16, 1024])
+def test_split_with_one_gpu_per_node_is_the_inter_node_allreduce(p1):
+    split = c.allreduce_time_split(H100, 1e8, 1, p1, seq=3, par=5)
+    direct = c.allreduce_time(H100, 1e8, p1, 1, seq=3, par=5)
+    assert split.bandwidth == pytest.approx(direct.bandwidth, rel=1e-14)
+    assert split.latency == pytest.approx(direct.latency, rel=1e-14)
+
+
+@pytest.mark.parametrize("p0,p1", [(2, 2), (8, 4), (8, 512), (4, 3)])
+def test_split_is_the_level_by_level_account(p0, p1):
+    """Level 0: an all-reduce among p0, p1 side by side per collective; level 1: the paper's
+    all-reduce of the whole vector among p1.  Bandwidth: the larger (or, without overlap, the
+    sum); latency: the sum."""
+    words, seq, par = 3e8, 2, 6
+    n = p0 * p1 * par
+    split = c.allreduce_time_split(H100, words, p0, p1, seq=seq, par=par)
+    lvl0 = c.allreduce_time(H100, words, p0, 0, seq=seq, par=par * p1, n_gpu=n)
+    lvl1 = c.allreduce_time(H100, words, p1, 1, seq=seq, par=par, n_gpu=n)
+    assert split.bandwidth == pytest.approx(max(lvl0.bandwidth, lvl1.bandwidth), rel=1e-14)
+    assert split.latency == pytest.approx(lvl0.latency + lvl1.latency, rel=1e-14)
+    summed = c.allreduce_time_split(H100, words, p0, p1, seq=seq, par=par, overlap_levels=False)
+    assert summed.bandwidth == pytest.approx(lvl0.bandwidth + lvl1.bandwidth, rel=1e-14)
+    assert summed.latency == split.latency
+    # Splitting beats one flat ring over InfiniBand whenever a node holds more than one GPU.
+    flat_ib = c.allreduce_time(H100, words, p0 * p1, 1, seq=seq, par=par)
+    assert split.bandwidth < flat_ib.bandwidth
+
+
+def test_split_traffic_adds_up_to_the_flat_ring():
+    intra = c.TRAFFIC_FORMULAS["allreduce_two_level_bytes_intra"][0]
+    inter = c.TRAFFIC_FORMULAS["allreduce_two_level_bytes_inter"][0]
+    flat = c.ALLREDUCE_BYTES.subs(c.parts, c.parts0 * c.parts1)
+    assert sp.simplify(intra + inter - flat) == 0
+
+
+# --- Topologies ---------------------------------------------------------------------------------
+def test_two_level_bandwidths_come_from_the_scenario():
+    assert c.level_bandwidth(H100, 0) == H100["network.intra_node.bandwidth"]
+    assert c.level_bandwidth(H100, 1) == H100["network.inter_node.bandwidth"]
+    faster = scenario.resolve("h100", sets=["network.inter_node.bandwidth=400e9"])
+    ratio = faster["network.inter_node.bandwidth"] / H100["network.inter_node.bandwidth"]
+    assert c.allreduce_time(faster, 1e9, 64, 1).bandwidth == pytest.approx(
+        c.allreduce_time(H100, 1e9, 64, 1).bandwidth / ratio
+    )
+    assert c.level_latency(H100, 1) == H100["network.latency"]
+
+
+def test_flat_topology_uses_nvlink_everywhere():
+    assert c.level_bandwidth(FLAT, 1) == FLAT["network.intra_node.bandwidth"]
+    assert c.level_bandwidth(FLAT, 0) == FLAT["network.intra_node.bandwidth"]
+    a = c.allreduce_time(FLAT, 1e9, 64, 1, seq=2)
+    b = c.allreduce_time(FLAT, 1e9, 64, 0, seq=2)  # no node boundary: 64 at level 0 is fine
+    assert a == b
+    split = c.allreduce_time_split(FLAT, 1e9, 8, 8)
+    assert split.bandwidth == pytest.approx(
+        c.allreduce_time_split(FLAT, 1e9, 8, 8, overlap_levels=False).bandwidth
+        - c.allreduce_time(FLAT, 1e9, 8, 1, n_gpu=64).bandwidth
+    )  # level 0 (the larger) binds
+    assert c.allreduce_time(FLAT, 1e9, 8, 1).bandwidth < c.allreduce_time(H100, 1e9, 8, 1).bandwidth
+
+
+def test_unlimited_topology_pays_latency_only():
+    assert c.level_bandwidth(UNLIMITED, 0) == math.inf
+    assert c.level_bandwidth(UNLIMITED, 1) == math.inf
+    p = np.array([1, 2, 64])
+    ar = c.allreduce_time(UNLIMITED, 1e12, p, 1, seq=3, par=4)
+    np.testing.assert_array_equal(ar.bandwidth, 0.0)
+    np.testing.assert_array_equal(ar.latency, c.allreduce_time(H100, 1e12, p, 1, seq=3).latency)
+    assert ar.latency[0] == 0.0 and ar.latency[1] > 0
+    p2p = c.p2p_time(UNLIMITED, 1e12, 0, seq=3)
+    assert p2p.bandwidth == 0.0
+    assert p2p.latency == pytest.approx(3 * UNLIMITED["network.latency"])
+    split = c.allreduce_time_split(UNLIMITED, 1e12, 8, 16, seq=2)
+    assert split.bandwidth == 0.0
+    assert split.latency == pytest.approx(c.allreduce_time_split(H100, 1e12, 8, 16, seq=2).latency)
+    # The preset variant scales the latency, and only the latency is paid.
+    preset = scenario.resolve("h100-infinite-network-low-latency")
+    assert c.allreduce_time(preset, 1e9, 8, 1).total == pytest.approx(
+        c.RING_PHASES * preset["network.latency"]
+    )
+
+
+# --- Vectorization ------------------------------------------------------------------------------
+def test_vectorized_matches_scalar():
+    rng = np.random.default_rng(3)
+    w = rng.integers(0, 10**9, 30).astype(float)
+    p = rng.integers(1, 9, 30)
+    seq = rng.integers(0, 50, 30)
+    par = rng.integers(1, 10**6, 30)
+    vec = c.allreduce_time(H100, w, p, 0, seq=seq, par=par)
+    assert vec.bandwidth.shape == (30,)
+    p1 = rng.integers(1, 100, 30)
+    split = c.allreduce_time_split(H100, w, p, p1, seq=seq, par=par)
+    for i in range(30):
+        one = c.allreduce_time(H100, w[i], int(p[i]), 0, seq=int(seq[i]), par=int(par[i]))
+        assert isinstance(one.bandwidth, float) and isinstance(one.latency, float)
+        assert vec.bandwidth[i] == pytest.approx(one.bandwidth, rel=1e-14)
+        assert vec.latency[i] == pytest.approx(one.latency, rel=1e-14)
+        s1 = c.allreduce_time_split(H100, w[i], int(p[i]), int(p1[i]), int(seq[i]), int(par[i]))
+        assert split.total[i] == pytest.approx(s1.total, rel=1e-14)
+    grid = c.p2p_time(H100, w[:4, None], 1, seq=seq[None, :5])
+    assert grid.bandwidth.shape == grid.latency.shape == (4, 5)
+
+
+# --- Errors name the bad value ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"level": 2}, r"level: got 2; expected 0 .* or 1"),
+        ({"level": True}, r"level: got True"),
+        ({"level": "1"}, r"level: got '1'"),
+        ({"participants": 0}, r"participants: got 0\.0; expected whole numbers of at least 1"),
+        ({"participants": [2, 2.5]}, r"participants: got 2\.5; expected whole numbers"),
+        ({"words": -1}, r"words: got -1\.0; expected finite numbers of at least 0"),
+        ({"words": float("nan")}, r"words: got nan"),
+        ({"words": "many"}, r"words: got 'many'"),
+        ({"seq": -2}, r"seq: got -2\.0; expected finite numbers of at least 0"),
+        ({"par": 0}, r"par: got 0\.0; expected finite numbers greater than 0"),
+        ({"n_gpu": 4}, r"n_gpu: got 4\.0; expected at least the 8 GPUs"),
+        ({"level": 0, "participants": 16}, r"participants: got 16\.0 at level 0; .*node_size = 8"),
+    ],
+)
+def test_allreduce_errors_name_the_value(kwargs, match):
+    args = {"words": 1e6, "participants": 8, "level": 1, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        c.allreduce_time(H100, **args)
+
+
+def test_other_errors_name_the_value():
+    with pytest.raises(ValueError, match=r"p_intra: got 16\.0 at level 0"):
+        c.allreduce_time_split(H100, 1e6, 16, 2)
+    with pytest.raises(ValueError, match=r"p_inter: got 0\.0"):
+        c.allreduce_time_split(H100, 1e6, 8, 0)
+    with pytest.raises(ValueError, match=r"overlap_levels: got 'yes'"):
+        c.allreduce_time_split(H100, 1e6, 8, 2, overlap_levels="yes")
+    with pytest.raises(ValueError, match=r"n_gpu: got 8\.0; expected at least the 16"):
+        c.allreduce_time_split(H100, 1e6, 8, 2, n_gpu=8)
+    with pytest.raises(ValueError, match=r"level: got -1"):
+        c.p2p_time(H100, 1e6, -1)
+    with pytest.raises(ValueError, match=r"level: got 3"):
+        c.level_bandwidth(H100, 3)
+    with pytest.raises(ValueError, match=r"scn: got dict"):
+        c.allreduce_time({"network.latency": 1e-6}, 1e6, 8, 1)

@@ -1,0 +1,549 @@
+"""Pipeline parallelism (dmlimits.pipeline): derivations; the bubble against simulated schedules.
+
+The simulations below are written here, independently of the library's formulas: they lay out
+every forward and backward slot of every microbatch on every GPU, respecting the dependencies of
+the passes and one slot per GPU at a time, and count the idle slots.  The closed forms they are
+compared with always come from the library (``pipeline.bubble_fraction``), never retyped.
+
+Schedules (all with a synchronous flush at the end of a step unless stated):
+
+* 1F1B (PipeDream-Flush; Narayanan et al. 2021), one chunk per GPU.
+* Interleaved 1F1B (Narayanan et al. 2021, Megatron-LM's order): GPU ``j`` holds the chunks
+  (virtual stages) ``j, j + N_PP, j + 2 N_PP, ...``; microbatches go in groups of ``N_PP``, each
+  group through chunk 0, then chunk 1, ...; backward passes in the same groups with the chunks
+  reversed; ``2 (N_PP - j - 1) + (v - 1) g`` forward passes of warm-up (``g`` the group size),
+  then one forward and one backward alternately, then the remaining backward passes.  Megatron
+  defines it for ``m`` a multiple of ``N_PP``; with ``m < N_PP`` we take one group of ``m``.
+* Breadth-first interleaving (Lamy-Poirier 2023): all forward passes chunk by chunk, then all
+  backward passes with the chunks reversed.  Same bubble as interleaved 1F1B where both are
+  defined, more activation memory.
+* ZB-H2 (Qi et al. 2023): the backward pass split into its activation-gradient half ``B`` and
+  weight-gradient half ``W``; forward, ``B`` and ``W`` slots of equal length (in the paper's
+  accounting each is two of a layer's six matmuls); no flush between steps, the optimizer step of
+  each stage after its own last ``W`` (Qi et al.'s post-validation).
+
+Time unit: one forward slot of one microbatch through one chunk.  A backward slot lasts
+``BACKWARD`` forward slots; both 1 (the brief's default) and 2 (the paper's six matmuls: two
+forward, four backward) are run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import pairwise, product
+
+import numpy as np
+import pytest
+import sympy as sp
+from dmlimits import derivation, pipeline, units
+from dmlimits import symbols as s
+from dmlimits.symbols import REGISTRY
+
+STAGES = range(1, 7)
+MICROBATCHES = range(1, 13)
+INTERLEAVING = range(1, 4)
+BACKWARD = (1, 2)
+
+
+# --- A list scheduler, independent of the library ------------------------------------------------
+@dataclass(frozen=True, order=True)
+class Op:
+    kind: str  # "F" forward, "B" backward (activation gradient, or the whole backward), "W"
+    chunk: int  # virtual stage: chunk k lives on GPU k % N_PP
+    micro: int
+
+
+@dataclass(frozen=True)
+class Slot:
+    gpu: int
+    start: int
+    end: int
+
+
+class Deadlock(RuntimeError):
+    """No GPU can start the next operation of its order."""
+
+
+def dependencies(op: Op, n_chunks: int, split_backward: bool) -> list[Op]:
+    """What must have finished before ``op`` starts."""
+    k, i = op.chunk, op.micro
+    if op.kind == "F":
+        return [Op("F", k - 1, i)] if k > 0 else []
+    if op.kind == "B":
+        later = [Op("B", k + 1, i)] if k < n_chunks - 1 else []
+        return [Op("F", k, i), *later]
+    assert split_backward
+    return [Op("B", k, i)]
+
+
+def run_orders(orders: list[list[Op]], n_chunks: int, durations: dict[str, int]) -> dict[Op, Slot]:
+    """Each GPU runs its operations in the given order, each as soon as the GPU is free and its
+    dependencies have finished (list scheduling).  Raises :class:`Deadlock` when stuck."""
+    timeline: dict[Op, Slot] = {}
+    position = [0] * len(orders)
+    free = [0] * len(orders)
+    remaining = sum(map(len, orders))
+    while remaining:
+        progressed = False
+        for gpu, order in enumerate(orders):
+            while position[gpu] < len(order):
+                op = order[position[gpu]]
+                deps = dependencies(op, n_chunks, False)
+                if any(d not in timeline for d in deps):
+                    break
+                start = max([free[gpu]] + [timeline[d].end for d in deps])
+                timeline[op] = Slot(gpu, start, start + durations[op.kind])
+                free[gpu] = timeline[op].end
+                position[gpu] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise Deadlock(f"stuck at positions {position}")
+    return timeline
+
+
+def check_timeline(
+    timeline: dict[Op, Slot], n_pp: int, v: int, m: int, split_backward: bool = False
+) -> None:
+    """The schedule is a schedule: every pass of every microbatch on every chunk once, on the
+    chunk's GPU, after its dependencies, and no GPU doing two things at a time."""
+    n_chunks = v * n_pp
+    kinds = "FBW" if split_backward else "FB"
+    expected = {Op(k, c, i) for k in kinds for c in range(n_chunks) for i in range(m)}
+    assert set(timeline) == expected
+    for op, slot in timeline.items():
+        assert slot.gpu == op.chunk % n_pp
+        for dep in dependencies(op, n_chunks, split_backward):
+            assert timeline[dep].end <= slot.start, (op, dep)
+    for gpu in range(n_pp):
+        slots = sorted((sl.start, sl.end) for sl in timeline.values() if sl.gpu == gpu)
+        for (_, end), (start, _) in pairwise(slots):
+            assert end <= start, f"GPU {gpu} runs two passes at once"
+
+
+def simulated_bubble(timeline: dict[Op, Slot], n_pp: int) -> Fraction:
+    """Idle slots over all slots of the flush, summed over GPUs."""
+    makespan = max(sl.end for sl in timeline.values())
+    busy = [0] * n_pp
+    for sl in timeline.values():
+        busy[sl.gpu] += sl.end - sl.start
+    assert len(set(busy)) == 1, "every GPU does the same work"
+    idle = sum(makespan - b for b in busy)
+    return Fraction(idle, n_pp * makespan)
+
+
+# --- Orders --------------------------------------------------------------------------------------
+def order_1f1b(n_pp: int, m: int) -> list[list[Op]]:
+    orders = []
+    for stage in range(n_pp):
+        warmup = min(n_pp - stage - 1, m)
+        order = [Op("F", stage, i) for i in range(warmup)]
+        for i in range(m - warmup):
+            order += [Op("F", stage, warmup + i), Op("B", stage, i)]
+        order += [Op("B", stage, i) for i in range(m - warmup, m)]
+        orders.append(order)
+    return orders
+
+
+def order_interleaved(n_pp: int, v: int, m: int) -> list[list[Op]]:
+    group = min(n_pp, m)
+    groups = [range(a, min(a + group, m)) for a in range(0, m, group)]
+    forward = [(c, i) for g in groups for c in range(v) for i in g]
+    backward = [(c, i) for g in groups for c in reversed(range(v)) for i in g]
+    total = v * m
+    orders = []
+    for gpu in range(n_pp):
+        warmup = min(2 * (n_pp - gpu - 1) + (v - 1) * group, total)
+        fwd = [Op("F", c * n_pp + gpu, i) for c, i in forward]
+        bwd = [Op("B", c * n_pp + gpu, i) for c, i in backward]
+        order = fwd[:warmup]
+        for a in range(total - warmup):
+            order += [fwd[warmup + a], bwd[a]]
+        orders.append(order + bwd[total - warmup :])
+    return orders
+
+
+def order_breadth_first(n_pp: int, v: int, m: int) -> list[list[Op]]:
+    return [
+        [Op("F", c * n_pp + gpu, i) for c in range(v) for i in range(m)]
+        + [Op("B", c * n_pp + gpu, i) for c in reversed(range(v)) for i in range(m)]
+        for gpu in range(n_pp)
+    ]
+
+
+def simulate(order, n_pp: int, v: int, m: int, backward: int) -> Fraction:
+    orders = order(n_pp, m) if order is order_1f1b else order(n_pp, v, m)
+    timeline = run_orders(orders, v * n_pp, {"F": 1, "B": backward})
+    check_timeline(timeline, n_pp, v, m)
+    return simulated_bubble(timeline, n_pp)
+
+
+def closed_form(n_pp: int, m: int, v: int = 1) -> float:
+    return pipeline.bubble_fraction(n_pp, m, v)
+
+
+# --- Derivations ---------------------------------------------------------------------------------
+def _pipeline_derivations() -> list[derivation.Derivation]:
+    return [
+        build()
+        for key, build in derivation._BUILDERS.items()
+        if key.startswith("dmlimits.pipeline.")
+    ]
+
+
+def test_derivations_verify():
+    found = _pipeline_derivations()
+    assert len(found) >= 2
+    assert {"pipeline-bubble-1f1b", "pipeline-bubble-interleaved", "pipeline-microbatches"} <= {
+        d.name for d in found
+    }
+    for d in found:
+        assert d.chapter == "pipeline"
+        assert len(d.steps) >= 2
+        d.verify()
+
+
+def test_interleaved_bubble_reduces_to_1f1b():
+    plain = pipeline.bubble_1f1b_derivation().result
+    interleaved = pipeline.bubble_interleaved_derivation()
+    assert sp.simplify(interleaved.result.rhs - plain.rhs) == 0
+    at_one = pipeline.bubble_expression().subs(pipeline.interleave, 1)
+    assert sp.simplify(at_one - plain.rhs) == 0
+
+
+def test_threshold_solves_the_bubble():
+    """The microbatch count the derivation gives for the bubble of m microbatches is m again,
+    and one microbatch fewer misses the target (library functions both ways)."""
+    for n_pp, m, v in product(range(2, 7), MICROBATCHES, INTERLEAVING):
+        if m < n_pp:
+            continue  # the threshold assumes no waits at changes of chunk
+        target = pipeline.bubble_fraction(n_pp, m, v)
+        assert pipeline.microbatches_for_bubble(n_pp, target, v) == pytest.approx(m, rel=1e-12)
+        if m > 1:
+            assert pipeline.bubble_fraction(n_pp, m - 1, v) > target
+    got = pipeline.microbatches_for_bubble(np.array([2, 8, 64]), 0.1, np.array([1, 1, 12]))
+    assert got.shape == (3,)
+    for i, (n_pp, v) in enumerate([(2, 1), (8, 1), (64, 12)]):
+        assert got[i] == pipeline.microbatches_for_bubble(n_pp, 0.1, v)
+
+
+def test_cost_formulas_have_their_units():
+    for name, (expr, unit) in pipeline.COST_FORMULAS.items():
+        assert not REGISTRY.unregistered(expr), name
+        units.check_unit(expr, REGISTRY.units, unit)
+    units.check_unit(pipeline.BOUNDARY_BYTES, REGISTRY.units, units.byte)
+
+
+def test_boundary_bytes_is_its_expression_and_broadcasts():
+    expr = pipeline.COST_FORMULAS["boundary_bytes"][0]
+    d = np.array([4096.0, 12288.0])[:, None]
+    tokens = np.array([2048.0, 4 * 2048.0])
+    got = pipeline.boundary_bytes(d, tokens, 2)
+    assert got.shape == (2, 2)
+    for a, b in product(range(2), range(2)):
+        want = expr.subs({s.d_model: d[a, 0], pipeline.n_tok: tokens[b], pipeline.word: 2})
+        assert got[a, b] == pytest.approx(float(want), rel=1e-15)
+    # Linear in each argument: forward activations and backward gradients per token.
+    one = pipeline.boundary_bytes(1, 1, 1)
+    assert pipeline.boundary_bytes(12288, 2048, 2) == pytest.approx(one * 12288 * 2048 * 2)
+    assert isinstance(one, float)
+
+
+def test_crossings_and_interleaving_factor():
+    assert pipeline.boundary_crossings(1) == 0
+    assert pipeline.boundary_crossings(4, 3) == 4 * 3 - 1
+    assert pipeline.interleaving_factor(192, 64) == 3
+    assert pipeline.interleaving_factor(192, 1) == 1
+    got = pipeline.interleaving_factor([1536, 1536, 1536], [128, 1, 1536])
+    assert list(got) == [12, 1, 1]
+
+
+# --- The closed form against simulated schedules ------------------------------------------------
+@pytest.mark.parametrize("backward", BACKWARD)
+def test_1f1b_simulation_matches_closed_form(backward):
+    """Plain 1F1B: every N_PP in 1..6 and m in 1..12, including m < N_PP."""
+    for n_pp, m in product(STAGES, MICROBATCHES):
+        got = simulate(order_1f1b, n_pp, 1, m, backward)
+        assert float(got) == pytest.approx(closed_form(n_pp, m), rel=1e-12, abs=1e-15), (n_pp, m)
+
+
+@pytest.mark.parametrize("backward", BACKWARD)
+def test_interleaved_1f1b_simulation_matches_where_defined(backward):
+    """Interleaved 1F1B, v in 1..3, where the schedule is defined: m a multiple of N_PP (as
+    Megatron-LM requires) or m <= N_PP (one group; the waits z of the paper's formula)."""
+    checked = 0
+    for n_pp, m, v in product(STAGES, MICROBATCHES, INTERLEAVING):
+        if m > n_pp and m % n_pp:
+            continue
+        got = simulate(order_interleaved, n_pp, v, m, backward)
+        want = closed_form(n_pp, m, v)
+        assert float(got) == pytest.approx(want, rel=1e-12, abs=1e-15), (n_pp, m, v)
+        checked += 1
+    assert checked > 100
+
+
+@pytest.mark.parametrize("backward", BACKWARD)
+def test_breadth_first_interleaving_matches_everywhere(backward):
+    """The paper's formula, z included, is exactly the bubble of breadth-first interleaving for
+    every N_PP in 1..6, m in 1..12 and v in 1..3."""
+    for n_pp, m, v in product(STAGES, MICROBATCHES, INTERLEAVING):
+        got = simulate(order_breadth_first, n_pp, v, m, backward)
+        want = closed_form(n_pp, m, v)
+        assert float(got) == pytest.approx(want, rel=1e-12, abs=1e-15), (n_pp, m, v)
+
+
+def test_the_waits_are_real():
+    """With m < N_PP and v > 1 the simulated bubble exceeds the z = 0 value, by exactly z."""
+    for n_pp, m, v in [(4, 1, 2), (4, 2, 3), (6, 5, 2), (6, 1, 3)]:
+        got = simulate(order_interleaved, n_pp, v, m, 1)
+        no_waits = float(
+            pipeline.bubble_interleaved_derivation()
+            .steps[3]
+            .expr.rhs.subs({pipeline.z_wait: 0, pipeline.n_pp: n_pp, pipeline.n_micro: m})
+            .subs(pipeline.interleave, v)
+        )
+        assert got > no_waits
+        assert float(got) == pytest.approx(closed_form(n_pp, m, v), rel=1e-12)
+
+
+# Where Megatron-LM's interleaved order meets a last, partial group of microbatches (m > N_PP,
+# m not a multiple of N_PP; Megatron-LM itself refuses such m), the order above either deadlocks
+# or idles more than the formula says.  These are the deadlocks on the grid (the same for both
+# backward lengths, since deadlock depends on the order only).
+PARTIAL_GROUP_DEADLOCKS = {
+    (4, 5, 3),
+    (4, 9, 3),
+    (5, 6, 3),
+    (5, 7, 2),
+    (5, 7, 3),
+    (5, 11, 3),
+    (5, 12, 2),
+    (5, 12, 3),
+    (6, 7, 3),
+    (6, 8, 2),
+    (6, 8, 3),
+    (6, 9, 2),
+    (6, 9, 3),
+}
+# (N_PP, m, v): simulated bubble with backward = forward slot.
+PARTIAL_GROUP_BUBBLES = {
+    (2, 3, 2): Fraction(1, 5),
+    (3, 4, 2): Fraction(1, 3),
+    (3, 4, 3): Fraction(1, 3),
+    (3, 5, 2): Fraction(1, 5),
+    (6, 7, 2): Fraction(19, 47),
+    (6, 11, 3): Fraction(2, 13),
+}
+
+
+@pytest.mark.parametrize("backward", BACKWARD)
+def test_interleaved_1f1b_with_a_partial_group_idles_more(backward):
+    deadlocks = set()
+    for n_pp, m, v in product(STAGES, MICROBATCHES, range(2, 4)):
+        if m <= n_pp or m % n_pp == 0:
+            continue
+        try:
+            got = simulate(order_interleaved, n_pp, v, m, backward)
+        except Deadlock:
+            deadlocks.add((n_pp, m, v))
+            continue
+        want = closed_form(n_pp, m, v)
+        assert float(got) > want + 1e-3, (n_pp, m, v)
+        if backward == 1 and (n_pp, m, v) in PARTIAL_GROUP_BUBBLES:
+            assert got == PARTIAL_GROUP_BUBBLES[(n_pp, m, v)]
+        # Breadth-first reaches the formula for the same counts.
+        bf = simulate(order_breadth_first, n_pp, v, m, backward)
+        assert float(bf) == pytest.approx(want, rel=1e-12)
+    assert deadlocks == PARTIAL_GROUP_DEADLOCKS
+
+
+# --- Zero bubble: ZB-H2 --------------------------------------------------------------------------
+def simulate_zb_h2(n_pp: int, m: int, steps: int) -> tuple[dict[Op, Slot], int]:
+    """Greedy ZB-H2: each free slot runs, in order of preference, the next activation-gradient
+    pass B if ready, else the next forward pass if ready (at most 2 N_PP - 1 microbatches whose
+    weight gradient is pending, ZB-H2's memory), else the next weight-gradient pass W.  Forward,
+    B and W take one slot each.  ``steps`` optimizer steps run back to back; a stage starts the
+    next step's forward passes once its own W passes of the step are done.  Microbatch ``i`` of
+    step ``k`` is numbered ``k m + i``.  Returns the timeline and the largest number of
+    microbatches in flight (forward done, W not) on any stage."""
+    total = m * steps
+    cap = 2 * n_pp - 1
+    timeline: dict[Op, Slot] = {}
+    nf, nb, nw = [0] * n_pp, [0] * n_pp, [0] * n_pp
+    peak = 0
+
+    def done(op: Op, t: int) -> bool:
+        return op in timeline and timeline[op].end <= t
+
+    t = 0
+    while min(nw) < total:
+        for st in range(n_pp):
+            op = None
+            i = nf[st]
+            if (
+                nb[st] < nf[st]
+                and done(Op("F", st, nb[st]), t)
+                and (st == n_pp - 1 or done(Op("B", st + 1, nb[st]), t))
+            ):
+                op = Op("B", st, nb[st])
+                nb[st] += 1
+            elif (
+                i < total
+                and (st == 0 or done(Op("F", st - 1, i), t))
+                and i - nw[st] < cap
+                and (i % m or nw[st] == i)  # a new step waits for this stage's optimizer step
+            ):
+                op = Op("F", st, i)
+                nf[st] += 1
+            elif nw[st] < nb[st]:
+                op = Op("W", st, nw[st])
+                nw[st] += 1
+            if op is not None:
+                timeline[op] = Slot(st, t, t + 1)
+                peak = max(peak, nf[st] - nw[st])
+        t += 1
+        assert t < 10 * total * n_pp + 100, "the greedy schedule is stuck"
+    return timeline, peak
+
+
+def _check_zb(timeline: dict[Op, Slot], n_pp: int, m: int, steps: int) -> None:
+    check_timeline(timeline, n_pp, 1, m * steps, split_backward=True)
+    for op, slot in timeline.items():
+        if op.kind == "F" and op.micro % m == 0 and op.micro:
+            last_w = timeline[Op("W", op.chunk, op.micro - 1)]
+            assert last_w.end <= slot.start, "a step started before the optimizer step"
+
+
+def _gaps(timeline: dict[Op, Slot], n_pp: int) -> list[tuple[int, int, int]]:
+    """(first slot, end of last slot, idle slots in between) of each stage."""
+    out = []
+    for st in range(n_pp):
+        starts = sorted(sl.start for sl in timeline.values() if sl.gpu == st)
+        out.append((starts[0], starts[-1] + 1, starts[-1] + 1 - starts[0] - len(starts)))
+    return out
+
+
+def test_zb_h2_simulation_has_no_bubble_where_the_library_allows_it():
+    """For every m >= 2 N_PP (N_PP in 1..6, m up to 12) each stage s computes without a gap from
+    slot s to slot s + 3 m K over K steps: after the unavoidable skew of the very first step,
+    steps follow each other with no idle slot, so the bubble is 0, the library's value."""
+    steps = 3
+    for n_pp, m in product(STAGES, MICROBATCHES):
+        if m < 2 * n_pp:
+            continue
+        timeline, peak = simulate_zb_h2(n_pp, m, steps)
+        _check_zb(timeline, n_pp, m, steps)
+        assert peak <= 2 * n_pp - 1
+        for st, (first, end, idle) in enumerate(_gaps(timeline, n_pp)):
+            assert (first, end, idle) == (st, st + 3 * m * steps, 0), (n_pp, m, st)
+        assert pipeline.bubble_fraction(n_pp, m, zero_bubble=True) == 0.0
+
+
+def test_zb_h2_needs_enough_microbatches():
+    """Below 2 N_PP - 1 microbatches the greedy ZB-H2 leaves idle slots, and the library refuses
+    zero bubble below 2 N_PP (one microbatch more than the simulation needs)."""
+    for n_pp, m in product(range(2, 7), MICROBATCHES):
+        timeline, _ = simulate_zb_h2(n_pp, m, 2)
+        _check_zb(timeline, n_pp, m, 2)
+        idle = sum(g[2] for g in _gaps(timeline, n_pp))
+        assert (idle == 0) == (m >= 2 * n_pp - 1), (n_pp, m, idle)
+        if m < 2 * n_pp:
+            with pytest.raises(ValueError, match=rf"m: got {m} microbatches with n_pp = {n_pp}"):
+                pipeline.bubble_fraction(n_pp, m, zero_bubble=True)
+
+
+def test_zero_bubble_conditions_are_enforced():
+    with pytest.raises(ValueError, match=r"v: got 2 with zero_bubble=True.*v = 1"):
+        pipeline.bubble_fraction(4, 8, v=2, zero_bubble=True)
+    with pytest.raises(ValueError, match=r"m: got 7 microbatches with n_pp = 4.*m >= 2 \* n_pp"):
+        pipeline.bubble_fraction(4, 7, zero_bubble=True)
+    with pytest.raises(ValueError, match=r"m: got 5 microbatches with n_pp = 3"):
+        pipeline.bubble_fraction(3, np.array([6, 5, 12]), zero_bubble=True)
+    with pytest.raises(ValueError, match=r"zero_bubble: got 'yes'"):
+        pipeline.bubble_fraction(4, 8, zero_bubble="yes")
+    assert pipeline.bubble_fraction(4, [8, 16], zero_bubble=True).tolist() == [0.0, 0.0]
+    # Without zero bubble, small m and interleaving are fine.
+    assert 0 < pipeline.bubble_fraction(4, 1, v=3) < 1
+
+
+# --- Microbatches --------------------------------------------------------------------------------
+def test_valid_microbatches_examples():
+    assert pipeline.valid_microbatches(4, 96) == (4, 6, 8, 12)
+    assert pipeline.valid_microbatches(4, 96, zero_bubble=True) == (8, 12, 16, 24)
+    assert pipeline.valid_microbatches(4, 96, count=2) == (4, 6)
+    assert pipeline.valid_microbatches(1, 1) == (1,)
+    assert pipeline.valid_microbatches(8, 4) == ()
+    assert pipeline.valid_microbatches(3, 8, zero_bubble=True) == (8,)
+    # The paper's 1.91e31 FLOP configuration: 128 stages, 128 microbatches (notes, section 8).
+    assert pipeline.valid_microbatches(128, 128 * 3)[0] == 128
+
+
+def test_valid_microbatches_against_brute_force():
+    for n_pp, seqs, zb in product(range(1, 9), range(1, 65), (False, True)):
+        least = 2 * n_pp if zb else n_pp
+        want = [d for d in range(1, seqs + 1) if seqs % d == 0 and d >= least][:4]
+        got = pipeline.valid_microbatches(n_pp, seqs, zero_bubble=zb)
+        assert got == tuple(want), (n_pp, seqs, zb)
+        for m in got:
+            assert seqs % m == 0  # whole sequences per microbatch
+            if zb:
+                assert pipeline.bubble_fraction(n_pp, m, zero_bubble=True) == 0.0
+
+
+# --- Errors name the bad value -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: pipeline.bubble_fraction(0, 4), r"n_pp: got 0; expected whole numbers"),
+        (lambda: pipeline.bubble_fraction(2.5, 4), r"n_pp: got 2\.5; expected whole numbers"),
+        (lambda: pipeline.bubble_fraction(4, [4, -1]), r"m: got -1; expected whole numbers"),
+        (lambda: pipeline.bubble_fraction(4, 4, v=0), r"v: got 0; expected whole numbers"),
+        (lambda: pipeline.bubble_fraction("four", 4), r"n_pp: got 'four'"),
+        (lambda: pipeline.valid_microbatches(4, 0), r"batch_sequences: got 0"),
+        (lambda: pipeline.valid_microbatches(4, 96.5), r"batch_sequences: got 96\.5"),
+        (lambda: pipeline.valid_microbatches(4, 96, count=0), r"count: got 0"),
+        (lambda: pipeline.valid_microbatches(True, 96), r"n_pp: got True"),
+        (lambda: pipeline.valid_microbatches(4, 96, zero_bubble=1), r"zero_bubble: got 1"),
+        (lambda: pipeline.boundary_bytes(0, 2048, 2), r"d_model: got 0\.0"),
+        (lambda: pipeline.boundary_bytes(1024, np.nan, 2), r"tokens: got nan"),
+        (lambda: pipeline.boundary_bytes(1024, 2048, -2), r"word_bytes: got -2\.0"),
+        (lambda: pipeline.interleaving_factor(10, 4), r"n_pp: got 4, which does not divide"),
+        (lambda: pipeline.microbatches_for_bubble(4, 1.5), r"max_fraction: got 1\.5"),
+        (lambda: pipeline.microbatches_for_bubble(4, 0), r"max_fraction: got 0\.0"),
+    ],
+)
+def test_errors_name_the_bad_value(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_bubble_fraction_broadcasts():
+    got = pipeline.bubble_fraction(np.array([1, 2, 4])[:, None], np.array([1, 4, 8]), v=2)
+    assert got.shape == (3, 3)
+    assert np.all(got[0] == 0.0)  # one stage: no bubble
+    assert isinstance(pipeline.bubble_fraction(4, 8), float)
+    for i, n_pp in enumerate((1, 2, 4)):
+        for j, m in enumerate((1, 4, 8)):
+            assert got[i, j] == pipeline.bubble_fraction(n_pp, m, 2)
+
+
+def test_symbols_belong_to_the_chapter():
+    for sym in (
+        pipeline.n_pp,
+        pipeline.n_micro,
+        pipeline.interleave,
+        pipeline.z_wait,
+        pipeline.bubble,
+        pipeline.bubble_max,
+        pipeline.t_fwd,
+        pipeline.t_bwd,
+        pipeline.t_chunk,
+        pipeline.t_busy,
+        pipeline.t_flush,
+        pipeline.n_tok,
+    ):
+        assert REGISTRY[sym].defined_in == "pipeline"
+    # Reused, not redeclared: the word size and the model width.
+    assert REGISTRY[pipeline.word].defined_in == "matmul"
+    assert REGISTRY[s.d_model].defined_in == "model"
