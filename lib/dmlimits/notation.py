@@ -36,7 +36,8 @@ def markdown_table() -> str:
         where = (
             f"{{doc}}`{CHAPTER_TITLES[info.defined_in]} <{info.defined_in}>`"
             if info.defined_in in CHAPTER_TITLES
-            else info.defined_in
+            # A library module whose chapter is not in the book yet: name the module.
+            else f"library module `dmlimits.{info.defined_in}`"
         )
         meaning = info.meaning.replace("|", "\\|")
         rows.append(f"| ${info.latex}$ | {meaning} | ${unit}$ | {where} |")
