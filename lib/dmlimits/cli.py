@@ -5,7 +5,8 @@ Commands:
 * ``build``       build the whole book for a scenario (validated before anything runs);
 * ``scenarios``   list the scenario presets, or every key a scenario may set (``--keys``),
                   or one resolved scenario (``--show NAME``);
-* ``derivations`` list every derivation of the library; ``--verify`` proves each step.
+* ``derivations`` list every derivation of the library; ``--verify`` proves each step;
+* ``matmul``      time and efficiency of one matmul on one GPU (the single-GPU model).
 
 Errors in the reader's input print one line, ``error: ...``, and exit with status 2; a failed
 build exits with status 1 and leaves the previous book as it was.
@@ -59,6 +60,21 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("derivations", help="list the library's derivations")
     d.add_argument("--verify", action="store_true", help="prove every step; exit 1 on failure")
+
+    m = sub.add_parser("matmul", help="time and efficiency of one matmul on one GPU")
+    m.add_argument("--gpu", default="h100", help="GPU preset (default: %(default)s)")
+    m.add_argument("--shape", required=True, metavar="D1xD2", help="weight shard, e.g. 4096x16384")
+    m.add_argument("--nanobatch", required=True, metavar="B", help="tokens in the matmul")
+    m.add_argument("--kind", default="forward", help="forward, activation-grad or weight-grad")
+    m.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a hardware assumption, e.g. hardware.max_clock=1980e6",
+    )
+    m.add_argument("--json", action="store_true", help="print JSON for machines")
     return p
 
 
@@ -115,11 +131,62 @@ def _cmd_derivations(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _whole(name: str, text: str) -> int:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value.is_integer()):
+        raise ScenarioError(f"{name}: got {text!r}; expected a whole number greater than zero")
+    return int(value)
+
+
+def _cmd_matmul(args: argparse.Namespace) -> int:
+    import json
+
+    from . import matmul
+
+    scn = resolve("h100", [f"gpu={args.gpu}", *args.sets])
+    parts = args.shape.lower().split("x")
+    if len(parts) != 2:
+        raise ScenarioError(f"--shape: got {args.shape!r}; expected D1xD2, e.g. 4096x16384")
+    d1, d2 = (_whole("--shape", part) for part in parts)
+    b = _whole("--nanobatch", args.nanobatch)
+    try:
+        kind = matmul.check_kind(args.kind)
+    except ValueError as exc:
+        raise ScenarioError(f"--kind: {exc}") from None
+    times = matmul.level_times(scn, d1, d2, b, kind)
+    result = {
+        "gpu": scn["gpu"],
+        "d1": d1,
+        "d2": d2,
+        "nanobatch": b,
+        "kind": kind,
+        "time_s": float(times["total"]),
+        "efficiency": float(matmul.matmul_efficiency(scn, d1, d2, b, kind)),
+        "binding": str(times["binding"]),
+        "parts_s": {k: float(times[k]) for k in (*matmul.LEVELS, "arithmetic", "latency")},
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(
+            f"{scn.gpu_label}, {d1} x {d2} shard, {b} tokens, {kind}: "
+            f"{result['time_s'] * 1e6:.2f} us, efficiency {result['efficiency']:.3f} of peak "
+            f"(bound by {result['binding']})"
+        )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handler = {"build": _cmd_build, "scenarios": _cmd_scenarios, "derivations": _cmd_derivations}[
-        args.command
-    ]
+    handler = {
+        "build": _cmd_build,
+        "scenarios": _cmd_scenarios,
+        "derivations": _cmd_derivations,
+        "matmul": _cmd_matmul,
+    }[args.command]
     try:
         return handler(args)
     except ScenarioError as exc:
