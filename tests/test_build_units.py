@@ -42,10 +42,15 @@ def test_file_scenario_parameters(tmp_path):
     assert resolve(params["scenario"], overrides=params["overrides"]).values == scn.values
 
 
-def test_output_folders():
+def test_output_folders(tmp_path):
     assert build.output_dir(ROOT, resolve("h100"), None) == ROOT / "_build" / "html"
     other = resolve("h100", ["training.months=6"])
     assert build.output_dir(ROOT, other, None).parent.parent.name == "scenarios"
+    # A scenario file that calls itself h100 is not the default book.
+    f = tmp_path / "h100.yaml"
+    f.write_text("name: h100\ntraining:\n  months: 6\n")
+    assert build.output_dir(ROOT, resolve(str(f)), None) == (
+        ROOT / "_build" / "scenarios" / "h100" / "html")
 
 
 def test_toc_notebooks_exist():

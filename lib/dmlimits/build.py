@@ -87,22 +87,18 @@ def toc_notebooks(root: Path) -> list[str]:
 def notebook_parameters(scn: Scenario) -> dict:
     """What papermill injects: the preset the scenario starts from and every value that
     differs from it, so an executed notebook re-runs anywhere without extra files."""
-    base = (
-        scn.origin.removeprefix("preset ")
-        if scn.origin.startswith("preset ")
-        else (DEFAULT_SCENARIO)
-    )
+    preset = scn.origin.removeprefix("preset ")
+    base = preset if scn.origin.startswith("preset ") else DEFAULT_SCENARIO
     reference = resolve(base)
     overrides = {k: v for k, v in scn.values.items() if reference.values.get(k) != v}
-    # The GPU goes first so that its preset values are applied before the other overrides.
-    ordered = dict(sorted(overrides.items(), key=lambda kv: kv[0] != "gpu"))
-    return {"scenario": base, "overrides": ordered, "scenario_name": scn.name}
+    return {"scenario": base, "overrides": overrides, "scenario_name": scn.name}
 
 
 def output_dir(root: Path, scn: Scenario, output: str | None) -> Path:
     if output:
         return Path(output).resolve()
-    if scn.name == DEFAULT_SCENARIO and not scn.overrides:
+    # Only the default preset itself, unchanged, is the default book.
+    if scn.origin == f"preset {DEFAULT_SCENARIO}" and not scn.overrides:
         return root / "_build" / "html"
     return root / "_build" / "scenarios" / scn.slug / "html"
 
