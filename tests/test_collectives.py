@@ -398,3 +398,121 @@ def test_other_errors_name_the_value():
         c.level_bandwidth(H100, 3)
     with pytest.raises(ValueError, match=r"scn: got dict"):
         c.allreduce_time({"network.latency": 1e-6}, 1e6, 8, 1)
+
+
+# --- Chapter helpers: levels one by one, crossovers, balance, figures ------------------------
+@pytest.mark.parametrize("p0,p1", [(1, 4), (8, 1), (8, 128), (3, 5)])
+def test_levels_add_up_to_the_split(p0, p1):
+    words, seq, par = 2.5e9, 3, 4
+    level0, level1 = c.allreduce_time_levels(H100, words, p0, p1, seq=seq, par=par)
+    split = c.allreduce_time_split(H100, words, p0, p1, seq=seq, par=par)
+    summed = c.allreduce_time_split(H100, words, p0, p1, seq=seq, par=par, overlap_levels=False)
+    assert split.bandwidth == pytest.approx(max(level0.bandwidth, level1.bandwidth), rel=1e-14)
+    assert summed.bandwidth == pytest.approx(level0.bandwidth + level1.bandwidth, rel=1e-14)
+    assert split.latency == pytest.approx(level0.latency + level1.latency, rel=1e-14)
+    # Each level is the one-level all-reduce the derivation says it is.
+    n = p0 * p1 * par
+    assert level0.bandwidth == pytest.approx(
+        c.allreduce_time(H100, words, p0, 0, seq=seq, par=par * p1, n_gpu=n).bandwidth, rel=1e-14
+    )
+    assert level1.bandwidth == pytest.approx(
+        c.allreduce_time(H100, words, p1, 1, seq=seq, par=par, n_gpu=n).bandwidth, rel=1e-14
+    )
+    assert level0.latency == (seq * c.RING_PHASES * H100["network.latency"] if p0 > 1 else 0)
+    assert level1.latency == (seq * c.RING_PHASES * H100["network.latency"] if p1 > 1 else 0)
+
+
+def test_bytes_split_matches_the_simulated_levels():
+    words, p0, p1 = 6e3, 4, 5
+    intra, inter = c.allreduce_bytes_split(H100, words, p0, p1)
+    wb = H100["model.word_bytes"]
+    # In the node: a ring all-reduce of the vector among p0; between: of a p0-th among p1.
+    assert intra == pytest.approx(2 * (p0 - 1) / p0 * words * wb)
+    assert inter == pytest.approx(2 * (p1 - 1) / p1 * words / p0 * wb)
+    assert intra + inter == pytest.approx(c.allreduce_bytes(H100, words, p0 * p1))
+    grid = c.allreduce_bytes_split(H100, np.array([1.0, 2.0])[:, None], 8, np.array([1, 2, 4]))
+    assert grid[0].shape == grid[1].shape == (2, 3)
+
+
+@pytest.mark.parametrize("scn", [H100, FLAT, scenario.resolve("a100")])
+def test_crossover_is_where_bandwidth_time_equals_latency_time(scn):
+    wb = scn["model.word_bytes"]
+    for level, p in ((0, 2), (0, 8), (1, 2), (1, 1024)):
+        cross = c.crossover_bytes(scn, p, level)
+        # By hand: latency times the one-way bandwidth, times p / (p - 1).
+        bandwidth = c.level_bandwidth(scn, level)
+        assert cross == pytest.approx(scn["network.latency"] * bandwidth / 2 * p / (p - 1))
+        t = c.allreduce_time(scn, cross / wb, p, level)
+        assert t.bandwidth == pytest.approx(t.latency, rel=1e-12)
+        below = c.allreduce_time(scn, cross / wb / 2, p, level)
+        assert below.bandwidth < below.latency
+    for p0, p1 in ((8, 2), (8, 128), (1, 16), (4, 1)):
+        cross = c.crossover_bytes_split(scn, p0, p1)
+        t = c.allreduce_time_split(scn, cross / wb, p0, p1)
+        assert t.bandwidth == pytest.approx(t.latency, rel=1e-12)
+        no = c.crossover_bytes_split(scn, p0, p1, overlap_levels=False)
+        t = c.allreduce_time_split(scn, no / wb, p0, p1, overlap_levels=False)
+        assert t.bandwidth == pytest.approx(t.latency, rel=1e-12)
+        assert no <= cross
+    arr = c.crossover_bytes(scn, np.array([2, 4, 8]), 0)
+    assert arr.shape == (3,) and np.all(np.diff(arr) < 0)
+
+
+def test_crossover_large_ring_is_the_bandwidth_delay_product():
+    assert sp.simplify(c.CROSSOVER_LARGE_RING - c.bw_level * c.lat_level / 2) == 0
+    units.check_unit(c.CROSSOVER, REGISTRY.units, units.byte)
+    assert c.crossover_derivation().result.lhs == c.q_cross
+
+
+def test_crossover_without_bandwidth_limit_is_infinite():
+    assert c.crossover_bytes(UNLIMITED, 8, 1) == math.inf
+    assert c.crossover_bytes_split(UNLIMITED, 8, 16) == math.inf
+
+
+def test_crossover_errors():
+    with pytest.raises(ValueError, match=r"participants: got 1\.0; expected whole numbers of at"):
+        c.crossover_bytes(H100, 1, 1)
+    with pytest.raises(ValueError, match=r"participants: got 16\.0 at level 0"):
+        c.crossover_bytes(H100, 16, 0)
+    with pytest.raises(ValueError, match=r"p_intra \* p_inter: got 1\.0; expected at least two"):
+        c.crossover_bytes_split(H100, 1, 1)
+
+
+@pytest.mark.parametrize("p0,p1", [(8, 2), (8, 128), (2, 1000), (5, 7)])
+def test_balanced_inter_bandwidth_equalizes_the_levels(p0, p1):
+    w1 = c.balanced_inter_bandwidth(H100, p0, p1)
+    balanced = scenario.resolve("h100", sets=[f"network.inter_node.bandwidth={w1!r}"])
+    level0, level1 = c.allreduce_time_levels(balanced, 1e9, p0, p1)
+    assert level0.bandwidth == pytest.approx(level1.bandwidth, rel=1e-12)
+    # Slower InfiniBand binds; faster leaves NVLink binding.
+    slow0, slow1 = c.allreduce_time_levels(H100, 1e9, p0, p1)
+    assert (slow1.bandwidth > slow0.bandwidth) == (H100["network.inter_node.bandwidth"] < w1)
+    expr = c.balance_expr()
+    assert (
+        expr.lhs == c.bw1
+        and sp.simplify(expr.rhs - c.bw0 * (c.parts1 - 1) / (c.parts1 * (c.parts0 - 1))) == 0
+    )
+    with pytest.raises(ValueError, match=r"p_intra: got 1\.0"):
+        c.balanced_inter_bandwidth(H100, 1, p1)
+
+
+def test_node_grid_and_link_names():
+    p0, p1 = c.node_grid(H100, 100)
+    node = H100["network.node_size"]
+    assert list(p0[:node]) == list(range(1, node + 1)) and np.all(p1[:node] == 1)
+    assert list(p1[node:]) == [2, 4, 8, 16, 32, 64] and np.all(p0[node:] == node)
+    assert c.link_name(H100, 0) == "NVLink" and c.link_name(H100, 1) == "InfiniBand"
+    assert c.link_name(FLAT, 1) == "NVLink"
+    assert "unlimited" in c.link_name(UNLIMITED, 0)
+
+
+@pytest.mark.parametrize("scn", [H100, FLAT, UNLIMITED])
+def test_figures_draw_for_every_topology(scn):
+    import matplotlib.pyplot as plt
+
+    for fig in (
+        c.figure_allreduce_time(scn, 16, mark_words=1e9, mark_label="a vector"),
+        c.figure_allreduce_participants(scn, 1e9, 64),
+    ):
+        assert fig.axes and all(ax.lines for ax in fig.axes)
+        plt.close(fig)

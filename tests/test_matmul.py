@@ -210,3 +210,130 @@ def test_arithmetic_bound_derivation_matches_the_numbers():
         form.subs(values).subs(dict(zip((matmul.d1, matmul.d2, matmul.b), shape, strict=True)))
     )
     assert matmul.matmul_efficiency(scn, *shape, "forward") == pytest.approx(closed)
+
+
+# --- The hierarchy in numbers, the pass efficiency and the printed table ----------------------
+def test_memory_levels_follow_the_scenario():
+    scn = scenario.resolve("h100")
+    m = matmul.memory_levels(scn)
+    eta = scn["hardware.effective_utilization"]
+    assert m["hbm_bandwidth"] == scn["hardware.hbm_bandwidth"]
+    assert m["l2_bandwidth"] == scn["hardware.l2_bandwidth"]
+    assert m["shared_bandwidth"] == pytest.approx(
+        matmul.SHARED_BANKS
+        * matmul.BANK_BYTES
+        * scn["hardware.sms"]
+        * scn["hardware.max_clock"]
+        * eta
+    )
+    assert m["l2_usable"] == pytest.approx(0.75 * scn["hardware.l2_size"])
+    block = 0.75 * scn["hardware.register_file_per_block"]
+    assert m["block_registers_usable"] == pytest.approx(block)
+    assert m["sm_registers_usable"] == pytest.approx(scn["hardware.blocks_per_sm"] * block)
+    assert m["all_registers_usable"] == pytest.approx(
+        scn["hardware.sms"] * m["sm_registers_usable"]
+    )
+    word = scn["model.word_bytes"]
+    assert m["l2_resident_weights"] == pytest.approx(m["l2_usable"] / (2 * word))
+    assert m["registers_resident_weights"] == pytest.approx(m["all_registers_usable"] / (2 * word))
+
+
+@pytest.mark.parametrize("gpu", ["h100", "v100"])
+def test_tiling_fits_capacity_and_follows_the_shard(gpu):
+    scn = scenario.resolve(gpu)
+    m = matmul.memory_levels(scn)
+    word = scn["model.word_bytes"]
+    shard = (4096, 16384)
+    tiles = matmul.tiling(scn, *shard)
+    assert ("sm-sm" in tiles) == bool(scn["hardware.distributed_shared_memory"])
+    room = {
+        "hbm-l2": m["l2_usable"],
+        "l2-sm": m["all_registers_usable"] if "sm-sm" in tiles else m["sm_registers_usable"],
+        "sm-sm": m["sm_registers_usable"],
+        "shared-registers": m["block_registers_usable"],
+    }
+    for name, t in tiles.items():
+        assert t["rows"] * t["cols"] == pytest.approx(t["tiles"])
+        assert t["height"] * t["rows"] == pytest.approx(shard[0])
+        assert t["width"] * t["cols"] == pytest.approx(shard[1])
+        assert t["height"] * t["width"] * word <= room[name] * (1 + 1e-12)  # fits
+        assert (t["tiles"] - 1) * room[name] < word * shard[0] * shard[1]  # the fewest that fit
+        # As near square as the shard allows: square, or as tall as the shard.
+        assert t["height"] == pytest.approx(t["width"]) or t["height"] == pytest.approx(shard[0])
+
+
+def test_weights_streamed_at_the_residency_limits():
+    scn = scenario.resolve("h100")
+    m = matmul.memory_levels(scn)
+    small = int(m["registers_resident_weights"] ** 0.5) - 8
+    assert matmul.weights_streamed(scn, small, small) == {"hbm": False, "l2": False}
+    middle = int(m["l2_resident_weights"] ** 0.5) - 8
+    assert middle**2 > m["registers_resident_weights"]
+    assert matmul.weights_streamed(scn, middle, middle) == {"hbm": False, "l2": True}
+    assert matmul.weights_streamed(scn, 4096, 16384) == {"hbm": True, "l2": True}
+
+
+@pytest.mark.parametrize("gpu", ["h100", "a100"])
+@pytest.mark.parametrize("kind", matmul.KINDS)
+def test_level_traffic_over_bandwidth_is_level_time(gpu, kind):
+    scn = scenario.resolve(gpu)
+    m = matmul.memory_levels(scn)
+    b = np.array([8, 100, 1000, 8000])
+    q = matmul.level_traffic(scn, 8192, 32768, b, kind)
+    t = matmul.level_times(scn, 8192, 32768, b, kind)
+    for level in matmul.LEVELS:
+        np.testing.assert_allclose(q[level] / m[f"{level}_bandwidth"], t[level], rtol=1e-12)
+    one = matmul.level_traffic(scn, 4096, 4096, 512, kind)
+    assert all(isinstance(v, float) for v in one.values())
+
+
+def test_pass_efficiency_combines_the_three_kinds():
+    scn = scenario.resolve("h100")
+    d1, d2, b = 4096, 16384, np.array([64, 512, 4096])
+    total = (
+        matmul.matmul_time(scn, d1, d2, b, "forward")
+        + matmul.matmul_time(scn, d2, d1, b, "activation-grad")
+        + matmul.matmul_time(scn, d1, d2, b, "weight-grad")
+    )
+    got = matmul.pass_efficiency(scn, d1, d2, b)
+    np.testing.assert_allclose(got, 3 * 2 * d1 * d2 * b / (total * scn.peak_flops))
+    kinds = [
+        matmul.matmul_efficiency(scn, d1, d2, b, "forward"),
+        matmul.matmul_efficiency(scn, d2, d1, b, "activation-grad"),
+        matmul.matmul_efficiency(scn, d1, d2, b, "weight-grad"),
+    ]
+    assert np.all(got <= np.max(kinds, axis=0) + 1e-12)
+    assert np.all(got >= np.min(kinds, axis=0) - 1e-12)
+    assert isinstance(matmul.pass_efficiency(scn, d1, d2, 512), float)
+
+
+def test_printed_table_is_the_data_file():
+    rows, sets = matmul.printed_table()
+    assert sets == tuple(TABLE_SETS)
+    assert len(rows) == len(ROWS)
+    for got, raw in zip(rows, ROWS, strict=True):
+        assert got == {
+            "gpu": raw["gpu"],
+            "d1": int(raw["d1"]),
+            "d2": int(raw["d2"]),
+            "kind": raw["kind"],
+            "nanobatch": int(raw["nanobatch"]),
+            "efficiency": float(raw["efficiency"]),
+        }
+
+
+@pytest.mark.parametrize("kind", matmul.KINDS)
+def test_intensity_below_balance_is_the_level_binding(kind):
+    scn = scenario.resolve("h100")
+    b = np.arange(8, 8193, 8)  # multiples of the padding: arithmetic time is exact
+    d1, d2 = 8192, 32768
+    intensity = matmul.arithmetic_intensity(scn, d1, d2, b, kind)
+    balance = matmul.machine_balance(scn)
+    times = matmul.level_times(scn, d1, d2, b, kind)
+    for level in matmul.LEVELS:
+        np.testing.assert_array_equal(
+            intensity[level] < balance[level], times[level] > times["arithmetic"]
+        )
+    one = matmul.arithmetic_intensity(scn, 4096, 16384, 512, "forward")
+    q = matmul.level_traffic(scn, 4096, 16384, 512, "forward")
+    assert one["hbm"] == pytest.approx(2 * 4096 * 16384 * 512 / q["hbm"])

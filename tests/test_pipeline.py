@@ -547,3 +547,133 @@ def test_symbols_belong_to_the_chapter():
     # Reused, not redeclared: the word size and the model width.
     assert REGISTRY[pipeline.word].defined_in == "matmul"
     assert REGISTRY[s.d_model].defined_in == "model"
+
+
+# --- The library's schedules against the simulator above ---------------------------------------
+def as_timeline(sched: pipeline.Schedule) -> dict[Op, Slot]:
+    return {Op(p.kind, p.chunk, p.micro): Slot(p.gpu, p.start, p.end) for p in sched.passes}
+
+
+ORDERS = {
+    "1f1b": order_1f1b,
+    "interleaved": order_interleaved,
+    "breadth-first": order_breadth_first,
+}
+
+
+@pytest.mark.parametrize("backward", BACKWARD)
+def test_library_schedules_are_the_simulated_ones(backward):
+    """pipeline.schedule lays out the same passes at the same times as the list scheduler here,
+    and deadlocks exactly where it does."""
+    for (name, order), n_pp, m, v in product(ORDERS.items(), STAGES, MICROBATCHES, INTERLEAVING):
+        if name == "1f1b" and v > 1:
+            continue
+        orders = order(n_pp, m) if order is order_1f1b else order(n_pp, v, m)
+        try:
+            want = run_orders(orders, v * n_pp, {"F": 1, "B": backward})
+        except Deadlock:
+            with pytest.raises(pipeline.ScheduleDeadlock, match=r"n_pp=\d+, m=\d+, v=\d+"):
+                pipeline.schedule(n_pp, m, v, name, backward)
+            continue
+        got = pipeline.schedule(n_pp, m, v, name, backward)
+        assert as_timeline(got) == want, (name, n_pp, m, v)
+        check_timeline(as_timeline(got), n_pp, v, m)
+        assert got.bubble == simulated_bubble(want, n_pp)
+        assert (got.order, got.n_pp, got.m, got.v, got.steps) == (name, n_pp, m, v, 1)
+
+
+def test_library_schedule_bubble_is_the_formula_for_1f1b():
+    for n_pp, m in product(STAGES, MICROBATCHES):
+        got = pipeline.schedule(n_pp, m)
+        assert float(got.bubble) == pytest.approx(pipeline.bubble_fraction(n_pp, m), abs=1e-15)
+        assert got.makespan == max(p.end for p in got.passes)
+        assert all(got.busy(g) == m * (1 + pipeline.BACKWARD_SLOTS) for g in range(n_pp))
+
+
+def test_library_zero_bubble_schedule_is_the_greedy_one():
+    for n_pp, m, steps in product(range(1, 6), range(1, 11), (1, 2, 3)):
+        want, _ = simulate_zb_h2(n_pp, m, steps)
+        got = pipeline.schedule_zero_bubble(n_pp, m, steps)
+        assert as_timeline(got) == want, (n_pp, m, steps)
+        assert (got.order, got.steps, got.v) == ("zero-bubble", steps, 1)
+        idle = sum(got.gaps(g) for g in range(n_pp))
+        assert idle == sum(g[2] for g in _gaps(want, n_pp))
+        if m >= 2 * n_pp:
+            assert idle == 0
+
+
+@pytest.mark.parametrize("backward", BACKWARD)
+def test_compare_interleaved_orders_reports_the_simulation(backward):
+    rows = pipeline.compare_interleaved_orders(STAGES, MICROBATCHES, range(2, 4), backward)
+    assert len(rows) == len(STAGES) * len(MICROBATCHES) * 2
+    deadlocks = {(r.n_pp, r.m, r.v) for r in rows if r.megatron is None}
+    assert deadlocks == PARTIAL_GROUP_DEADLOCKS
+    for r in rows:
+        assert r.formula == closed_form(r.n_pp, r.m, r.v)
+        assert float(r.breadth_first) == pytest.approx(r.formula, rel=1e-12, abs=1e-15)
+        if r.megatron_defined:
+            assert float(r.megatron) == pytest.approx(r.formula, rel=1e-12, abs=1e-15)
+        elif r.megatron is not None:
+            assert float(r.megatron) > r.formula + 1e-3
+            if backward == 1 and (r.n_pp, r.m, r.v) in PARTIAL_GROUP_BUBBLES:
+                assert r.megatron == PARTIAL_GROUP_BUBBLES[(r.n_pp, r.m, r.v)]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: pipeline.schedule(4, 8, 2, "1f1b"), r"v: got 2 with order='1f1b'"),
+        (lambda: pipeline.schedule(4, 8, 1, "gpipe"), r"order: got 'gpipe'; expected one of"),
+        (lambda: pipeline.schedule(0, 8), r"n_pp: got 0"),
+        (lambda: pipeline.schedule(4, 8, backward=0), r"backward: got 0"),
+        (lambda: pipeline.schedule_zero_bubble(4, 8, steps=0), r"steps: got 0"),
+        (lambda: pipeline.schedule(4, 5, 3, "interleaved"), r"expects m to be a multiple of n_pp"),
+    ],
+)
+def test_schedule_errors_name_the_bad_value(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_figures_are_drawn_from_the_library():
+    import matplotlib.pyplot as plt
+
+    fig = pipeline.figure_bubble([4, 16], 16, [1, 2, 4], max_fraction=0.1)
+    assert isinstance(fig, plt.Figure) and len(fig.axes) == 2
+    lines = fig.axes[0].get_lines()
+    m = lines[0].get_xdata()
+    assert np.allclose(lines[0].get_ydata(), pipeline.bubble_fraction(4, m))
+    plt.close(fig)
+    fig = pipeline.figure_schedule(3, 6, 2, steps=2)
+    assert isinstance(fig, plt.Figure) and len(fig.axes) == 3
+    first = fig.axes[0].collections
+    assert len(first) == 2 * len(pipeline.schedule(3, 6).passes)  # one bar per pass per step
+    plt.close(fig)
+
+
+def test_deepest_pipeline_against_brute_force():
+    for layers, seqs, zb in product(range(1, 97), (1, 3, 8, 12, 48, 96, 1024), (False, True)):
+        powers = [2**k for k in range(8) if layers % 2**k == 0]
+        ok = [p for p in powers if pipeline.valid_microbatches(p, seqs, zero_bubble=zb)]
+        assert pipeline.deepest_pipeline(layers, seqs, zb) == max(ok, default=1), (layers, seqs)
+    assert pipeline.deepest_pipeline(576, 12288) == 64
+    assert pipeline.deepest_pipeline(576, 96) == 32  # 64 stages would need 128 sequences
+    with pytest.raises(ValueError, match=r"n_layers: got 0"):
+        pipeline.deepest_pipeline(0, 8)
+
+
+def test_flush_time_is_the_derivation():
+    expr = pipeline.flush_time_derivation().result.rhs
+    for busy, f in product((1.0, 2.5), (0.0, 0.25, 0.5)):
+        want = float(expr.subs({pipeline.t_busy: busy, pipeline.bubble: f}))
+        assert pipeline.flush_time(busy, f) == pytest.approx(want, rel=1e-15)
+    # The simulated 1F1B flush is the busy time stretched by the bubble.
+    sched = pipeline.schedule(4, 6)
+    assert pipeline.flush_time(sched.busy(0), pipeline.bubble_fraction(4, 6)) == pytest.approx(
+        sched.makespan
+    )
+    assert pipeline.flush_time(np.array([1.0, 2.0]), 0.5).tolist() == [2.0, 4.0]
+    with pytest.raises(ValueError, match=r"fraction: got 1\.0"):
+        pipeline.flush_time(1.0, 1.0)
+    with pytest.raises(ValueError, match=r"busy: got 0\.0"):
+        pipeline.flush_time(0.0, 0.5)

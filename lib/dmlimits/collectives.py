@@ -889,3 +889,381 @@ def allreduce_time_split(
     )
     values = [_numeric(k)(*args) for k in (bandwidth, "allreduce_two_level_latency")]
     return CommTime(*_out(values, shape))
+
+
+def allreduce_time_levels(
+    scn: Scenario,
+    words: Any,
+    p_intra: Any,
+    p_inter: Any,
+    seq: Any = 1,
+    par: Any = 1,
+    n_gpu: Any = None,
+) -> tuple[CommTime, CommTime]:
+    """The two levels of :func:`allreduce_time_split` one by one: (in the node, between nodes).
+
+    Each is a :class:`CommTime` lambdified from the level terms of the
+    ``collectives-allreduce-two-level`` derivation; the split's bandwidth time is the larger of
+    the two bandwidth times (or, without overlap, their sum) and its latency their sum.
+    """
+    scn = _check_scenario(scn)
+    w = _numbers("words", words, minimum=0, strict=False, whole=False)
+    p0 = _numbers("p_intra", p_intra, minimum=1, strict=False, whole=True)
+    p1 = _numbers("p_inter", p_inter, minimum=1, strict=False, whole=True)
+    _check_node(scn, p0, "p_intra")
+    r_s, r_p = _repeats(seq, par)
+    n = _cluster(n_gpu, p0 * p1 * r_p, p0 * p1)
+    shape = np.broadcast_shapes(w.shape, p0.shape, p1.shape, r_s.shape, r_p.shape, np.shape(n))
+    args = (
+        w, p0, p1, r_s, r_p, n, float(scn["model.word_bytes"]),
+        level_bandwidth(scn, 0), level_bandwidth(scn, 1),
+        level_latency(scn, 0), level_latency(scn, 1),
+    )  # fmt: skip
+    values = [f(*args) for f in _numeric_levels()]
+    bw0_t, lat0_t, bw1_t, lat1_t = _out(values, shape)
+    return CommTime(bw0_t, lat0_t), CommTime(bw1_t, lat1_t)
+
+
+@cache
+def _numeric_levels():
+    level0, level1 = _two_level_bandwidth()
+    latencies = [
+        _if_ring(p, RING_PHASES * rep_seq * lat) for p, lat in ((parts0, lat0), (parts1, lat1))
+    ]
+    exprs = (level0, latencies[0], level1, latencies[1])
+    return tuple(sp.lambdify(_TWO_LEVEL_ARGS, e, "numpy") for e in exprs)
+
+
+@cache
+def _numeric_bytes_split():
+    args = (n_words, parts0, parts1, word)
+    return tuple(
+        sp.lambdify(args, TRAFFIC_FORMULAS[k][0], "numpy")
+        for k in ("allreduce_two_level_bytes_intra", "allreduce_two_level_bytes_inter")
+    )
+
+
+def allreduce_bytes_split(
+    scn: Scenario, words: Any, p_intra: Any, p_inter: Any
+) -> tuple[np.ndarray | float, np.ndarray | float]:
+    """Bytes each GPU sends (and receives) in a two-level all-reduce of ``words`` words among
+    ``p_intra`` GPUs in each of ``p_inter`` nodes: (inside its node, between nodes), from
+    :data:`TRAFFIC_FORMULAS` (the ``collectives-two-level-traffic`` derivation)."""
+    scn = _check_scenario(scn)
+    w = _numbers("words", words, minimum=0, strict=False, whole=False)
+    p0 = _numbers("p_intra", p_intra, minimum=1, strict=False, whole=True)
+    p1 = _numbers("p_inter", p_inter, minimum=1, strict=False, whole=True)
+    shape = np.broadcast_shapes(w.shape, p0.shape, p1.shape)
+    word_bytes = float(scn["model.word_bytes"])
+    values = [f(w, p0, p1, word_bytes) for f in _numeric_bytes_split()]
+    intra, inter = _out(values, shape)
+    return intra, inter
+
+
+# --- Where bandwidth time equals latency time ----------------------------------------------
+q_cross = _decl(
+    "Q_cross",
+    r"Q_{\times}",
+    "bytes of the vector at which a ring all-reduce's bandwidth time equals its latency time",
+    _B,
+    defined_in=CHAPTER,
+)
+ONE_ALLREDUCE = Substitution(
+    "one all-reduce: the bytes of {eq}`collectives-ring-allreduce-3` over the one-way bandwidth, "
+    "and one message latency per phase",
+    {t_bw: _ring_bytes(parts, n_words) / one_way(bw_level), t_lat: n_phases * lat_level},
+)
+CROSSOVER_BYTES = Substitution(
+    "the vector's size in bytes at the crossover", {n_words: q_cross / word}
+)
+
+
+@register
+def crossover_derivation() -> Derivation:
+    """The vector size at which one all-reduce's bandwidth time equals its latency time."""
+    x1 = sp.Eq(t_bw, t_lat)
+    x2 = ONE_ALLREDUCE.apply(x1)
+    x3 = CONSTANTS.apply(x2)
+    x4 = sp.Eq(n_words, lat_level * bw_level * parts / (DIRECTIONS * word * (parts - 1)))
+    x5 = sp.Eq(
+        q_cross,
+        sp.Mul(
+            lat_level,
+            _half(bw_level),
+            sp.Mul(parts, sp.Pow(parts - 1, -1, evaluate=False), evaluate=False),
+            evaluate=False,
+        ),
+    )
+    return derivation(
+        "collectives-crossover",
+        "Where bandwidth time equals latency time",
+        [
+            Step(
+                "A small all-reduce is latency-bound and a large one bandwidth-bound; the two "
+                "regimes meet where the bandwidth time equals the latency time.",
+                x1,
+            ),
+            Step(
+                "Take one all-reduce among p GPUs (at least two) at one level.",
+                x2,
+                using=ONE_ALLREDUCE,
+            ),
+            Step("Two phases.", x3, using=CONSTANTS),
+            Step("Solve for the number of words.", x4, solve_for=n_words),
+            Step(
+                "In bytes: the latency times the one-way bandwidth, the bytes a link carries "
+                "while one message waits, times p / (p - 1), which tends to one as the ring "
+                "grows.  Below this size latency dominates; above it, bandwidth.",
+                x5,
+                using=CROSSOVER_BYTES,
+                solve_for=q_cross,
+            ),
+        ],
+        chapter=CHAPTER,
+        notes=(
+            "The crossover is the bandwidth-delay product of the link, because the paper charges "
+            "one latency per phase; a model charging p - 1 latencies per phase would move it "
+            "up by about a factor p.",
+        ),
+    )
+
+
+CROSSOVER: sp.Expr = crossover_derivation().result.rhs
+# The crossover of a large ring, p -> infinity: the link's bandwidth-delay product.
+CROSSOVER_LARGE_RING: sp.Expr = sp.limit(CROSSOVER, parts, sp.oo)
+
+
+@cache
+def _numeric_crossover():
+    return sp.lambdify((parts, bw_level, lat_level), CROSSOVER, "numpy")
+
+
+def crossover_bytes(scn: Scenario, participants: Any, level: int) -> np.ndarray | float:
+    """Bytes of the vector at which one ring all-reduce among ``participants`` (at least two) at
+    ``level`` takes as long in bandwidth as in latency (the ``collectives-crossover``
+    derivation).  Smaller vectors are latency-bound, larger ones bandwidth-bound.  Infinite when
+    the network has no bandwidth limit."""
+    scn = _check_scenario(scn)
+    level = check_level(level)
+    p = _numbers("participants", participants, minimum=2, strict=False, whole=True)
+    if level == 0:
+        _check_node(scn, p, "participants")
+    value = _numeric_crossover()(p, level_bandwidth(scn, level), level_latency(scn, level))
+    return _out([value], p.shape)[0]
+
+
+def crossover_bytes_split(
+    scn: Scenario, p_intra: Any, p_inter: Any, overlap_levels: bool = True
+) -> np.ndarray | float:
+    """Bytes of the vector at which a two-level all-reduce (``p_intra`` GPUs in each of
+    ``p_inter`` nodes, at least two GPUs in all) takes as long in bandwidth as in latency.
+
+    The bandwidth time of :func:`allreduce_time_split` is proportional to the words and its
+    latency does not depend on them, so the crossover is the latency over the bandwidth time of
+    one word.  Infinite when the network has no bandwidth limit.
+    """
+    scn = _check_scenario(scn)
+    p0 = _numbers("p_intra", p_intra, minimum=1, strict=False, whole=True)
+    p1 = _numbers("p_inter", p_inter, minimum=1, strict=False, whole=True)
+    if np.any(p0 * p1 < 2):
+        raise ValueError(
+            f"p_intra * p_inter: got {float(np.min(p0 * p1))!r}; expected at least two GPUs "
+            "(alone, a GPU sends nothing and waits for nothing)"
+        )
+    per_word = allreduce_time_split(scn, 1.0, p0, p1, overlap_levels=overlap_levels)
+    with np.errstate(divide="ignore"):
+        words = np.divide(per_word.latency, per_word.bandwidth)
+    return _out([words * float(scn["model.word_bytes"])], np.shape(words))[0]
+
+
+# --- When the two levels take equally long ----------------------------------------------
+@cache
+def balance_expr() -> sp.Eq:
+    """The between-node bandwidth at which both levels of a two-level all-reduce take the same
+    bandwidth time, solved by sympy from the level terms of the two-level derivation."""
+    level0, level1 = _two_level_bandwidth()
+    (solution,) = sp.solve(sp.Eq(level0, level1), bw1)
+    return sp.Eq(bw1, sp.factor(solution))
+
+
+@cache
+def _numeric_balance():
+    return sp.lambdify((parts0, parts1, bw0), balance_expr().rhs, "numpy")
+
+
+def balanced_inter_bandwidth(scn: Scenario, p_intra: Any, p_inter: Any) -> np.ndarray | float:
+    """Bidirectional between-node bandwidth per GPU (bytes/s) at which the two levels of an
+    all-reduce among ``p_intra`` GPUs in each of ``p_inter`` nodes (both at least two) take
+    equally long, on a two-level network whose nodes have the scenario's NVLink bandwidth
+    (``network.intra_node.bandwidth``).  A slower InfiniBand level binds; a faster one leaves
+    NVLink binding."""
+    scn = _check_scenario(scn)
+    p0 = _numbers("p_intra", p_intra, minimum=2, strict=False, whole=True)
+    p1 = _numbers("p_inter", p_inter, minimum=2, strict=False, whole=True)
+    _check_node(scn, p0, "p_intra")
+    shape = np.broadcast_shapes(p0.shape, p1.shape)
+    value = _numeric_balance()(p0, p1, float(scn["network.intra_node.bandwidth"]))
+    return _out([value], shape)[0]
+
+
+# --- Figures -----------------------------------------------------------------------------------
+def link_name(scn: Scenario, level: int) -> str:
+    """What carries ``level`` in the scenario's topology: NVLink, InfiniBand or no limit."""
+    topology = _check_topology(_check_scenario(scn))
+    if topology == "unlimited":
+        return "an unlimited network"
+    return "InfiniBand" if topology == "two-level" and check_level(level) == 1 else "NVLink"
+
+
+def node_grid(scn: Scenario, max_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Participants for the figures: 1 to ``network.node_size`` GPUs in one node, then whole
+    nodes, doubling up to ``max_nodes``.  Returns (GPUs per node, nodes), as arrays."""
+    node = int(_check_scenario(scn)["network.node_size"])
+    n = int(_numbers("max_nodes", max_nodes, minimum=1, strict=False, whole=True))
+    nodes = [1 << k for k in range(1, n.bit_length()) if 1 << k <= n]
+    p0 = np.array([*range(1, node + 1), *[node] * len(nodes)], dtype=float)
+    p1 = np.array([*[1] * node, *nodes], dtype=float)
+    return p0, p1
+
+
+def _positive(values: Any) -> bool:
+    return bool(np.all(np.asarray(values) > 0) and np.all(np.isfinite(values)))
+
+
+def _widen(ax: Any, decades: float = 2.0) -> None:
+    """Give a log axis at least ``decades`` decades, so that flat lines do not fill it."""
+    lo, hi = ax.get_ylim()
+    if hi / lo < 10**decades:
+        middle = math.sqrt(lo * hi)
+        ax.set_ylim(middle / 10 ** (decades / 2), middle * 10 ** (decades / 2))
+
+
+def figure_allreduce_time(
+    scn: Scenario, nodes: int, mark_words: float | None = None, mark_label: str = ""
+) -> Any:
+    """Time of one all-reduce against the size of the vector, in one node and over ``nodes``
+    nodes (two levels), with each one's latency floor, bandwidth asymptote and crossover.
+
+    ``mark_words`` (optional) draws a vertical line at a vector of that many words.
+    """
+    import matplotlib.pyplot as plt
+
+    from .figures import PALETTE, apply_style
+
+    apply_style()
+    scn = _check_scenario(scn)
+    node = int(scn["network.node_size"])
+    word_bytes = float(scn["model.word_bytes"])
+    size = np.geomspace(1e3, 1e12, 361)  # bytes of the vector
+    words = size / word_bytes
+    cases = [
+        (
+            f"one node: {node} GPUs over {link_name(scn, 0)}",
+            allreduce_time(scn, words, node, 0),
+            crossover_bytes(scn, node, 0),
+        ),
+        (
+            f"{nodes} nodes of {node} GPUs: two levels",
+            allreduce_time_split(scn, words, node, nodes),
+            crossover_bytes_split(scn, node, nodes),
+        ),
+        (
+            f"one flat ring of {node * nodes} GPUs over {link_name(scn, 1)}",
+            allreduce_time(scn, words, node * nodes, 1),
+            crossover_bytes(scn, node * nodes, 1),
+        ),
+    ]
+    fig, ax = plt.subplots(figsize=(7.6, 4.6))
+    for (label, t, cross), color in zip(cases, PALETTE, strict=False):
+        ax.plot(size, t.total, color=color, lw=2, label=label)
+        ax.plot(size, np.broadcast_to(t.latency, size.shape), color=color, lw=1, ls=":")
+        if _positive(t.bandwidth):
+            ax.plot(size, t.bandwidth, color=color, lw=1, ls="--", alpha=0.7)
+        if np.isfinite(cross):
+            at = np.interp(np.log(cross), np.log(size), t.total)
+            ax.plot([cross], [at], "o", color=color, ms=6, mfc="white", mew=1.5)
+    if mark_words is not None:
+        ax.axvline(mark_words * word_bytes, color=PALETTE[6], lw=1, alpha=0.7)
+        ax.annotate(
+            mark_label,
+            (mark_words * word_bytes, 0.02),
+            xycoords=("data", "axes fraction"),
+            xytext=(-3, 0),
+            textcoords="offset points",
+            rotation=90,
+            ha="right",
+            va="bottom",
+            fontsize=8,
+            color=PALETTE[6],
+        )
+    ax.plot([], [], color="0.4", ls=":", lw=1, label="latency time")
+    ax.plot([], [], color="0.4", ls="--", lw=1, label="bandwidth time")
+    ax.plot([], [], "o", color="0.4", mfc="white", label="crossover: the two are equal")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _widen(ax)
+    ax.set_xlabel("size of the vector (bytes)")
+    ax.set_ylabel("time of one all-reduce (seconds)")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title(f"All-reduce time against vector size ({scn.name})", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def figure_allreduce_participants(scn: Scenario, words: float, max_nodes: int) -> Any:
+    """Against the number of GPUs taking part (one node, then whole nodes up to ``max_nodes``):
+    the bytes each GPU sends, as a multiple of the vector, in a flat ring and split over the two
+    levels (left); the time of an all-reduce of ``words`` words both ways (right)."""
+    import matplotlib.pyplot as plt
+
+    from .figures import PALETTE, apply_style
+    from .glue import sci
+
+    apply_style()
+    scn = _check_scenario(scn)
+    p0, p1 = node_grid(scn, max_nodes)
+    p = p0 * p1
+    vector = float(words) * float(scn["model.word_bytes"])
+    flat = allreduce_bytes(scn, words, p)
+    intra, inter = allreduce_bytes_split(scn, words, p0, p1)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 4.0))
+    left.plot(p, flat / vector, "o-", ms=3, color=PALETTE[0], label="flat ring: all bytes")
+    left.plot(p, intra / vector, "s--", ms=3, color=PALETTE[3], label="two levels: in the node")
+    left.plot(p, inter / vector, "^--", ms=3, color=PALETTE[1], label="two levels: between nodes")
+    left.set_ylabel("bytes sent per GPU / bytes of the vector")
+    left.set_ylim(bottom=0)
+    left.legend(loc="center right", fontsize=8)
+    left.set_title("Traffic per GPU", fontsize=10)
+
+    many = p > 1
+    ring = allreduce_time(scn, words, p[many], 1)
+    split = allreduce_time_split(scn, words, p0[many], p1[many])
+    level0, level1 = allreduce_time_levels(scn, words, p0[many], p1[many])
+    right.plot(
+        p[many], ring.total, "o-", ms=3, color=PALETTE[0],
+        label=f"flat ring over {link_name(scn, 1)}, one GPU per node",
+    )  # fmt: skip
+    right.plot(p[many], split.total, "D-", ms=3, color=PALETTE[2], label="two levels")
+    if _positive(level0.bandwidth):
+        right.plot(
+            p[many], level0.bandwidth, "s--", ms=3, color=PALETTE[3],
+            label="  its in-node bandwidth time",
+        )  # fmt: skip
+    between = p1[many] > 1
+    if np.any(between) and _positive(level1.bandwidth[between]):
+        right.plot(
+            p[many][between], level1.bandwidth[between], "^--", ms=3, color=PALETTE[1],
+            label="  its between-node bandwidth time",
+        )  # fmt: skip
+    right.set_yscale("log")
+    _widen(right)
+    right.set_ylabel("time of one all-reduce (seconds)")
+    right.legend(loc="center right", fontsize=8)
+    right.set_title("Time of the all-reduce", fontsize=10)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("GPUs taking part")
+        ax.axvline(scn["network.node_size"], color="0.5", lw=0.8, ls=":")
+    fig.suptitle(f"All-reduce of a vector of {sci(vector)} bytes ({scn.name})", fontsize=10)
+    fig.tight_layout()
+    return fig

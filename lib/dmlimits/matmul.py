@@ -37,7 +37,7 @@ functions are lambdified from those same expressions and broadcast over numpy ar
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import sympy as sp
@@ -46,6 +46,9 @@ from . import symbols as s
 from . import units as u
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .scenario import Scenario
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 CHAPTER = "matmul"
 
@@ -202,9 +205,14 @@ def tile_grid(capacity: sp.Expr) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     return k, rows, k / rows
 
 
+def resident_bytes() -> sp.Expr:
+    """Bytes the weights and their gradients occupy where they live: two words per weight."""
+    return 2 * word * d1 * d2
+
+
 def streamed(capacity: sp.Expr) -> sp.Expr:
     """1 when the weights and their gradients (two words per weight) exceed ``capacity``, else 0."""
-    return sp.Piecewise((1, 2 * word * d1 * d2 > capacity), (0, True))
+    return sp.Piecewise((1, resident_bytes() > capacity), (0, True))
 
 
 def boundary_traffic(kind: str, rows: sp.Expr, cols: sp.Expr, streaming: sp.Expr) -> sp.Expr:
@@ -250,28 +258,52 @@ def shared_bandwidth() -> sp.Expr:
     return n_banks * bank_width * n_sms * clock * s.eff_util
 
 
+BOUNDARIES = ("hbm-l2", "l2-sm", "sm-sm", "shared-registers")
+
+
+def boundary_capacities(multicast: bool) -> dict[str, sp.Expr]:
+    """Usable bytes of the level below each boundary, symbolic.
+
+    Tile sizes: ``hbm-l2`` (the usable L2), ``l2-sm`` (the usable registers of one SM, or of all
+    SMs together with multicast), ``sm-sm`` (one SM's registers, the tiles that distributed
+    shared memory spreads; with multicast only) and ``shared-registers`` (one processing block's
+    usable registers).  Residence: ``l2-resident`` (weights and gradients that fit here stay in
+    L2) and ``registers-resident`` (the usable registers of all SMs together).
+    """
+    block_room = usable * cap_reg
+    sm_room = n_blocks * block_room
+    all_sms = n_sms * sm_room
+    rooms = {
+        "hbm-l2": usable * cap_l2,
+        "l2-sm": all_sms if multicast else sm_room,
+        "shared-registers": block_room,
+        "l2-resident": usable * cap_l2,
+        "registers-resident": all_sms,
+    }
+    if multicast:
+        rooms["sm-sm"] = sm_room
+    return rooms
+
+
 @cache
 def traffic_expressions(kind: str, multicast: bool) -> dict[str, sp.Expr]:
     """Bytes through HBM, L2 and shared memory (keys of :data:`LEVELS`), symbolic."""
     kind = check_kind(kind)
+    room = boundary_capacities(multicast)
     # HBM-L2: one L2, tiles of its usable capacity.
-    l2_room = usable * cap_l2
-    _, rows, cols = tile_grid(l2_room)
-    hbm_l2 = boundary_traffic(kind, rows, cols, streamed(l2_room))
+    _, rows, cols = tile_grid(room["hbm-l2"])
+    hbm_l2 = boundary_traffic(kind, rows, cols, streamed(room["l2-resident"]))
     # L2-SM: each SM holds a tile in its blocks' registers; with multicast all SMs act as one.
-    sm_room = n_blocks * usable * cap_reg
-    all_sms = n_sms * sm_room
-    _, rows, cols = tile_grid(all_sms if multicast else sm_room)
-    l2_sm = boundary_traffic(kind, rows, cols, streamed(all_sms))
+    _, rows, cols = tile_grid(room["l2-sm"])
+    l2_sm = boundary_traffic(kind, rows, cols, streamed(room["registers-resident"]))
     if multicast:
-        _, rows, cols = tile_grid(sm_room)
+        _, rows, cols = tile_grid(room["sm-sm"])
         between_sms = multicast_traffic(rows, cols)
     else:
         between_sms = sp.Integer(0)
     # Shared memory-registers: each processing block holds a tile.
-    block_room = usable * cap_reg
-    _, rows, cols = tile_grid(block_room)
-    sm_reg = boundary_traffic(kind, rows, cols, streamed(n_sms * n_blocks * block_room))
+    _, rows, cols = tile_grid(room["shared-registers"])
+    sm_reg = boundary_traffic(kind, rows, cols, streamed(room["registers-resident"]))
     return {"hbm": hbm_l2, "l2": hbm_l2 + l2_sm, "shared": l2_sm + between_sms + sm_reg}
 
 
@@ -571,3 +603,275 @@ def min_nanobatch(scn: Scenario, derated: bool = True) -> float:
             float(scn["hardware.hbm_bandwidth"]),
         )
     )
+
+
+# --- The hierarchy in numbers ----------------------------------------------------------------
+@cache
+def _hardware_function(exprs: tuple[sp.Expr, ...]):
+    body = [CONSTANTS.apply(e) for e in exprs]
+    return sp.lambdify((d1, d2, *_HARDWARE), body, "numpy")
+
+
+def _hardware_numbers(scn: Scenario, exprs: tuple[sp.Expr, ...], x1=1.0, x2=1.0) -> list:
+    return _hardware_function(exprs)(x1, x2, *_hardware_values(scn))
+
+
+def memory_levels(scn: Scenario) -> dict[str, float]:
+    """Bandwidths (byte/s) and usable capacities (bytes) of one GPU's hierarchy, as the model
+    uses them.
+
+    Keys: ``hbm_bandwidth``, ``l2_bandwidth``, ``shared_bandwidth`` (banks x bank width x SMs x
+    derated clock); ``l2_usable`` (the usable L2), ``sm_registers_usable`` (one SM's usable
+    registers), ``all_registers_usable`` (every SM's) and ``block_registers_usable``; and
+    ``l2_resident_weights`` and ``registers_resident_weights``, the most weights whose values
+    and gradients stay in L2 and in the registers.
+    """
+    scn = _check_scenario(scn)
+    room = boundary_capacities(False)
+    per_weight = resident_bytes() / (d1 * d2)
+    exprs = (
+        bw_hbm,
+        bw_l2,
+        shared_bandwidth(),
+        room["hbm-l2"],
+        n_blocks * room["shared-registers"],
+        room["registers-resident"],
+        room["shared-registers"],
+        room["l2-resident"] / per_weight,
+        room["registers-resident"] / per_weight,
+    )
+    keys = (
+        "hbm_bandwidth",
+        "l2_bandwidth",
+        "shared_bandwidth",
+        "l2_usable",
+        "sm_registers_usable",
+        "all_registers_usable",
+        "block_registers_usable",
+        "l2_resident_weights",
+        "registers_resident_weights",
+    )
+    return {k: float(v) for k, v in zip(keys, _hardware_numbers(scn, exprs), strict=True)}
+
+
+def tiling(scn: Scenario, d1: Any, d2: Any) -> dict[str, dict[str, float]]:
+    """How a ``d1 x d2`` weight shard is tiled at each boundary of ``scn``'s GPU.
+
+    For each of :data:`BOUNDARIES` (``sm-sm`` only with distributed shared memory): ``tiles``
+    (the fewest that fit), ``rows`` and ``cols`` of tiles (fractional, as in the model), and the
+    tile's ``height`` and ``width`` in words.  Scalars only.
+    """
+    scn = _check_scenario(scn)
+    a1, a2 = float(_dimension("d1", d1)), float(_dimension("d2", d2))
+    room = boundary_capacities(bool(scn["hardware.distributed_shared_memory"]))
+    names = [k for k in BOUNDARIES if k in room]
+    exprs = tuple(e for k in names for e in tile_grid(room[k]))
+    values = _hardware_numbers(scn, exprs, a1, a2)
+    out = {}
+    for i, name in enumerate(names):
+        k, rows, cols = (float(x) for x in values[3 * i : 3 * i + 3])
+        out[name] = {
+            "tiles": k,
+            "rows": rows,
+            "cols": cols,
+            "height": a1 / rows,
+            "width": a2 / cols,
+        }
+    return out
+
+
+def weights_streamed(scn: Scenario, d1: Any, d2: Any) -> dict[str, bool]:
+    """Whether a ``d1 x d2`` shard's weights and gradients stream from HBM into L2 (``hbm``) and
+    from L2 into the SMs (``l2``), or stay resident below that boundary."""
+    scn = _check_scenario(scn)
+    a1, a2 = float(_dimension("d1", d1)), float(_dimension("d2", d2))
+    room = boundary_capacities(False)
+    exprs = (streamed(room["l2-resident"]), streamed(room["registers-resident"]))
+    hbm, l2 = _hardware_numbers(scn, exprs, a1, a2)
+    return {"hbm": bool(hbm), "l2": bool(l2)}
+
+
+@cache
+def _traffic_function(kind: str, multicast: bool):
+    q = traffic_expressions(kind, multicast)
+    body = [CONSTANTS.apply(q[k]) for k in LEVELS]
+    return sp.lambdify((d1, d2, b, *_HARDWARE), body, "numpy", cse=True)
+
+
+def level_traffic(
+    scn: Scenario, d1: Any, d2: Any, b: Any, kind: str
+) -> dict[str, np.ndarray | float]:
+    """Bytes one matmul moves through HBM, L2 and shared memory (keys of :data:`LEVELS`);
+    each over its bandwidth is that level's time in :func:`level_times`."""
+    scn = _check_scenario(scn)
+    kind = check_kind(kind)
+    a1, a2, ab = _dimension("d1", d1), _dimension("d2", d2), _dimension("b", b)
+    shape = np.broadcast_shapes(a1.shape, a2.shape, ab.shape)
+    multicast = bool(scn["hardware.distributed_shared_memory"])
+    values = _traffic_function(kind, multicast)(a1, a2, ab, *_hardware_values(scn))
+    out: dict[str, np.ndarray | float] = {}
+    for key, value in zip(LEVELS, values, strict=True):
+        arr = np.broadcast_to(np.asarray(value, dtype=float), shape)
+        out[key] = float(arr) if shape == () else np.array(arr)
+    return out
+
+
+def pass_efficiency(scn: Scenario, d1: Any, d2: Any, b: Any) -> np.ndarray | float:
+    """Efficiency of the three matmuls of one ``d1 x d2`` weight matrix on ``b`` tokens.
+
+    The forward pass and the weight gradient use the shard as it is; the activation gradient
+    multiplies by its transpose, a ``d2 x d1`` operand.  Their useful FLOP over their summed
+    time at the peak rate (a training step runs all three for every weight matrix).
+    """
+    total = (
+        matmul_time(scn, d1, d2, b, "forward")
+        + matmul_time(scn, d2, d1, b, "activation-grad")
+        + matmul_time(scn, d1, d2, b, "weight-grad")
+    )
+    useful = len(KINDS) * _useful_flop(d1, d2, b)
+    result = useful / (total * _check_scenario(scn).peak_flops)
+    return float(result) if np.ndim(result) == 0 else result
+
+
+def _useful_flop(d1: Any, d2: Any, b: Any) -> np.ndarray:
+    """One multiply-accumulate per weight per token (no padding)."""
+    return FLOP_PER_MAC * np.asarray(d1, float) * np.asarray(d2, float) * np.asarray(b, float)
+
+
+def arithmetic_intensity(
+    scn: Scenario, d1: Any, d2: Any, b: Any, kind: str
+) -> dict[str, np.ndarray | float]:
+    """Useful FLOP per byte moved at each level (keys of :data:`LEVELS`)."""
+    q = level_traffic(scn, d1, d2, b, kind)
+    flop = _useful_flop(d1, d2, b)
+    out: dict[str, np.ndarray | float] = {}
+    for key in LEVELS:
+        value = flop / np.asarray(q[key])
+        out[key] = float(value) if np.ndim(value) == 0 else value
+    return out
+
+
+def machine_balance(scn: Scenario) -> dict[str, float]:
+    """The derated FLOP rate over each level's bandwidth (FLOP per byte): a level keeps up with
+    the arithmetic when a matmul's :func:`arithmetic_intensity` there is at least this."""
+    scn = _check_scenario(scn)
+    rate = float(scn["hardware.effective_utilization"]) * scn.peak_flops
+    levels = memory_levels(scn)
+    return {key: rate / levels[f"{key}_bandwidth"] for key in LEVELS}
+
+
+# --- The paper's printed table ---------------------------------------------------------------
+_TABLE_FILE = "paper1_matmul_efficiency.csv"
+_SET_PREFIX = "# scenario-set:"
+
+
+def printed_table() -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The H100 efficiencies printed by the authors' code (Erdil & Schneider-Joseph 2024), and the
+    ``key=value`` scenario settings of the hardware they were printed with (the file's header).
+
+    Each row: ``gpu``, ``d1``, ``d2``, ``kind``, ``nanobatch`` (ints where whole) and the printed
+    ``efficiency``.
+    """
+    import csv
+    from importlib import resources
+
+    lines = (resources.files("dmlimits") / "data" / _TABLE_FILE).read_text().splitlines()
+    sets = tuple(ln[len(_SET_PREFIX) :].strip() for ln in lines if ln.startswith(_SET_PREFIX))
+    rows = []
+    for row in csv.DictReader(ln for ln in lines if not ln.startswith("#")):
+        rows.append(
+            {
+                "gpu": row["gpu"],
+                "d1": int(row["d1"]),
+                "d2": int(row["d2"]),
+                "kind": check_kind(row["kind"]),
+                "nanobatch": int(row["nanobatch"]),
+                "efficiency": float(row["efficiency"]),
+            }
+        )
+    return rows, sets
+
+
+# --- Figures ---------------------------------------------------------------------------------
+_LEVEL_LABELS = {
+    "hbm": "HBM",
+    "l2": "L2",
+    "shared": "shared memory",
+    "arithmetic": "arithmetic",
+    "latency": "kernel latency",
+}
+
+
+def figure_efficiency_map(scenarios: list[Scenario], aspect: float, n: int = 64) -> Figure:
+    """Heat maps of :func:`pass_efficiency` against nanobatch and shard size, one panel per
+    scenario; shards are ``d x aspect d``; the dashed line is :func:`min_nanobatch`."""
+    import matplotlib.pyplot as plt
+
+    from .figures import PALETTE
+
+    nb = np.geomspace(PAD_MULTIPLE, 2**14, n)
+    side = np.geomspace(2**8, 2**16, n)
+    vmax = max(float(scn["hardware.effective_utilization"]) for scn in scenarios)
+    fig, axes = plt.subplots(
+        1,
+        len(scenarios),
+        figsize=(3.0 * len(scenarios) + 1.2, 3.7),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    mesh = None
+    for ax, scn in zip(axes[0], scenarios, strict=True):
+        eff = pass_efficiency(scn, side[:, None], aspect * side[:, None], nb[None, :])
+        mesh = ax.pcolormesh(nb, side, eff, vmin=0, vmax=vmax, cmap="viridis", shading="auto")
+        lines = ax.contour(
+            nb, side, eff, levels=np.arange(2, 9, 2) / 10, colors="white", linewidths=0.6
+        )
+        ax.clabel(lines, fmt="%.1f", fontsize=7)
+        ax.axvline(min_nanobatch(scn), color=PALETTE[2], ls="--", lw=1.4)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xlabel("nanobatch $b$ (tokens)")
+        ax.set_title(scn.gpu_label, fontsize=10)
+        ax.grid(False)
+    axes[0][0].set_ylabel(f"shard side $d$ (shard $d \\times {aspect:g}d$)")
+    fig.colorbar(mesh, ax=list(axes[0]), label="efficiency (fraction of peak)", pad=0.02)
+    return fig
+
+
+def figure_level_times(scn: Scenario, d1: Any, d2: Any, kind: str) -> Figure:
+    """The time of each part of one matmul against the nanobatch, for one shard: the roofline
+    the model takes the maximum of, and the efficiency that results."""
+    import matplotlib.pyplot as plt
+
+    from .figures import PALETTE
+
+    nb = np.arange(PAD_MULTIPLE, 2**13 + 1, PAD_MULTIPLE, dtype=float)
+    parts = level_times(scn, d1, d2, nb, kind)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.8))
+    styles = ("-", "-", "--", "-", "-.")
+    for i, key in enumerate((*LEVELS, "arithmetic", "latency")):
+        value = np.broadcast_to(parts[key], nb.shape)
+        left.plot(nb, value * 1e6, color=PALETTE[i], ls=styles[i], label=_LEVEL_LABELS[key])
+    left.plot(nb, parts["total"] * 1e6, color="black", lw=2, ls=":", label="total")
+    left.set_ylabel("time (µs)")
+    left.legend(fontsize=8, loc="upper left")
+    eff = matmul_efficiency(scn, d1, d2, nb, kind)
+    right.plot(nb, eff, color=PALETTE[0])
+    right.axhline(
+        scn["hardware.effective_utilization"],
+        color=PALETTE[2],
+        ls="--",
+        label="effective utilization",
+    )
+    right.axvline(min_nanobatch(scn), color=PALETTE[1], ls=":", label="minimum nanobatch")
+    right.set_ylabel("efficiency (fraction of peak)")
+    right.set_ylim(0, 1)
+    right.legend(fontsize=8, loc="lower right")
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("nanobatch $b$ (tokens)")
+    left.set_yscale("log")
+    fig.suptitle(f"{d1:g} × {d2:g} shard, {kind}, {scn.gpu_label}", fontsize=10)
+    fig.tight_layout()
+    return fig

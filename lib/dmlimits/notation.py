@@ -8,6 +8,12 @@ from .units import unit_latex
 
 CHAPTER_TITLES = {
     "model": "The model of training",
+    "matmul": "One matmul on one GPU",
+    "collectives": "Collectives on a two-level network",
+    "data_parallel": "Data parallelism",
+    "tensor_parallel": "Tensor parallelism",
+    "pipeline": "Pipeline parallelism",
+    "expert_parallel": "Expert parallelism",
 }
 
 

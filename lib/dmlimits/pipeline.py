@@ -30,12 +30,17 @@ public code).  This module derives the parts of that model that belong to the pi
 The bubble formulas are derived in sympy as registered derivations (chapter ``pipeline``); the
 numeric functions are lambdified from the same expressions and broadcast over numpy arrays.
 The schedules themselves are simulated slot by slot in ``tests/test_pipeline.py``, independently
-of these formulas.
+of these formulas.  The module also lays schedules out itself (:func:`schedule`,
+:func:`schedule_zero_bubble`), for the chapter's Gantt charts and for
+:func:`compare_interleaved_orders`, which sets Megatron-LM's interleaved order and breadth-first
+interleaving against the formula; the tests check those layouts against their own simulator.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from fractions import Fraction
 from functools import cache
 from typing import Any
 
@@ -44,6 +49,7 @@ import sympy as sp
 
 from . import symbols as s
 from . import units as u
+from .collectives import lat_level as _lat_level
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .matmul import word
 
@@ -374,6 +380,20 @@ COST_FORMULAS = {
     "flush": (flush_time_derivation().result.rhs, u.second),
 }
 
+# The summary page's row (dmlimits.summary): bytes across one stage boundary in a step for the
+# n_tok tokens of a pipeline, and the latency a step pays, one message per boundary and direction.
+SUMMARY = {
+    "parallelism": "pipeline",
+    "what_moves": (
+        "each token's activations forward and their gradients backward across every stage "
+        "boundary (every chunk boundary with interleaving), point to point"
+    ),
+    "volume": BOUNDARY_BYTES,
+    "link": "InfiniBand between nodes (NVLink for consecutive stages that share a node)",
+    "overlaps_compute": True,
+    "latency": BOUNDARY_PASSES * CROSSINGS * _lat_level,
+}
+
 
 # --- Checks --------------------------------------------------------------------------------
 def _counts(name: str, value: Any, minimum: int = 1) -> np.ndarray:
@@ -465,6 +485,8 @@ def _numeric(what: str):
         return sp.lambdify((s.d_model, n_tok, word), BOUNDARY_BYTES, "numpy")
     if what == "crossings":
         return sp.lambdify((n_pp, interleave), CROSSINGS, "numpy")
+    if what == "flush":
+        return sp.lambdify((t_busy, bubble), flush_time_derivation().result.rhs, "numpy")
     raise KeyError(what)
 
 
@@ -482,6 +504,23 @@ def bubble_fraction(n_pp: Any, m: Any, v: Any = 1, zero_bubble: bool = False) ->
         check_zero_bubble(p, mm, vv)
         return _out(0.0, shape)
     return _out(_numeric("bubble")(p, mm, vv), shape)
+
+
+def flush_time(busy: Any, fraction: Any) -> np.ndarray | float:
+    """The time of a flush whose GPUs compute for ``busy`` seconds and idle a share ``fraction``
+    of it: ``t_busy / (1 - f)`` (the ``pipeline-flush-time`` derivation).  With ``busy = 1`` it is
+    the factor by which the bubble stretches the step's compute."""
+    b = _positive("busy", busy)
+    try:
+        f = np.asarray(fraction, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"fraction: got {fraction!r:.80}; expected a number in [0, 1)") from None
+    ok = np.isfinite(f) & (f >= 0) & (f < 1)
+    if not np.all(ok):
+        bad = f[~ok].flat[0] if f.ndim else f
+        raise ValueError(f"fraction: got {float(bad)!r}; expected a number in [0, 1)")
+    shape = np.broadcast_shapes(b.shape, f.shape)
+    return _out(_numeric("flush")(b, f), shape)
 
 
 def microbatches_for_bubble(n_pp: Any, max_fraction: Any, v: Any = 1) -> np.ndarray | float:
@@ -563,3 +602,429 @@ def valid_microbatches(
     k = _integer("count", count)
     least = ZERO_BUBBLE_MICROBATCHES_PER_STAGE * p if zero_bubble else p
     return tuple(d for d in _divisors(seqs) if d >= least)[:k]
+
+
+def deepest_pipeline(n_layers: Any, batch_sequences: Any, zero_bubble: bool = True) -> int:
+    """The most stages one pipeline can have: the largest power of two ``N_PP`` that divides
+    ``n_layers`` and leaves a valid microbatch count (:func:`valid_microbatches`) for a pipeline
+    handling ``batch_sequences`` sequences per step; 1 when no deeper pipeline has one.
+
+    Powers of two because the paper's clusters are ``S 2^i`` GPUs, so for a dense model every
+    parallelism degree is one (Erdil & Schneider-Joseph 2024; reference notes, section 2).
+    """
+    layers = _integer("n_layers", n_layers)
+    seqs = _integer("batch_sequences", batch_sequences)
+    zero_bubble = _flag("zero_bubble", zero_bubble)
+    p = layers & -layers  # the largest power of two dividing the layers
+    while p > 1 and not valid_microbatches(p, seqs, zero_bubble=zero_bubble, count=1):
+        p //= 2
+    return p
+
+
+# --- Schedules, slot by slot -------------------------------------------------------------------
+# The closed forms above count slots.  The functions below lay the slots out on each GPU's
+# timeline, so that the book can draw a schedule and set orders of passes against the formula.
+# tests/test_pipeline.py checks them against a list scheduler written there independently.
+
+# In the paper's accounting a forward pass is one matmul per weight matrix and a backward pass two
+# (activation gradient and weight gradient): in forward slots, a backward pass lasts two.
+BACKWARD_SLOTS = 2
+SCHEDULE_ORDERS = ("1f1b", "interleaved", "breadth-first")
+PASS_KINDS = {"F": "forward", "B": "backward", "W": "weight gradient"}
+
+
+@dataclass(frozen=True, order=True)
+class ScheduledPass:
+    """One pass of one microbatch through one chunk, placed on its GPU's timeline.
+
+    ``kind`` is ``"F"`` (forward), ``"B"`` (backward; in zero bubble only its activation-gradient
+    half) or ``"W"`` (the weight-gradient half, zero bubble only).  Chunk ``k`` lives on GPU
+    ``k mod N_PP``.  Times are in slots of one forward pass through one chunk.
+    """
+
+    start: int
+    gpu: int
+    kind: str
+    chunk: int
+    micro: int
+    end: int
+
+
+class ScheduleDeadlock(ValueError):
+    """An order asks a GPU for a pass whose inputs can never arrive."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Every pass of a schedule, with its order's name and sizes (``steps`` flushes or steps)."""
+
+    order: str
+    n_pp: int
+    m: int
+    v: int
+    passes: tuple[ScheduledPass, ...]
+    steps: int = 1
+
+    @property
+    def makespan(self) -> int:
+        """Slots from the first pass to the end of the last."""
+        return max(p.end for p in self.passes)
+
+    def busy(self, gpu: int) -> int:
+        """Slots in which ``gpu`` computes."""
+        return sum(p.end - p.start for p in self.passes if p.gpu == gpu)
+
+    @property
+    def bubble(self) -> Fraction:
+        """The idle share of the makespan, over all GPUs: what the bubble formulas count."""
+        total = self.n_pp * self.makespan
+        return Fraction(total - sum(self.busy(g) for g in range(self.n_pp)), total)
+
+    def gaps(self, gpu: int) -> int:
+        """Idle slots between ``gpu``'s first pass and the end of its last."""
+        mine = [p for p in self.passes if p.gpu == gpu]
+        return max(p.end for p in mine) - min(p.start for p in mine) - self.busy(gpu)
+
+
+def _pass_inputs(kind: str, chunk: int, micro: int, n_chunks: int) -> list[tuple[str, int, int]]:
+    """The passes that must have ended before this one starts."""
+    if kind == "F":
+        return [("F", chunk - 1, micro)] if chunk > 0 else []
+    if kind == "B":
+        later = [("B", chunk + 1, micro)] if chunk < n_chunks - 1 else []
+        return [("F", chunk, micro), *later]
+    return [("B", chunk, micro)]
+
+
+def _order_1f1b(n_pp: int, m: int) -> list[list[tuple[str, int, int]]]:
+    """PipeDream-Flush: stage ``j`` runs ``N_PP - j - 1`` forward passes, then alternates."""
+    orders = []
+    for stage in range(n_pp):
+        warmup = min(n_pp - stage - 1, m)
+        order = [("F", stage, i) for i in range(warmup)]
+        for i in range(m - warmup):
+            order += [("F", stage, warmup + i), ("B", stage, i)]
+        orders.append(order + [("B", stage, i) for i in range(m - warmup, m)])
+    return orders
+
+
+def _order_interleaved(n_pp: int, v: int, m: int) -> list[list[tuple[str, int, int]]]:
+    """Megatron-LM's interleaved 1F1B: microbatches in groups of ``N_PP`` (one group of ``m``
+    when ``m < N_PP``), each group through chunk 0, then chunk 1, ...; backward passes in the same
+    groups, chunks reversed; ``2 (N_PP - j - 1) + (v - 1) g`` forward passes of warm-up on GPU
+    ``j``, then one forward and one backward alternately.  Megatron-LM defines it for ``m`` a
+    multiple of ``N_PP``; a last partial group is run as it comes."""
+    group = min(n_pp, m)
+    groups = [range(a, min(a + group, m)) for a in range(0, m, group)]
+    forward = [(c, i) for g in groups for c in range(v) for i in g]
+    backward = [(c, i) for g in groups for c in reversed(range(v)) for i in g]
+    total = v * m
+    orders = []
+    for gpu in range(n_pp):
+        warmup = min(2 * (n_pp - gpu - 1) + (v - 1) * group, total)
+        fwd = [("F", c * n_pp + gpu, i) for c, i in forward]
+        bwd = [("B", c * n_pp + gpu, i) for c, i in backward]
+        order = fwd[:warmup]
+        for a in range(total - warmup):
+            order += [fwd[warmup + a], bwd[a]]
+        orders.append(order + bwd[total - warmup :])
+    return orders
+
+
+def _order_breadth_first(n_pp: int, v: int, m: int) -> list[list[tuple[str, int, int]]]:
+    """Breadth-first interleaving (Lamy-Poirier 2023): every forward pass chunk by chunk, then
+    every backward pass, chunks reversed."""
+    return [
+        [("F", c * n_pp + gpu, i) for c in range(v) for i in range(m)]
+        + [("B", c * n_pp + gpu, i) for c in reversed(range(v)) for i in range(m)]
+        for gpu in range(n_pp)
+    ]
+
+
+def _list_schedule(
+    orders: list[list[tuple[str, int, int]]], n_chunks: int, durations: dict[str, int]
+) -> tuple[ScheduledPass, ...]:
+    """Each GPU runs its passes in its order, each as soon as the GPU is free and its inputs have
+    ended.  Raises :class:`ScheduleDeadlock` when no GPU can go on."""
+    n_pp = len(orders)
+    ends: dict[tuple[str, int, int], int] = {}
+    placed: list[ScheduledPass] = []
+    position, free = [0] * n_pp, [0] * n_pp
+    remaining = sum(map(len, orders))
+    while remaining:
+        progressed = False
+        for gpu, order in enumerate(orders):
+            while position[gpu] < len(order):
+                kind, chunk, micro = order[position[gpu]]
+                inputs = _pass_inputs(kind, chunk, micro, n_chunks)
+                if any(i not in ends for i in inputs):
+                    break
+                start = max([free[gpu]] + [ends[i] for i in inputs])
+                end = start + durations[kind]
+                ends[(kind, chunk, micro)] = end
+                placed.append(ScheduledPass(start, gpu, kind, chunk, micro, end))
+                free[gpu] = end
+                position[gpu] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise ScheduleDeadlock(
+                f"the order stalls with passes {position} of {[len(o) for o in orders]} placed"
+            )
+    return tuple(sorted(placed))
+
+
+def schedule(
+    n_pp: Any, m: Any, v: Any = 1, order: str = "1f1b", backward: Any = BACKWARD_SLOTS
+) -> Schedule:
+    """Lay out one flush of ``order`` for ``N_PP`` GPUs, ``m`` microbatches and ``v`` chunks per
+    GPU: every pass of every microbatch, as early as its inputs and its GPU allow.
+
+    ``order`` is ``"1f1b"`` (PipeDream-Flush, ``v = 1``; Narayanan et al. 2021),
+    ``"interleaved"`` (Megatron-LM's interleaved 1F1B; Narayanan et al. 2021) or
+    ``"breadth-first"`` (all forward passes, chunk by chunk, then all backward passes).  A
+    forward pass through one chunk takes one slot and a backward pass ``backward`` slots.
+    Raises :class:`ScheduleDeadlock` (a ValueError) where the order cannot finish: Megatron-LM's
+    order with a last partial group of microbatches can stall.
+    """
+    p, mm, vv = _integer("n_pp", n_pp), _integer("m", m), _integer("v", v)
+    b = _integer("backward", backward)
+    if order not in SCHEDULE_ORDERS:
+        raise ValueError(f"order: got {order!r}; expected one of {', '.join(SCHEDULE_ORDERS)}")
+    if order == "1f1b" and vv != 1:
+        raise ValueError(
+            f"v: got {vv} with order='1f1b'; expected 1 (use 'interleaved' or 'breadth-first')"
+        )
+    build = {
+        "1f1b": lambda: _order_1f1b(p, mm),
+        "interleaved": lambda: _order_interleaved(p, vv, mm),
+        "breadth-first": lambda: _order_breadth_first(p, vv, mm),
+    }[order]
+    try:
+        passes = _list_schedule(build(), vv * p, {"F": 1, "B": b})
+    except ScheduleDeadlock as err:
+        raise ScheduleDeadlock(
+            f"order={order!r} with n_pp={p}, m={mm}, v={vv}: {err}; Megatron-LM's interleaved "
+            "order expects m to be a multiple of n_pp (or at most n_pp)"
+        ) from None
+    return Schedule(order, p, mm, vv, passes)
+
+
+def schedule_zero_bubble(n_pp: Any, m: Any, steps: Any = 2) -> Schedule:
+    """Lay out ``steps`` optimizer steps of ZB-H2 (Qi et al. 2023) back to back, greedily.
+
+    The backward pass is split into its activation-gradient half ``B`` and its weight-gradient
+    half ``W``; forward, ``B`` and ``W`` passes take one slot each (two of a layer's six matmuls
+    each).  In every slot each stage runs, by preference, the next ``B`` whose inputs are ready,
+    else the next forward pass if its input is ready and fewer than ``2 N_PP - 1`` microbatches
+    await their ``W`` (ZB-H2's memory), else a pending ``W``.  A stage starts the next step's
+    forward passes once its own ``W`` passes of the step are done (Qi et al.'s post-validation
+    replaces the synchronous optimizer step).  Microbatch ``i`` of step ``k`` is numbered
+    ``k m + i``.  No interleaving: chunk ``j`` is stage ``j``.
+    """
+    p, mm, k = _integer("n_pp", n_pp), _integer("m", m), _integer("steps", steps)
+    total, cap = mm * k, ZERO_BUBBLE_MICROBATCHES_PER_STAGE * p - 1
+    ends: dict[tuple[str, int, int], int] = {}
+    placed: list[ScheduledPass] = []
+    nf, nb, nw = [0] * p, [0] * p, [0] * p
+
+    def done(key: tuple[str, int, int], t: int) -> bool:
+        return key in ends and ends[key] <= t
+
+    t = 0
+    while min(nw) < total:
+        for st in range(p):
+            pick = None
+            i = nf[st]
+            if (
+                nb[st] < nf[st]
+                and done(("F", st, nb[st]), t)
+                and (st == p - 1 or done(("B", st + 1, nb[st]), t))
+            ):
+                pick = ("B", st, nb[st])
+                nb[st] += 1
+            elif (
+                i < total
+                and (st == 0 or done(("F", st - 1, i), t))
+                and i - nw[st] < cap
+                and (i % mm or nw[st] == i)
+            ):
+                pick = ("F", st, i)
+                nf[st] += 1
+            elif nw[st] < nb[st]:
+                pick = ("W", st, nw[st])
+                nw[st] += 1
+            if pick is not None:
+                ends[pick] = t + 1
+                placed.append(ScheduledPass(t, st, pick[0], st, pick[2], t + 1))
+        t += 1
+    return Schedule("zero-bubble", p, mm, 1, tuple(sorted(placed)), steps=k)
+
+
+@dataclass(frozen=True)
+class OrderComparison:
+    """The paper's bubble formula against two interleaved orders at one ``(N_PP, m, v)``."""
+
+    n_pp: int
+    m: int
+    v: int
+    formula: float
+    megatron: Fraction | None  # Megatron-LM's interleaved 1F1B; None where it deadlocks
+    breadth_first: Fraction
+
+    @property
+    def megatron_defined(self) -> bool:
+        """Whether Megatron-LM accepts ``m``: a multiple of ``N_PP`` (or, here, at most it)."""
+        return self.m <= self.n_pp or self.m % self.n_pp == 0
+
+
+def compare_interleaved_orders(
+    stages: Any = range(1, 7),
+    microbatches: Any = range(1, 13),
+    interleaving: Any = (2, 3),
+    backward: Any = BACKWARD_SLOTS,
+) -> list[OrderComparison]:
+    """Simulate Megatron-LM's interleaved 1F1B and breadth-first interleaving at every
+    ``(N_PP, m, v)`` of the grid and set each against :func:`bubble_fraction`.
+
+    Breadth-first reaches the formula everywhere; Megatron-LM's order reaches it where ``m`` is a
+    multiple of ``N_PP`` or at most ``N_PP``, and otherwise idles more or deadlocks.
+    """
+    out = []
+    for p in stages:
+        for mm in microbatches:
+            for vv in interleaving:
+                try:
+                    megatron = schedule(p, mm, vv, "interleaved", backward).bubble
+                except ScheduleDeadlock:
+                    megatron = None
+                out.append(
+                    OrderComparison(
+                        int(p),
+                        int(mm),
+                        int(vv),
+                        float(bubble_fraction(p, mm, vv)),
+                        megatron,
+                        schedule(p, mm, vv, "breadth-first", backward).bubble,
+                    )
+                )
+    return out
+
+
+# --- Figures -----------------------------------------------------------------------------------
+def figure_bubble(
+    n_pp_values: Any,
+    n_pp_interleaved: Any,
+    v_values: Any,
+    max_fraction: Any | None = None,
+    m_max: Any | None = None,
+):
+    """The 1F1B bubble against the microbatch count: left, without interleaving for several
+    ``N_PP`` (a dot where zero bubble becomes possible, ``m = 2 N_PP``); right, one ``N_PP`` with
+    several interleaving factors, the waits ``z`` showing below ``m = N_PP``.  All values from
+    :func:`bubble_fraction`; a dashed line at ``max_fraction`` when given."""
+    import matplotlib.pyplot as plt
+
+    from .figures import PALETTE
+
+    stages = [_integer("n_pp_values", p) for p in n_pp_values]
+    p_int = _integer("n_pp_interleaved", n_pp_interleaved)
+    factors = [_integer("v_values", x) for x in v_values]
+    top = _integer("m_max", m_max) if m_max is not None else 8 * max([*stages, p_int])
+    m = np.arange(1, top + 1)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.8), sharey=True)
+    for i, p in enumerate(stages):
+        color = PALETTE[i % len(PALETTE)]
+        left.plot(m, bubble_fraction(p, m), color=color, label=rf"$N_{{PP}} = {p}$")
+        zb = ZERO_BUBBLE_MICROBATCHES_PER_STAGE * p
+        if zb <= top:
+            left.plot([zb], [bubble_fraction(p, zb)], "o", color=color, ms=5)
+    for i, vv in enumerate(factors):
+        right.plot(
+            m,
+            bubble_fraction(p_int, m, vv),
+            color=PALETTE[i % len(PALETTE)],
+            label=rf"$v = {vv}$",
+        )
+    right.axvline(p_int, color=PALETTE[-1], lw=0.8, ls=":")
+    right.set_title(rf"$N_{{PP}} = {p_int}$, interleaved", fontsize=10)
+    left.set_title("1F1B without interleaving (dots: zero bubble possible)", fontsize=10)
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_xlabel("microbatches per step, $m$")
+        if max_fraction is not None:
+            ax.axhline(float(max_fraction), color=PALETTE[-1], ls="--", lw=0.9)
+        ax.legend(loc="upper right", fontsize=8)
+    left.set_ylabel("bubble fraction $f$")
+    left.set_ylim(0, 1)
+    fig.tight_layout()
+    return fig
+
+
+def _draw_schedule(
+    ax: Any, sched: Schedule, scale: float, offset: float = 0.0, first_step: int = 0
+) -> None:
+    from .figures import PALETTE
+
+    colors = {"F": PALETTE[0], "B": PALETTE[1], "W": PALETTE[2]}
+    for p in sched.passes:
+        step, micro = divmod(p.micro, sched.m)
+        start, width = offset + p.start / scale, (p.end - p.start) / scale
+        ax.broken_barh(
+            [(start, width)],
+            (p.gpu - 0.42, 0.84),
+            facecolors=colors[p.kind],
+            alpha=0.55 if (step + first_step) % 2 else 1.0,
+            edgecolor="white",
+            linewidth=0.6,
+            hatch="////" if p.chunk >= sched.n_pp else None,
+        )
+        if width >= 1:
+            ax.text(
+                start + width / 2, p.gpu, str(micro + 1), ha="center", va="center",
+                fontsize=6, color="white",
+            )  # fmt: skip
+
+
+def figure_schedule(n_pp: Any, m: Any, v: Any, steps: Any = 2, backward: Any = BACKWARD_SLOTS):
+    """Gantt charts of ``steps`` steps on ``N_PP`` GPUs with ``m`` microbatches: 1F1B, Megatron-LM's
+    interleaved 1F1B with ``v`` chunks per GPU (one flush per step) and ZB-H2 (steps back to
+    back), from :func:`schedule` and :func:`schedule_zero_bubble`.  Time in slots of one forward
+    pass through a whole stage; numbers are microbatches; every second step pale, passes through
+    a GPU's second and later chunks hatched."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    from .figures import PALETTE
+
+    p, mm, vv = _integer("n_pp", n_pp), _integer("m", m), _integer("v", v)
+    k, b = _integer("steps", steps), _integer("backward", backward)
+    plain = schedule(p, mm, 1, "1f1b", b)
+    inter = schedule(p, mm, vv, "interleaved", b)
+    zb = schedule_zero_bubble(p, mm, k)
+    fig, axes = plt.subplots(3, 1, figsize=(9.5, 6.2), sharex=True)
+    panels = [
+        (plain, 1, f"1F1B: bubble {float(plain.bubble):.0%} of every flush"),
+        (inter, vv, f"interleaved 1F1B, v = {vv}: bubble {float(inter.bubble):.0%}"),
+        (zb, 1, "ZB-H2, steps back to back: no GPU idles between its first and last pass"),
+    ]
+    for ax, (sched, scale, title) in zip(axes, panels, strict=True):
+        if sched.steps > 1:
+            _draw_schedule(ax, sched, scale)
+        else:
+            for step in range(k):
+                _draw_schedule(ax, sched, scale, step * sched.makespan / scale, step)
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.set_yticks(range(p), [f"GPU {g + 1}" for g in range(p)])
+        ax.set_ylim(p - 0.5, -0.5)
+        ax.grid(False)
+    axes[-1].set_xlabel("time (slots of one forward pass through a stage)")
+    handles = [
+        Patch(color=PALETTE[0], label="forward"),
+        Patch(color=PALETTE[1], label="backward"),
+        Patch(color=PALETTE[2], label="weight gradient (ZB-H2)"),
+        Patch(facecolor="white", edgecolor=PALETTE[-1], hatch="////", label="later chunk"),
+    ]
+    fig.legend(handles=handles, loc="upper center", fontsize=8, ncol=4)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    return fig

@@ -1,0 +1,259 @@
+"""Expert parallelism (dmlimits.expert_parallel): derivations, units, and uniform routing simulated.
+
+The Monte Carlo simulation below is written here, independently of the library: it places the
+``S`` experts of a block on the GPUs of an expert-parallel group, ``ep_intra`` GPUs in each of
+``ep_inter`` nodes, routes tokens uniformly at random from one block to the next, and counts where
+each token's next expert lives.  The closed forms it is compared with always come from the
+library (lambdified from its sympy expressions), never retyped.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+from dmlimits import collectives as c
+from dmlimits import derivation, summary, units
+from dmlimits import expert_parallel as ep
+from dmlimits import pipeline as pp
+from dmlimits import scenario as sc
+from dmlimits import symbols as s
+from dmlimits.symbols import REGISTRY
+
+SPLITS = [(1, 1), (2, 1), (8, 1), (1, 4), (2, 3), (4, 5), (8, 16), (3, 7)]
+
+
+@pytest.fixture(scope="module")
+def scn():
+    return sc.resolve("h100-sparse")
+
+
+# --- Derivations and units ---------------------------------------------------------------------
+def _chapter_derivations():
+    return [d for d in derivation.all_derivations() if d.chapter == "expert_parallel"]
+
+
+def test_derivations_verify():
+    found = _chapter_derivations()
+    assert len(found) >= 2
+    for d in found:
+        d.verify()
+
+
+@pytest.mark.parametrize("name", sorted(ep.COST_FORMULAS))
+def test_cost_formulas_have_their_units(name):
+    expr, unit = ep.COST_FORMULAS[name]
+    units.check_unit(expr, REGISTRY.units, unit)
+
+
+def test_summary_entry():
+    entry = ep.SUMMARY
+    assert set(entry) == set(summary.KEYS)
+    assert entry["parallelism"] == "expert"
+    assert entry["overlaps_compute"] is True
+    units.check_unit(entry["volume"], REGISTRY.units, units.byte)
+    units.check_unit(entry["latency"], REGISTRY.units, units.second)
+    # The summary's volume is the two levels' expected bytes together.
+    total = ep.COST_FORMULAS["bytes_intra"][0] + ep.COST_FORMULAS["bytes_inter"][0]
+    assert sp.simplify(entry["volume"].subs(ep.n_ep, ep.n_ep0 * ep.n_ep1) - total) == 0
+
+
+def test_symbols_are_registered_for_the_chapter():
+    for sym in (ep.n_ep, ep.n_ep0, ep.n_ep1, ep.p_node, ep.p_net, ep.t_ep_bw, ep.ratio):
+        assert REGISTRY[sym].defined_in == "expert_parallel"
+    assert REGISTRY[s.n_experts].defined_in == "model"
+
+
+def test_bandwidth_is_the_collectives_point_to_point_time(scn):
+    """Each level's term is the probability times the collectives module's numeric p2p time."""
+    d, tokens, n_gpu, k = 8192.0, 3.0e6, 4096.0, 7.0
+    for n0, n1 in SPLITS:
+        prob = ep.remote_probabilities(n0, n1)
+        expected = sum(
+            p * c.p2p_time(scn, d, level, seq=2 * k, par=tokens, n_gpu=n_gpu).bandwidth
+            for p, level in ((prob.same_node, 0), (prob.other_node, 1))
+        )
+        got = ep.ep_time(scn, d, tokens, n0, n1, interfaces=k, n_gpu=n_gpu)
+        assert got.bandwidth == pytest.approx(expected, rel=1e-12)
+
+
+def test_bytes_times_interfaces_over_bandwidth_is_the_time(scn):
+    d, tokens, n_gpu = 4096.0, 1.0e6, 512.0
+    intra, inter = ep.ep_bytes(scn, d, tokens, 4, 8, n_gpu=n_gpu)
+    w0 = c.level_bandwidth(scn, 0) / 2
+    w1 = c.level_bandwidth(scn, 1) / 2
+    t = ep.ep_time(scn, d, tokens, 4, 8, interfaces=3, n_gpu=n_gpu)
+    assert t.bandwidth == pytest.approx(3 * (intra / w0 + inter / w1))
+    # All remote bytes: (1 - 1/N_EP) of the stage-boundary traffic, spread over the cluster.
+    boundary = pp.boundary_bytes(d, tokens, scn["model.word_bytes"])
+    assert intra + inter == pytest.approx((1 - 1 / 32) * boundary / n_gpu)
+
+
+# --- Monte Carlo: uniform routing ----------------------------------------------------------
+def simulate_routing(ep_intra: int, ep_inter: int, experts_per_gpu: int, tokens: int, seed: int):
+    """Counts of tokens whose next expert is on their GPU, on another GPU of their node, in
+    another node; and the bytes per GPU sent at each level (one word per token here)."""
+    rng = np.random.default_rng(seed)
+    n_gpu = ep_intra * ep_inter
+    n_experts = n_gpu * experts_per_gpu
+    gpu_of_expert = np.repeat(np.arange(n_gpu), experts_per_gpu)
+    rng.shuffle(gpu_of_expert)  # any even placement will do
+    node_of_gpu = np.arange(n_gpu) // ep_intra
+    here = rng.integers(n_experts, size=tokens)
+    there = rng.integers(n_experts, size=tokens)
+    g_here, g_there = gpu_of_expert[here], gpu_of_expert[there]
+    own = g_here == g_there
+    other = node_of_gpu[g_here] != node_of_gpu[g_there]
+    same = ~own & ~other
+    sent_same = np.bincount(g_here[same], minlength=n_gpu)
+    sent_other = np.bincount(g_here[other], minlength=n_gpu)
+    return own.sum(), same.sum(), other.sum(), sent_same.mean(), sent_other.mean()
+
+
+@pytest.mark.parametrize("seed, split", list(enumerate(SPLITS)))
+def test_simulation_matches_the_closed_form(seed, split):
+    n0, n1 = split
+    tokens = 200_000
+    own, same, other, _, _ = simulate_routing(n0, n1, 3, tokens, seed)
+    prob = ep.remote_probabilities(n0, n1)
+    for count, p in ((own, prob.own_gpu), (same, prob.same_node), (other, prob.other_node)):
+        sigma = math.sqrt(max(p * (1 - p), 1e-12) / tokens)
+        assert abs(count / tokens - p) <= 5 * sigma + 1e-12
+    assert prob.own_gpu + prob.remote == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("split", [(2, 3), (8, 4)])
+def test_simulated_bytes_per_gpu_match_ep_bytes(scn, split):
+    n0, n1 = split
+    tokens = 300_000
+    *_, mean_same, mean_other = simulate_routing(n0, n1, 2, tokens, 11)
+    # One d_model word per token and pass: d_model = 1, and the two passes and word size scale
+    # the simulation's per-GPU token counts into bytes.
+    scale = pp.BOUNDARY_PASSES * scn["model.word_bytes"]
+    intra, inter = ep.ep_bytes(scn, 1.0, tokens, n0, n1)
+    assert intra == pytest.approx(scale * mean_same, rel=0.02)
+    assert inter == pytest.approx(scale * mean_other, rel=0.02)
+
+
+def test_probabilities_vectorize_and_limits():
+    n0 = np.array([1, 8, 8, 1])
+    n1 = np.array([1, 1, 4, 16])
+    prob = ep.remote_probabilities(n0, n1)
+    assert prob.own_gpu == pytest.approx(1 / (n0 * n1))
+    assert prob.other_node[0] == 0 and prob.same_node[0] == 0
+    assert prob.other_node[1] == 0  # one node: everything stays on NVLink
+    assert prob.same_node[3] == 0  # one GPU per node: every remote token crosses nodes
+    assert isinstance(ep.remote_probabilities(2, 2).remote, float)
+
+
+# --- The gcd rule, the split, the pipeline -------------------------------------------------
+def test_ep_degree_is_the_gcd():
+    n = np.array([64, 96, 5 * 2**18, 7, 1024])
+    e = np.array([8, 9, 20, 14, 1])
+    got = ep.ep_degree(n, e)
+    assert list(got) == [math.gcd(int(a), int(b)) for a, b in zip(n, e, strict=True)]
+    assert ep.ep_degree(16, 8) == 8.0
+
+
+def test_paper_clusters_use_every_expert():
+    """Clusters of the form S 2^i (the paper's) give N_EP = S."""
+    experts = np.array([8, 9, 20, 36, 896])
+    assert np.array_equal(ep.ep_degree(experts * 2**10, experts), experts)
+
+
+def test_node_split():
+    intra, inter = ep.node_split(np.array([8, 9, 20, 64]), 8)
+    assert list(intra) == [8, 1, 4, 8] and list(inter) == [1, 9, 5, 8]
+
+
+def test_ep_only_interfaces():
+    assert ep.ep_only_interfaces(384) == 383
+    assert ep.ep_only_interfaces(384, 4, 96) == 0  # full interleaving
+    assert ep.ep_only_interfaces(384, 4, 1) == 380  # zero bubble: v = 1
+    # With the pipeline's crossings they add up to L - 1 interfaces.
+    assert ep.ep_only_interfaces(384, 4, 1) + pp.boundary_crossings(4, 1) == 383
+
+
+def test_crossing_takes_the_higher_level(scn):
+    d, tokens, n = 4096.0, 1.0e6, 1024.0
+    full0 = c.p2p_time(scn, d, 0, seq=2, par=tokens, n_gpu=n).bandwidth
+    full1 = c.p2p_time(scn, d, 1, seq=2, par=tokens, n_gpu=n).bandwidth
+    # Between nodes: every token takes InfiniBand, whatever the experts.
+    for n0, n1 in SPLITS:
+        assert ep.crossing_time(scn, d, tokens, n0, n1, 1, n_gpu=n).bandwidth == pytest.approx(
+            full1
+        )
+    # Inside a node with the group in one node: NVLink only.
+    assert ep.crossing_time(scn, d, tokens, 8, 1, 0, n_gpu=n).bandwidth == pytest.approx(full0)
+    # Inside a node with the group over four nodes: a quarter stays.
+    got = ep.crossing_time(scn, d, tokens, 2, 4, 0, n_gpu=n).bandwidth
+    assert got == pytest.approx(full0 / 4 + 3 * full1 / 4)
+    # A crossing is never cheaper than the expert traffic of the same interface.
+    assert got >= ep.ep_time(scn, d, tokens, 2, 4, n_gpu=n).bandwidth
+
+
+def test_latency_rules(scn):
+    lam = scn["network.latency"]
+    one = ep.ep_time(scn, 4096, 1e6, 1, 1, interfaces=5)
+    assert one.bandwidth == 0 and one.latency == 0  # nobody to talk to
+    high = ep.ep_time(scn, 4096, 1e6, 4, 2, interfaces=5)
+    assert high.latency == pytest.approx(2 * 5 * lam)
+    expected = ep.ep_time(scn, 4096, 1e6, 4, 2, interfaces=5, latency="expected")
+    assert expected.latency == pytest.approx(2 * 5 * lam * (1 - 1 / 8))
+    assert expected.bandwidth == high.bandwidth
+
+
+def test_compute_ratio_is_bandwidth_over_matmul_time(scn):
+    d, tokens, n = 16384.0, 4.0e7, 65536.0
+    dff = scn["model.ff_ratio"] * d
+    bw = ep.ep_time(scn, d, tokens, 4, 8, n_gpu=n).bandwidth
+    comp = ep.layer_compute_time(scn, d, dff, tokens, n)
+    assert ep.compute_ratio(scn, dff, 4, 8) == pytest.approx(bw / comp)
+
+
+def test_vectorized_matches_scalar(scn):
+    d = np.array([4096.0, 8192.0, 16384.0])
+    n0 = np.array([1, 4, 8])
+    n1 = np.array([2, 2, 16])
+    vec = ep.ep_time(scn, d, 1e6, n0, n1, interfaces=3, n_gpu=4096)
+    for i in range(3):
+        one = ep.ep_time(scn, d[i], 1e6, n0[i], n1[i], interfaces=3, n_gpu=4096)
+        assert vec.bandwidth[i] == pytest.approx(one.bandwidth)
+        assert vec.latency[i] == pytest.approx(one.latency)
+
+
+def test_topologies(scn):
+    flat = sc.resolve("h100-sparse", overrides={"network.topology": "flat"})
+    unlimited = sc.resolve("h100-sparse", overrides={"network.topology": "unlimited"})
+    t_two = ep.ep_time(scn, 8192, 1e6, 8, 4, n_gpu=1024)
+    t_flat = ep.ep_time(flat, 8192, 1e6, 8, 4, n_gpu=1024)
+    t_inf = ep.ep_time(unlimited, 8192, 1e6, 8, 4, n_gpu=1024)
+    assert t_flat.bandwidth < t_two.bandwidth
+    assert t_inf.bandwidth == 0 and t_inf.latency == t_two.latency
+
+
+# --- Errors ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda scn: ep.ep_degree(0, 8), "n_gpu: got 0"),
+        (lambda scn: ep.ep_degree(16, 2.5), "experts: got 2.5"),
+        (lambda scn: ep.remote_probabilities(0, 1), "ep_intra: got 0"),
+        (lambda scn: ep.remote_probabilities(2, 1.5), "ep_inter: got 1.5"),
+        (lambda scn: ep.ep_time(scn, 4096, 1e6, 16, 1), "ep_intra: got 16.*node_size = 8"),
+        (lambda scn: ep.ep_time(scn, 4096, 1e6, 4, 4, n_gpu=8), "n_gpu: got 8.*16 GPUs"),
+        (lambda scn: ep.ep_time(scn, -1, 1e6, 4, 4), "d_model: got -1"),
+        (lambda scn: ep.ep_time(scn, 4096, "many", 4, 4), "tokens: got 'many'"),
+        (lambda scn: ep.ep_time(scn, 4096, 1e6, 4, 4, latency="max"), "latency: got 'max'"),
+        (lambda scn: ep.ep_time("h100", 4096, 1e6, 4, 4), "scn: got str"),
+        (lambda scn: ep.crossing_time(scn, 4096, 1e6, 4, 4, 2), "level: got 2"),
+        (lambda scn: ep.ep_only_interfaces(8, 4, 3), "n_pp: got 4 with v = 3"),
+        (lambda scn: ep.node_split(12, 0), "node_size: got 0"),
+        (lambda scn: ep.sweep_table(sc.resolve("h100")), "dense scenario"),
+    ],
+)
+def test_errors_name_the_value(scn, call, match):
+    with pytest.raises(ValueError, match=match):
+        call(scn)
