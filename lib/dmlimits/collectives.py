@@ -45,6 +45,8 @@ import sympy as sp
 
 from . import symbols as s
 from . import units as u
+from .checks import as_output
+from .checks import require_scenario as _check_scenario
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .matmul import word
 from .scenario import Scenario
@@ -629,13 +631,6 @@ TRAFFIC_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]] = {
 
 
 # --- Checks ----------------------------------------------------------------------------------
-def _check_scenario(scn: Any) -> Scenario:
-    if not isinstance(scn, Scenario):
-        raise ValueError(
-            f"scn: got {type(scn).__name__} {scn!r:.80}; expected a "
-            "dmlimits.scenario.Scenario, e.g. dmlimits.scenario.resolve('h100')"
-        )
-    return scn
 
 
 def check_level(level: Any) -> int:
@@ -768,11 +763,7 @@ def _numeric_bytes():
 
 
 def _out(values: list[Any], shape: tuple[int, ...]) -> list[Any]:
-    out = []
-    for value in values:
-        arr = np.broadcast_to(np.asarray(value, dtype=float), shape)
-        out.append(float(arr) if shape == () else np.array(arr))
-    return out
+    return [as_output(value, shape) for value in values]
 
 
 def allreduce_bytes(scn: Scenario, words: Any, participants: Any) -> np.ndarray | float:

@@ -42,6 +42,8 @@ from . import collectives as co
 from . import model
 from . import symbols as s
 from . import units as u
+from .checks import as_output as _out
+from .checks import require_scenario as _check_scenario
 from .collectives import CommTime
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .matmul import word
@@ -471,13 +473,6 @@ SUMMARY = {
 
 
 # --- Checks ----------------------------------------------------------------------------------
-def _check_scenario(scn: Any) -> Scenario:
-    if not isinstance(scn, Scenario):
-        raise ValueError(
-            f"scn: got {type(scn).__name__} {scn!r:.80}; expected a "
-            "dmlimits.scenario.Scenario, e.g. dmlimits.scenario.resolve('h100')"
-        )
-    return scn
 
 
 def _flag(name: str, value: Any) -> bool:
@@ -524,11 +519,6 @@ def _cluster(n_gpu: Any, dp: np.ndarray) -> np.ndarray:
             f"data-parallel degree {float(db[bad].flat[0]):g} (every replica the same GPUs)"
         )
     return n
-
-
-def _out(value: Any, shape: tuple[int, ...]) -> Any:
-    arr = np.broadcast_to(np.asarray(value, dtype=float), shape)
-    return float(arr) if shape == () else np.array(arr)
 
 
 # --- Numeric functions, lambdified from COST_FORMULAS ------------------------------------------

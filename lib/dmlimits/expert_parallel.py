@@ -42,6 +42,7 @@ from . import model
 from . import pipeline as pp
 from . import symbols as s
 from . import units as u
+from .checks import as_output as _out
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .matmul import word
 from .scenario import Scenario
@@ -644,11 +645,6 @@ def _rule(latency: Any) -> str:
     if latency not in LATENCY_RULES:
         raise ValueError(f"latency: got {latency!r}; expected one of {', '.join(LATENCY_RULES)}")
     return latency
-
-
-def _out(value: Any, shape: tuple[int, ...]) -> np.ndarray | float:
-    arr = np.broadcast_to(np.asarray(value, dtype=float), shape)
-    return float(arr) if shape == () else np.array(arr)
 
 
 # --- Numeric functions, lambdified from the expressions above -------------------------------

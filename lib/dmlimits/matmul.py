@@ -44,6 +44,7 @@ import sympy as sp
 
 from . import symbols as s
 from . import units as u
+from .checks import require_scenario as _check_scenario
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .scenario import Scenario
 
@@ -495,15 +496,6 @@ def check_kind(kind: Any) -> str:
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r}: expected one of {', '.join(map(repr, KINDS))}")
     return kind
-
-
-def _check_scenario(scn: Any) -> Scenario:
-    if not isinstance(scn, Scenario):
-        raise ValueError(
-            f"scn: got {type(scn).__name__} {scn!r:.80}; expected a "
-            "dmlimits.scenario.Scenario, e.g. dmlimits.scenario.resolve('h100')"
-        )
-    return scn
 
 
 def _dimension(name: str, value: Any) -> np.ndarray:

@@ -49,6 +49,7 @@ import sympy as sp
 
 from . import symbols as s
 from . import units as u
+from .checks import as_output as _out
 from .collectives import lat_level as _lat_level
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .matmul import word
@@ -446,11 +447,6 @@ def _num(x: Any) -> str:
     """A number as the user would write it: ``4`` rather than ``4.0`` when whole."""
     x = float(x)
     return str(int(x)) if x.is_integer() else repr(x)
-
-
-def _out(value: Any, shape: tuple[int, ...]) -> np.ndarray | float:
-    arr = np.broadcast_to(np.asarray(value, dtype=float), shape)
-    return float(arr) if shape == () else np.array(arr)
 
 
 def check_zero_bubble(n_pp: Any, m: Any, v: Any = 1) -> None:

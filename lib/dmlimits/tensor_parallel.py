@@ -43,6 +43,8 @@ from . import collectives as coll
 from . import matmul as mm
 from . import symbols as s
 from . import units as u
+from .checks import as_output as _out
+from .checks import require_scenario as _check_scenario
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .matmul import b, word
 from .scenario import Scenario
@@ -569,13 +571,6 @@ SUMMARY = {
 
 
 # --- Checks ----------------------------------------------------------------------------------
-def _check_scenario(scn: Any) -> Scenario:
-    if not isinstance(scn, Scenario):
-        raise ValueError(
-            f"scn: got {type(scn).__name__} {scn!r:.80}; expected a "
-            "dmlimits.scenario.Scenario, e.g. dmlimits.scenario.resolve('h100')"
-        )
-    return scn
 
 
 def _count(name: str, value: Any) -> int:
@@ -689,11 +684,6 @@ def _numeric(name: str):
     else:
         args = _TIME_ARGS
     return sp.lambdify(args, mm.CONSTANTS.apply(expr), "numpy")
-
-
-def _out(value: Any, shape: tuple[int, ...]) -> np.ndarray | float:
-    arr = np.broadcast_to(np.asarray(value, dtype=float), shape)
-    return float(arr) if shape == () else np.array(arr)
 
 
 def _shape_args(d_model: Any, d_ff: Any, tokens: Any, tp_model: Any, tp_ff: Any):
