@@ -50,7 +50,8 @@ def test_output_folders(tmp_path):
     f = tmp_path / "h100.yaml"
     f.write_text("name: h100\ntraining:\n  months: 6\n")
     assert build.output_dir(ROOT, resolve(str(f)), None) == (
-        ROOT / "_build" / "scenarios" / "h100" / "html")
+        ROOT / "_build" / "scenarios" / "h100" / "html"
+    )
 
 
 def test_toc_notebooks_exist():

@@ -21,11 +21,7 @@ UNLIMITED = scenario.resolve("h100", sets=["network.topology=unlimited"])
 
 # --- Derivations and units ---------------------------------------------------------------------
 def _collective_derivations() -> list[derivation.Derivation]:
-    return [
-        build()
-        for key, build in derivation._BUILDERS.items()
-        if key.startswith("dmlimits.collectives.")
-    ]
+    return derivation.derivations_of("collectives")
 
 
 def test_derivations_verify():

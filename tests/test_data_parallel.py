@@ -27,11 +27,7 @@ SHAPES = model.shapes(H100)
 
 # --- Derivations and units ---------------------------------------------------------------------
 def _derivations() -> list[derivation.Derivation]:
-    return [
-        build()
-        for key, build in derivation._BUILDERS.items()
-        if key.startswith("dmlimits.data_parallel.")
-    ]
+    return derivation.derivations_of("data_parallel")
 
 
 def test_derivations_verify():

@@ -62,9 +62,7 @@ def test_preset_differs_only_where_shared_memory_binds(row):
 
 
 def _matmul_derivations() -> list[derivation.Derivation]:
-    return [
-        build() for key, build in derivation._BUILDERS.items() if key.startswith("dmlimits.matmul.")
-    ]
+    return derivation.derivations_of("matmul")
 
 
 def test_derivations_verify():

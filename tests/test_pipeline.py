@@ -185,11 +185,7 @@ def closed_form(n_pp: int, m: int, v: int = 1) -> float:
 
 # --- Derivations ---------------------------------------------------------------------------------
 def _pipeline_derivations() -> list[derivation.Derivation]:
-    return [
-        build()
-        for key, build in derivation._BUILDERS.items()
-        if key.startswith("dmlimits.pipeline.")
-    ]
+    return derivation.derivations_of("pipeline")
 
 
 def test_derivations_verify():

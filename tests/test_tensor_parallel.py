@@ -22,11 +22,7 @@ DM, DFF, TOK = 12288, 49152, 2048
 
 # --- Derivations and units ---------------------------------------------------------------------
 def _derivations() -> list[derivation.Derivation]:
-    return [
-        build()
-        for key, build in derivation._BUILDERS.items()
-        if key.startswith("dmlimits.tensor_parallel.")
-    ]
+    return derivation.derivations_of("tensor_parallel")
 
 
 def test_derivations_verify():

@@ -239,3 +239,12 @@ def all_derivations() -> list[Derivation]:
         if module.name != "__main__":
             importlib.import_module(f"dmlimits.{module.name}")
     return [builder() for builder in _BUILDERS.values()]
+
+
+def derivations_of(module: str) -> list[Derivation]:
+    """The derivations registered by one module of the package (e.g. ``"pipeline"``)."""
+    import importlib
+
+    importlib.import_module(f"dmlimits.{module}")
+    prefix = f"dmlimits.{module}."
+    return [builder() for key, builder in _BUILDERS.items() if key.startswith(prefix)]
