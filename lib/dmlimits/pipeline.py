@@ -561,6 +561,26 @@ def boundary_crossings(n_pp: Any, v: Any = 1) -> np.ndarray | float:
     return _out(_numeric("crossings")(p, vv), shape)
 
 
+def level_crossings(pp_intra: Any, pp_inter: Any, v: Any = 1) -> tuple[Any, Any]:
+    """Chunk boundaries a microbatch crosses in each direction inside nodes and between nodes,
+    for ``pp_intra`` consecutive stages in each of ``pp_inter`` nodes and ``v`` chunks per GPU.
+
+    Each of the ``v`` passes through the stages hops ``pp_intra - 1`` times inside each node
+    and ``pp_inter - 1`` times between nodes, and the ``v - 1`` wraps from the last stage back
+    to the first go between nodes when there is more than one node.  The two add up to
+    :func:`boundary_crossings`, ``v N_PP - 1``.
+    """
+    p0 = _counts("pp_intra", pp_intra)
+    p1 = _counts("pp_inter", pp_inter)
+    vv = _counts("v", v)
+    shape = np.broadcast_shapes(p0.shape, p1.shape, vv.shape)
+    wraps = vv - 1
+    many = p1 > 1
+    within = vv * p1 * (p0 - 1) + np.where(many, 0, wraps)
+    across = vv * (p1 - 1) + np.where(many, wraps, 0)
+    return _out(within, shape), _out(across, shape)
+
+
 def boundary_bytes(d_model: Any, tokens: Any, word_bytes: Any) -> np.ndarray | float:
     """Bytes ``tokens`` tokens move across one stage boundary in a step, forward and backward:
     ``2 w d_model n_tok`` (activations forward, their gradients backward; Erdil &

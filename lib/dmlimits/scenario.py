@@ -156,6 +156,47 @@ SCHEMA: dict[str, Field] = {
     ),
     "batch.deepseek_coefficient": _pos(0.2920, "coefficient of the DeepSeek batch law"),
     "batch.deepseek_exponent": _pos(0.3271, "exponent of the DeepSeek batch law", maximum=1.0),
+    # search.*: choices the search makes where the paper's description leaves room
+    "search.level_times": Field(
+        "choice",
+        "sum",
+        "how bandwidth times on the two network levels combine: sum (all added), max (each "
+        "collective's two levels overlap, as the reference notes say) or links (NVLink and "
+        "InfiniBand work at once, each carrying all the traffic on its level)",
+        choices=("sum", "max", "links"),
+    ),
+    "search.dp_overlap": Field(
+        "bool", True, "the gradient all-reduce overlaps the pipeline's compute (authors' code)"
+    ),
+    "search.microbatch_unit": Field(
+        "choice",
+        "token",
+        "what microbatches are whole numbers of: token (the authors' code) or sequence",
+        choices=("token", "sequence"),
+    ),
+    "search.microbatch_candidates": _int(
+        1, "how many of the smallest valid microbatch counts 1F1B tries", maximum=64
+    ),
+    "search.zero_bubble": Field("bool", True, "try zero-bubble pipelining (Qi et al. 2023)"),
+    "search.zero_bubble_min": Field(
+        "choice",
+        "2n-1",
+        "fewest microbatches zero-bubble needs: 2n-1 (the authors' code) or 2n (the notes)",
+        choices=("2n-1", "2n"),
+    ),
+    "search.expert_latency": Field(
+        "choice",
+        "expected",
+        "expert latency per interface: expected over the levels (authors' code) or at the "
+        "highest level the group spans (the notes)",
+        choices=("expected", "highest"),
+    ),
+    "search.tp_split_rule": Field(
+        "choice",
+        "isqrt",
+        "2D split rule sqrt(N_TP) <= N_TP,ff <= 4 sqrt(N_TP): isqrt (authors' code) or exact",
+        choices=("isqrt", "exact"),
+    ),
     # sweep.*: the grid of model widths
     "sweep.d_model_min": _pos(12288.0, "smallest model width of the sweep"),
     "sweep.d_model_max_factor": _pos(

@@ -788,6 +788,43 @@ def tp_comm_time(
     return coll.CommTime(_out(bw_m + bw_f, shape), _out(lat_m + lat_f, shape))
 
 
+def tp_family_time(
+    scn: Scenario,
+    family: str,
+    d_model: Any,
+    d_ff: Any,
+    tokens: Any,
+    tp_model: Any,
+    tp_ff: Any,
+    intra: Any,
+    inter: Any,
+    overlap_levels: bool = True,
+) -> coll.CommTime:
+    """Seconds per layer per step on one GPU of one family of TP all-reduces, its group split
+    over the levels element by element: ``intra`` GPUs of the group in each of ``inter`` nodes.
+
+    ``family`` is ``"tp_model"`` (the model group: ``tp_model`` GPUs, ``d_ff``-wide vectors) or
+    ``"tp_ff"`` (the ff group: ``tp_ff`` GPUs, ``d_model``-wide vectors).  The same two-level
+    all-reduce as :func:`tp_comm_time` with a split level, with every argument an array (the
+    search places millions of groups at once).  ``overlap_levels=False`` adds the two levels'
+    bandwidth times instead of taking the larger.
+    """
+    scn = _check_scenario(scn)
+    if family not in ("tp_model", "tp_ff"):
+        raise ValueError(f"family: got {family!r}; expected 'tp_model' or 'tp_ff'")
+    dm, df, tok, pm, pf, shape = _shape_args(d_model, d_ff, tokens, tp_model, tp_ff)
+    group, width = (pm, df) if family == "tp_model" else (pf, dm)
+    i = _numbers("intra", intra, whole=True)
+    o = _numbers("inter", inter, whole=True)
+    if np.any(np.broadcast_to(i * o, np.broadcast_shapes(i.shape, group.shape)) != group):
+        raise ValueError(f"intra * inter: expected the {family} degree in every element")
+    t = coll.allreduce_time_split(
+        scn, width, i, o, seq=PASSES, par=tok, n_gpu=pm * pf, overlap_levels=overlap_levels
+    )
+    shape = np.broadcast_shapes(shape, i.shape, o.shape)
+    return coll.CommTime(_out(t.bandwidth, shape), _out(t.latency, shape))
+
+
 def crossover_shard(scn: Scenario, level: Any, dims: int = 2, derated: bool = True) -> float:
     """The shard side below which TP bandwidth time at ``level`` exceeds compute time, with
     many GPUs in each group.

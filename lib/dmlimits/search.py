@@ -1,0 +1,446 @@
+"""The search for the best parallelism at every model size (reference notes, section 6).
+
+For one model of the sweep and one cluster of ``N`` GPUs, every candidate configuration is
+enumerated at once as numpy arrays: the factorization ``N / N_EP = N_TP N_DP N_PP`` with the
+paper's divisibility rules, the 2D split of ``N_TP``, 1F1B with the smallest valid microbatch
+counts or zero-bubble, and every placement of the five degrees on the two network levels.  Each
+parallelism's cost comes from its own chapter's module (the lambdified sympy formulas); the
+step time composes them as :mod:`dmlimits.step` derives.  The best candidate is the fastest,
+ties going to less network time; the cluster is the smallest ``S 2^i`` whose best configuration
+trains the model within the training time (Erdil & Schneider-Joseph 2024).
+
+The per-level costs of a candidate depend only on that parallelism's own level-0 factor, so
+each is computed once per option and the placements are gathered from those tables.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from . import collectives as coll
+from . import data_parallel as dpm
+from . import expert_parallel as epm
+from . import matmul
+from . import model
+from . import pipeline as ppm
+from . import step as stepm
+from . import tensor_parallel as tpm
+from .checks import require_scenario
+from .scenario import Scenario
+
+# The order of the five degrees in the placement tables.
+DEGREES = ("dp", "tp_model", "tp_ff", "pp", "ep")
+# How far past the smallest cluster the search keeps doubling once the step stops getting faster.
+PATIENCE = 3
+MAX_DOUBLINGS = 48
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The modelling choices the search makes where the paper's description leaves room; each
+    is a ``search.*`` key of the scenario (``python -m dmlimits scenarios --keys``)."""
+
+    level_times: str  # "max" or "sum" of the two levels' bandwidth times
+    dp_overlap: bool  # the gradient all-reduce overlaps the pipeline's compute
+    microbatch_unit: str  # "token" or "sequence": what a microbatch is counted in
+    microbatch_candidates: int  # 1F1B tries this many of the smallest valid counts
+    zero_bubble_min: str  # "2n" or "2n-1": the fewest microbatches zero-bubble needs
+    zero_bubble: bool  # whether zero-bubble pipelining is tried at all
+    expert_latency: str  # "highest" or "expected"
+    tp_split_rule: str  # "exact" or "isqrt"
+
+    @classmethod
+    def of(cls, scn: Scenario) -> Choices:
+        v = scn.values
+        return cls(
+            level_times=v["search.level_times"],
+            dp_overlap=bool(v["search.dp_overlap"]),
+            microbatch_unit=v["search.microbatch_unit"],
+            microbatch_candidates=int(v["search.microbatch_candidates"]),
+            zero_bubble_min=v["search.zero_bubble_min"],
+            zero_bubble=bool(v["search.zero_bubble"]),
+            expert_latency=v["search.expert_latency"],
+            tp_split_rule=v["search.tp_split_rule"],
+        )
+
+
+# --- Small integer helpers -----------------------------------------------------------------
+@cache
+def _divisors(n: int) -> tuple[int, ...]:
+    """Divisors of ``n``, whose odd part is small (cluster sizes and batches are f 2^i)."""
+    a = _two_adic(n)
+    odd = n >> a
+    small = [k for k in range(1, math.isqrt(odd) + 1) if odd % k == 0]
+    odd_divs = {*small, *(odd // k for k in small)}
+    return tuple(sorted(d << j for d in odd_divs for j in range(a + 1)))
+
+
+def _two_adic(n: int) -> int:
+    return (n & -n).bit_length() - 1
+
+
+@cache
+def smallest_divisors(x: int, least: int, count: int) -> tuple[int, ...]:
+    """The ``count`` smallest divisors of ``x`` that are at least ``least``."""
+    odd = x >> _two_adic(x)
+    a = _two_adic(x)
+    found: list[int] = []
+    for d in _divisors(odd):
+        k = max(0, math.ceil(math.log2(least / d))) if least > d else 0
+        while k <= a and d << k < least:
+            k += 1
+        found.extend(d << j for j in range(k, min(a, k + count - 1) + 1))
+    return tuple(sorted(found)[:count])
+
+
+@cache
+def placements(node: int) -> np.ndarray:
+    """Every way to give the five degrees level-0 factors whose product is ``node``: an
+    ``(n, 5)`` array of factors in the order of :data:`DEGREES`."""
+    divs = _divisors(node)
+    rows = [c for c in itertools.product(divs, repeat=len(DEGREES)) if math.prod(c) == node]
+    return np.array(rows, dtype=np.int64).reshape(-1, len(DEGREES))
+
+
+# --- Candidates ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Point:
+    """One model of the sweep."""
+
+    d_model: int
+    d_ff: int
+    layers: int
+    experts: int
+    batch: int  # tokens
+    params: float
+    active: float
+    compute: float
+
+
+def points(scn: Scenario) -> list[Point]:
+    sh = model.shapes(scn)
+    return [
+        Point(int(dm), int(df), int(L), int(S), int(B), float(p), float(a), float(c))
+        for dm, df, L, S, B, p, a, c in zip(
+            sh.d_model, sh.d_ff, sh.layers, sh.experts, sh.batch, sh.params,
+            sh.active_params, sh.compute, strict=True,
+        )
+    ]  # fmt: skip
+
+
+def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.ndarray] | None:
+    """Every configuration of ``n_gpu`` GPUs before placement on the network levels."""
+    ep = math.gcd(n_gpu, pt.experts)
+    rest = n_gpu // ep
+    seq = int(scn["model.sequence_length"])
+    unit = 1 if ch.microbatch_unit == "token" else seq
+    if pt.batch % (pt.experts * unit):
+        return None
+    width = pt.d_model * pt.d_ff
+    rows: list[tuple[int, ...]] = []
+    for tp in _divisors(rest):
+        if width % tp:
+            continue
+        splits = [
+            (m, f)
+            for m, f in tpm.tp_splits(tp, ch.tp_split_rule)
+            if pt.d_model % m == 0 and pt.d_ff % f == 0
+        ]
+        if not splits:
+            continue
+        for dp in _divisors(rest // tp):
+            pp = rest // (tp * dp)
+            per_pipe = pt.batch // (pt.experts * unit)  # microbatch units per replica, times dp
+            if per_pipe % dp or pt.layers % pp:
+                continue
+            units = per_pipe // dp
+            schedules: list[tuple[int, int]] = []  # (microbatches, zero bubble)
+            for m in smallest_divisors(units, pp, max(1, ch.microbatch_candidates)):
+                schedules.append((m, 0))
+            if ch.zero_bubble and pp > 1:
+                least = 2 * pp - (1 if ch.zero_bubble_min == "2n-1" else 0)
+                schedules.extend((m, 1) for m in smallest_divisors(units, least, 1))
+            for (m_, f_), (m, zb) in itertools.product(splits, schedules):
+                rows.append((tp // f_, f_, dp, pp, ep, m, zb))
+    if not rows:
+        return None
+    a = np.array(rows, dtype=np.int64)
+    out = dict(zip(("tp_model", "tp_ff", "dp", "pp", "ep", "m", "zero_bubble"), a.T, strict=True))
+    out["v"] = np.where((out["zero_bubble"] == 0) & (out["pp"] > 1), pt.layers // out["pp"], 1)
+    out["nanobatch"] = pt.batch / (out["dp"] * out["m"] * pt.experts)
+    fits = dpm.memory_fits(scn, pt.params, out["dp"], float(n_gpu))
+    out = {k: v[fits] for k, v in out.items()}
+    return out if len(out["dp"]) else None
+
+
+def _matmul_time(scn: Scenario, pt: Point, c: dict[str, np.ndarray]) -> np.ndarray:
+    """Seconds of a step's matmuls on one GPU: six per layer per microbatch (two weight
+    matrices, three kinds each), for its layers and experts."""
+    a = pt.d_model / c["tp_model"]
+    f = pt.d_ff / c["tp_ff"]
+    b = c["nanobatch"]
+    six = sum(
+        matmul.matmul_time(scn, x1, x2, b, kind)
+        for kind in matmul.KINDS
+        for x1, x2 in ((f, a), (a, f))
+    )
+    return (pt.layers / c["pp"]) * (pt.experts / c["ep"]) * c["m"] * six
+
+
+# --- Costs per parallelism, for every level-0 factor ----------------------------------------
+@dataclass
+class _Table:
+    """Seconds per step of one parallelism, shape (candidates, options...): bandwidth time on
+    each level's links and latency; infinite where the option is not a factor of the degree."""
+
+    level0: np.ndarray
+    level1: np.ndarray
+    latency: np.ndarray
+
+
+def _options(
+    degree: np.ndarray, factors: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(GPUs of the group per node, nodes, valid) for each candidate and level-0 factor;
+    ``factors=None``: one level, the whole group at level 0."""
+    d = degree[:, None]
+    if factors is None:
+        return d, np.ones_like(d), np.ones(d.shape, dtype=bool)
+    f = factors[None, :]
+    ok = (d % f == 0) & (f <= d)
+    intra = np.where(ok, f, 1)  # a valid stand-in where the option is not a factor
+    return intra, d // intra, ok
+
+
+def _one_level(scn: Scenario, level: int) -> Scenario:
+    """The scenario with the other level's links infinitely fast, so that a bandwidth time
+    computed with it is the time on ``level``'s links alone (bandwidth times are sums of
+    bytes over bandwidth, level by level)."""
+    key = ("network.inter_node.bandwidth", "network.intra_node.bandwidth")[level]
+    if scn["network.topology"] != "two-level":
+        return scn
+    return Scenario(name=scn.name, values={**scn.values, key: math.inf})
+
+
+def _per_parallelism(
+    scn: Scenario, pt: Point, n_gpu: int, c: dict[str, np.ndarray],
+    factors: np.ndarray | None, ch: Choices,
+) -> dict[str, coll.CommTime | tuple[np.ndarray, coll.CommTime]]:  # fmt: skip
+    """Bandwidth (levels added) and latency of each parallelism for every level-0 option."""
+    out: dict[str, Any] = {}
+    i, o, ok = _options(c["dp"], factors)
+    out["dp"] = (ok, dpm.dp_time(scn, pt.params, i, o, float(n_gpu), overlap_levels=False))
+    tokens = (pt.batch / (c["dp"] * c["ep"]))[:, None]
+    stage_layers = (pt.layers / c["pp"])[:, None]
+    for name in ("tp_model", "tp_ff"):
+        i, o, ok = _options(c[name], factors)
+        t = tpm.tp_family_time(
+            scn, name, pt.d_model, pt.d_ff, tokens, c["tp_model"][:, None],
+            c["tp_ff"][:, None], i, o, overlap_levels=False,
+        )  # fmt: skip
+        # Bandwidth: this GPU's layers; latency: every layer, on the pipeline's critical path.
+        out[name] = (ok, coll.CommTime(t.bandwidth * stage_layers, t.latency * pt.layers))
+    pi, po, pok = _options(c["pp"], factors)
+    ei, eo, eok = _options(c["ep"], factors)
+    v = c["v"][:, None, None]
+    pp_i, pp_o = pi[:, :, None], po[:, :, None]
+    ep_i, ep_o = ei[:, None, :], eo[:, None, :]
+    within, across = ppm.level_crossings(pp_i, pp_o, v)
+    cross = [
+        epm.crossing_time(scn, pt.d_model, pt.batch, ep_i, ep_o, level, k, float(n_gpu))
+        for level, k in ((0, within), (1, across))
+    ]
+    only = epm.ep_time(
+        scn, pt.d_model, pt.batch, ep_i, ep_o, pt.layers - v * pp_i * pp_o, float(n_gpu),
+        latency=ch.expert_latency,
+    )  # fmt: skip
+    ok = pok[:, :, None] & eok[:, None, :]
+    out["pp_ep"] = (
+        ok,
+        coll.CommTime(
+            cross[0].bandwidth + cross[1].bandwidth + only.bandwidth,
+            cross[0].latency + cross[1].latency + only.latency,
+        ),
+    )
+    return out
+
+
+def _costs(
+    scn: Scenario, pt: Point, n_gpu: int, c: dict[str, np.ndarray],
+    factors: np.ndarray | None, ch: Choices,
+) -> dict[str, _Table]:  # fmt: skip
+    both = [_per_parallelism(_one_level(scn, lv), pt, n_gpu, c, factors, ch) for lv in (0, 1)]
+    flat = scn["network.topology"] != "two-level"
+    out = {}
+    for name, (ok, t0) in both[0].items():
+        t1 = both[1][name][1]
+        level0 = t0.bandwidth
+        level1 = np.zeros_like(level0) if flat else t1.bandwidth
+        out[name] = _Table(
+            np.where(ok, level0, np.inf), np.where(ok, level1, np.inf),
+            np.where(ok, t0.latency, np.inf),
+        )  # fmt: skip
+    return out
+
+
+def _network_time(parts: list[tuple[np.ndarray, np.ndarray]], rule: str) -> np.ndarray:
+    """Bandwidth time of several parallelisms' traffic, given each one's time on the level-0
+    and level-1 links: ``sum`` adds everything; ``max`` lets each collective's two levels
+    overlap; ``links`` lets the two kinds of links work at once, each busy with the sum of
+    everyone's traffic on it."""
+    if rule == "sum":
+        return sum(a + b for a, b in parts)
+    if rule == "max":
+        return sum(np.maximum(a, b) for a, b in parts)
+    return np.maximum(sum(a for a, _ in parts), sum(b for _, b in parts))
+
+
+# --- The search ------------------------------------------------------------------------------
+def _placement_table(scn: Scenario, n_gpu: int) -> np.ndarray | None:
+    """Level-0 factors of the five degrees, one row per placement; None when there is one
+    level (a flat or unlimited network) and an empty table when the cluster does not fill
+    whole nodes."""
+    if scn["network.topology"] != "two-level":
+        return None
+    node = int(scn["network.node_size"])
+    if n_gpu > node and n_gpu % node:
+        return np.zeros((0, len(DEGREES)), dtype=np.int64)
+    return placements(min(node, n_gpu))
+
+
+def best_on(
+    scn: Scenario, pt: Point, n_gpu: int, ch: Choices, only: dict[str, int] | None = None
+) -> dict[str, float] | None:
+    """The fastest configuration of ``n_gpu`` GPUs for model ``pt`` (None if none fits);
+    ``only`` restricts the candidates, e.g. ``{"pp": 64, "dp": 256}``."""
+    c = _base(scn, pt, n_gpu, ch)
+    if c is not None and only:
+        keep = np.logical_and.reduce([c[k] == v for k, v in only.items()])
+        c = {k: v[keep] for k, v in c.items()} if keep.any() else None
+    if c is None:
+        return None
+    table = _placement_table(scn, n_gpu)
+    if table is None:
+        factors = None
+        columns = {k: np.zeros(1, dtype=np.int64) for k in DEGREES}
+    elif len(table) == 0:
+        return None
+    else:
+        factors = np.unique(table)
+        columns = {k: np.searchsorted(factors, table[:, j]) for j, k in enumerate(DEGREES)}
+    tables = _costs(scn, pt, n_gpu, c, factors, ch)
+    t_mm = _matmul_time(scn, pt, c)
+    bubble = ppm.bubble_fraction(c["pp"], c["m"], c["v"], zero_bubble=False)
+    bubble = np.where(c["zero_bubble"] == 1, 0.0, bubble)
+    rows = np.arange(len(t_mm))[:, None]
+    g = {k: columns[k][None, :] for k in DEGREES}
+
+    def pick(name: str, attr: str) -> np.ndarray:
+        a = getattr(tables[name], attr)
+        if name == "pp_ep":
+            return a[rows, g["pp"], g["ep"]]
+        return a[rows, g["dp" if name == "dp" else name]]
+
+    levels = {
+        name: (pick(name, "level0"), pick(name, "level1"))
+        for name in ("dp", "tp_model", "tp_ff", "pp_ep")
+    }
+    hidden = [levels[k] for k in ("tp_model", "tp_ff", "pp_ep")]
+    if ch.dp_overlap:
+        hidden.append(levels["dp"])
+        t_dp_after = np.zeros_like(levels["dp"][0])
+    else:
+        t_dp_after = _network_time([levels["dp"]], ch.level_times)
+    t_net = _network_time(hidden, ch.level_times)
+    lat_pipe = pick("tp_model", "latency") + pick("tp_ff", "latency") + pick("pp_ep", "latency")
+    lat_dp = pick("dp", "latency")
+    t = stepm.step_time(
+        t_mm[:, None], t_net, t_dp_after, lat_pipe, lat_dp, bubble[:, None],
+        c["zero_bubble"][:, None],
+    )  # fmt: skip
+    total = sum(a + b for a, b in levels.values())
+    t = np.where(np.isfinite(total), t, np.inf)
+    order = np.lexsort((total.ravel(), t.ravel()))
+    k = int(order[0])
+    if not np.isfinite(t.ravel()[k]):
+        return None
+    r, j = divmod(k, t.shape[1])
+    out = {key: float(c[key][r]) for key in ("tp_model", "tp_ff", "dp", "pp", "ep", "m", "v")}
+    out["zero_bubble"] = float(c["zero_bubble"][r])
+    out["nanobatch"] = float(c["nanobatch"][r])
+    parts = {
+        "t_dp": levels["dp"], "t_tp": tuple(
+            levels["tp_model"][i] + levels["tp_ff"][i] for i in (0, 1)
+        ), "t_pp_ep": levels["pp_ep"],
+    }  # fmt: skip
+    out.update({k: float(a[r, j] + b[r, j]) for k, (a, b) in parts.items()})
+    out.update(
+        t_step=float(t[r, j]), t_matmul=float(t_mm[r]), t_network=float(t_net[r, j]),
+        t_latency=float(lat_pipe[r, j] + lat_dp[r, j]), bubble=float(bubble[r]),
+        t_network_total=float(total[r, j]),
+    )  # fmt: skip
+    for name in DEGREES:
+        out[f"{name}_intra"] = out[name] if factors is None else float(factors[columns[name][j]])
+    return out
+
+
+def optimal(scn: Scenario, pt: Point, ch: Choices | None = None) -> dict[str, Any]:
+    """The smallest cluster ``S 2^i`` whose best configuration trains ``pt`` within the
+    training time, and that configuration; ``feasible`` is False (with the fastest
+    configuration found) when none does."""
+    scn = require_scenario(scn)
+    ch = ch or Choices.of(scn)
+    budget = scn.train_seconds
+    steps = scn["training.tokens_per_param"] * pt.params / pt.batch
+    least = pt.compute / (budget * scn.peak_flops * float(scn["hardware.effective_utilization"]))
+    i = max(0, math.floor(math.log2(max(least / pt.experts, 1.0))) - 1)
+    best: dict[str, Any] | None = None
+    stale = 0
+    for i in range(i, i + MAX_DOUBLINGS):
+        n_gpu = pt.experts * 2**i
+        found = best_on(scn, pt, n_gpu, ch)
+        if found is None:
+            continue
+        found["n_gpu"] = float(n_gpu)
+        found["train_seconds"] = steps * found["t_step"]
+        if found["train_seconds"] <= budget:
+            found["feasible"] = True
+            return _finish(scn, pt, found)
+        if best is None or found["t_step"] < best["t_step"]:
+            best, stale = found, 0
+        else:
+            stale += 1
+            if stale >= PATIENCE:
+                break
+    if best is None:
+        return _finish(scn, pt, {"feasible": False, "n_gpu": math.nan, "t_step": math.nan})
+    best["feasible"] = False
+    return _finish(scn, pt, best)
+
+
+def _finish(scn: Scenario, pt: Point, found: dict[str, Any]) -> dict[str, Any]:
+    out = {
+        "training_flop": pt.compute, "n_params_total": pt.params, "layers": pt.layers,
+        "d_model": pt.d_model, "sparsity": pt.experts, "batch_tokens": pt.batch,
+    }  # fmt: skip
+    out.update(found)
+    t = found.get("t_step", math.nan)
+    out["utilization"] = (
+        stepm.utilization(scn, pt.active, pt.batch, found["n_gpu"], t)
+        if found.get("n_gpu") == found.get("n_gpu") and t == t
+        else math.nan
+    )
+    return out
+
+
+def sweep(scn: Scenario) -> list[dict[str, Any]]:
+    """The optimal configuration at every model of the scenario's sweep."""
+    scn = require_scenario(scn)
+    ch = Choices.of(scn)
+    return [optimal(scn, pt, ch) for pt in points(scn)]

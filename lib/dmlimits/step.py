@@ -1,0 +1,193 @@
+"""One optimizer step, all parallelisms together: step time and utilization.
+
+The pieces come from the chapters: the matmul time of a step on one GPU (matmul chapter), the
+bandwidth and latency times of tensor, pipeline and expert parallelism and of the gradient
+all-reduce, and the pipeline's bubble fraction.  Following Erdil & Schneider-Joseph (2024;
+reference notes, section 6): the pipeline's bandwidth time hides behind its matmuls, the
+bubble stretches what the pipeline does, latency is never hidden, and the gradient all-reduce
+follows the pipeline (or overlaps it, ``o_DP = 1``, as the authors' code does by default).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from . import data_parallel as dpm
+from . import model
+from . import pipeline as ppm
+from . import symbols as s
+from . import units as u
+from .checks import require_scenario
+from .derivation import Derivation, Step, Substitution, derivation, register
+from .scenario import Scenario
+
+CHAPTER = "search"
+_S = u.second
+_decl = s.REGISTRY.declare
+
+t_mm = _decl(
+    "t_mm_step",
+    r"t_{\mathrm{mm,step}}",
+    "matmul time of one step on one GPU",
+    _S,
+    defined_in=CHAPTER,
+)
+t_net = _decl(
+    "t_net", r"t_{\mathrm{net}}",
+    "bandwidth time of a step's transfers that can hide behind its matmuls (TP, pipeline, "
+    "expert and, when overlapped, the gradient all-reduce), the levels combined by the search's "
+    "rule", _S, defined_in=CHAPTER,
+)  # fmt: skip
+t_dp_after = _decl(
+    "t_DP_after", r"t_{\mathrm{DP,after}}",
+    "bandwidth time of the gradient all-reduce that follows the pipeline (zero when it "
+    "overlaps)", _S, defined_in=CHAPTER,
+)  # fmt: skip
+t_lat = _decl(
+    "t_lat_pipe", r"t_{\mathrm{lat}}",
+    "latency of a step's TP, pipeline and expert messages on the critical path", _S,
+    defined_in=CHAPTER,
+)  # fmt: skip
+z_zb = _decl(
+    "z_ZB",
+    r"z_{\mathrm{ZB}}",
+    "1 for a zero-bubble pipeline, whose messages' latency overlaps its work; 0 for 1F1B",
+    defined_in=CHAPTER,
+)
+t_busy_pipe = _decl(
+    "t_busy_pipe", r"t_{\mathrm{busy}}",
+    "time the pipeline's GPUs are busy in a step: matmuls, or the bandwidth time hidden behind "
+    "them when it is longer", _S, defined_in=CHAPTER,
+)  # fmt: skip
+util = _decl(
+    "u", "u", "utilization: useful FLOP over peak FLOP of the cluster's time", defined_in=CHAPTER
+)
+t_run = _decl("T_run", r"T_{\mathrm{run}}", "wall-clock time of the run", _S, defined_in=CHAPTER)
+
+BUSY = Substitution(
+    "bandwidth time hides behind the matmuls: the GPUs are busy for the longer of the two",
+    {t_busy_pipe: sp.Max(t_mm, t_net)},
+    kind="assumption",
+    source="erdil2024datamovement",
+)
+FLUSH = Substitution(
+    "the bubble stretches the pipeline's busy time, {eq}`pipeline-flush-time`",
+    {ppm.t_flush: t_busy_pipe / (1 - ppm.bubble)},
+)
+PIPE = Substitution(
+    "latency adds to the stretched busy time, except in a zero-bubble pipeline, whose "
+    "schedule has work to overlap it with",
+    {dpm.t_rest: sp.Max(ppm.t_flush, z_zb * t_lat) + (1 - z_zb) * t_lat},
+    kind="assumption",
+    source="erdil2024datamovement",
+)
+USEFUL = Substitution(
+    "a step does six FLOP per active parameter per token of the batch",
+    {s.compute: s.macs_per_param_token * s.flop_per_mac * s.n_active * s.batch},
+)
+
+
+@register
+def step_time_derivation() -> Derivation:
+    r1 = sp.Eq(dpm.t_iter, dpm.t_rest + t_dp_after + dpm.t_dp_lat)
+    r2 = PIPE.apply(r1)
+    r3 = FLUSH.apply(r2)
+    r4 = BUSY.apply(r3)
+    return derivation(
+        "search-step-time",
+        "The time of one step",
+        [
+            Step(
+                "A step is the pipeline's work, then the bandwidth time of the gradient "
+                "all-reduce if it does not overlap the pipeline (the authors' code overlaps "
+                "it), then the all-reduce's latency, {eq}`data-parallel-allreduce-5`.",
+                r1,
+            ),
+            Step(
+                "The pipeline's time is its flush time plus the latency of its messages; a "
+                "zero-bubble schedule ($z_{\\mathrm{ZB}} = 1$) overlaps that latency with "
+                "its work instead.",
+                r2,
+                using=PIPE,
+            ),
+            Step("The bubble stretches the busy time.", r3, using=FLUSH),
+            Step(
+                "The GPUs are busy with matmuls, or with the transfers that hide behind them "
+                "when those take longer.",
+                r4,
+                using=BUSY,
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+@register
+def utilization_derivation() -> Derivation:
+    u1 = sp.Eq(util, s.compute / (s.n_gpu * s.peak_flops * dpm.t_iter))
+    u2 = USEFUL.apply(u1)
+    u3 = model.PASS_COUNTS.apply(u2)
+    u4 = sp.Eq(t_run, s.n_tokens / s.batch * dpm.t_iter)
+    return derivation(
+        "search-utilization",
+        "Utilization and the length of the run",
+        [
+            Step(
+                "Utilization is the useful arithmetic of a step over what the cluster could do "
+                "in that time at its peak rate (peak, not the derated rate: a perfect step "
+                "reaches the effective utilization, not one).",
+                u1,
+            ),
+            Step("The useful arithmetic of a step.", u2, using=USEFUL),
+            Step("Six FLOP per active parameter per token.", u3, using=model.PASS_COUNTS),
+            Step(
+                "The run takes $D / B$ steps; it is feasible when this is at most the "
+                "training time $T$.",
+                u4,
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+STEP_TIME = step_time_derivation().result.rhs
+UTILIZATION = utilization_derivation().steps[2].expr.rhs
+COST_FORMULAS = {
+    "step_time": (STEP_TIME, _S),
+    "utilization": (UTILIZATION, u.one),
+}
+
+
+@cache
+def _numeric(name: str):
+    expr = COST_FORMULAS[name][0]
+    if name == "step_time":
+        args = (t_mm, t_net, t_dp_after, t_lat, dpm.t_dp_lat, ppm.bubble, z_zb)
+    else:
+        args = (s.n_active, s.batch, s.n_gpu, s.peak_flops, dpm.t_iter)
+    return sp.lambdify(args, expr, "numpy")
+
+
+def step_time(
+    matmul: Any, network: Any, dp_after: Any, latency: Any, dp_latency: Any, bubble: Any,
+    zero_bubble: Any = 0,
+) -> Any:  # fmt: skip
+    """Seconds of one step (the ``search-step-time`` derivation) from a step's matmul time,
+    the bandwidth time that can hide behind it, the gradient all-reduce's bandwidth time that
+    follows the pipeline, the pipeline's latency, the all-reduce's latency and the bubble
+    fraction, for zero-bubble (1) or 1F1B (0) pipelines; arrays broadcast."""
+    args = [np.asarray(x, dtype=float) for x in (matmul, network, dp_after, latency, dp_latency)]
+    return _numeric("step_time")(
+        *args, np.asarray(bubble, dtype=float), np.asarray(zero_bubble, dtype=float)
+    )
+
+
+def utilization(scn: Scenario, n_active: Any, batch: Any, n_gpu: Any, t_step: Any) -> Any:
+    """Useful FLOP over the cluster's peak FLOP in a step (``search-utilization``)."""
+    scn = require_scenario(scn)
+    value = _numeric("utilization")(n_active, batch, n_gpu, scn.peak_flops, t_step)
+    return float(value) if np.ndim(value) == 0 else value
