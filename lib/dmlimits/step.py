@@ -66,7 +66,6 @@ t_busy_pipe = _decl(
 util = _decl(
     "u", "u", "utilization: useful FLOP over peak FLOP of the cluster's time", defined_in=CHAPTER
 )
-t_run = _decl("T_run", r"T_{\mathrm{run}}", "wall-clock time of the run", _S, defined_in=CHAPTER)
 
 BUSY = Substitution(
     "bandwidth time hides behind the matmuls: the GPUs are busy for the longer of the two",
@@ -131,10 +130,9 @@ def utilization_derivation() -> Derivation:
     u1 = sp.Eq(util, s.compute / (s.n_gpu * s.peak_flops * dpm.t_iter))
     u2 = USEFUL.apply(u1)
     u3 = model.PASS_COUNTS.apply(u2)
-    u4 = sp.Eq(t_run, s.n_tokens / s.batch * dpm.t_iter)
     return derivation(
         "search-utilization",
-        "Utilization and the length of the run",
+        "Utilization",
         [
             Step(
                 "Utilization is the useful arithmetic of a step over what the cluster could do "
@@ -144,11 +142,6 @@ def utilization_derivation() -> Derivation:
             ),
             Step("The useful arithmetic of a step.", u2, using=USEFUL),
             Step("Six FLOP per active parameter per token.", u3, using=model.PASS_COUNTS),
-            Step(
-                "The run takes $D / B$ steps; it is feasible when this is at most the "
-                "training time $T$.",
-                u4,
-            ),
         ],
         chapter=CHAPTER,
     )
