@@ -36,8 +36,11 @@ from .scenario import Scenario
 
 # The order of the five degrees in the placement tables.
 DEGREES = ("dp", "tp_model", "tp_ff", "pp", "ep")
-# How far past the smallest cluster the search keeps doubling once the step stops getting faster.
+# The search gives up on a model when PATIENCE doublings of the cluster in a row each shorten the
+# step by less than MIN_GAIN (the step then creeps towards its latency floors), or after
+# MAX_DOUBLINGS; it reports the fastest configuration it saw, marked infeasible.
 PATIENCE = 3
+MIN_GAIN = 0.01
 MAX_DOUBLINGS = 48
 
 
@@ -398,11 +401,17 @@ def optimal(scn: Scenario, pt: Point, ch: Choices | None = None) -> dict[str, An
     ch = ch or Choices.of(scn)
     budget = scn.train_seconds
     steps = scn["training.tokens_per_param"] * pt.params / pt.batch
+    # No cluster beats the kernel-latency floor: every GPU runs six matmul kernels per layer
+    # of its stage per microbatch, and there are at least as many microbatches as stages.
+    floor = len(matmul.KINDS) * 2 * pt.layers * float(scn["hardware.kernel_latency"])
+    # Nor the effective utilization: the smallest cluster worth trying.
     least = pt.compute / (budget * scn.peak_flops * float(scn["hardware.effective_utilization"]))
-    i = max(0, math.floor(math.log2(max(least / pt.experts, 1.0))) - 1)
+    first = max(0, math.ceil(math.log2(max(least / pt.experts, 1.0)) - 1e-9))
     best: dict[str, Any] | None = None
     stale = 0
-    for i in range(i, i + MAX_DOUBLINGS):
+    for i in range(first, first + MAX_DOUBLINGS):
+        if steps * floor > budget:
+            break
         n_gpu = pt.experts * 2**i
         found = best_on(scn, pt, n_gpu, ch)
         if found is None:
@@ -412,12 +421,14 @@ def optimal(scn: Scenario, pt: Point, ch: Choices | None = None) -> dict[str, An
         if found["train_seconds"] <= budget:
             found["feasible"] = True
             return _finish(scn, pt, found)
-        if best is None or found["t_step"] < best["t_step"]:
-            best, stale = found, 0
+        if best is None or found["t_step"] < (1 - MIN_GAIN) * best["t_step"]:
+            stale = 0
         else:
             stale += 1
-            if stale >= PATIENCE:
-                break
+        if best is None or found["t_step"] < best["t_step"]:
+            best = found
+        if stale >= PATIENCE:
+            break
     if best is None:
         return _finish(scn, pt, {"feasible": False, "n_gpu": math.nan, "t_step": math.nan})
     best["feasible"] = False

@@ -655,8 +655,31 @@ def tp_splits(n_tp: Any, rule: str = "exact") -> list[tuple[int, int]]:
     n = _count("n_tp", n_tp)
     if rule not in SPLIT_RULES:
         raise ValueError(f"rule: got {rule!r}; expected one of {', '.join(SPLIT_RULES)}")
+    return list(_splits(n, rule))
+
+
+def _divisors(n: int) -> list[int]:
+    """Every divisor of ``n``, from its prime factorization (fast for the smooth degrees of
+    clusters of ``f 2^i`` GPUs)."""
+    primes: dict[int, int] = {}
+    rest, k = n, 2
+    while k * k <= rest:
+        while rest % k == 0:
+            primes[k] = primes.get(k, 0) + 1
+            rest //= k
+        k += 1 if k == 2 else 2
+    if rest > 1:
+        primes[rest] = primes.get(rest, 0) + 1
+    divisors = [1]
+    for p, e in primes.items():
+        divisors = [d * p**j for d in divisors for j in range(e + 1)]
+    return sorted(divisors)
+
+
+@cache
+def _splits(n: int, rule: str) -> tuple[tuple[int, int], ...]:
     root = math.isqrt(n)
-    divisors = {d for k in range(1, root + 1) if n % k == 0 for d in (k, n // k)}
+    divisors = _divisors(n)
     out = []
     for ff in sorted(divisors):
         if rule == "exact":
@@ -665,7 +688,7 @@ def tp_splits(n_tp: Any, rule: str = "exact") -> list[tuple[int, int]]:
             ok = root <= ff <= FF_SPREAD * root
         if ok:
             out.append((n // ff, ff))
-    return out
+    return tuple(out)
 
 
 # --- Numeric functions, lambdified from COST_FORMULAS ------------------------------------------
