@@ -26,8 +26,7 @@ import numpy as np
 from . import collectives as coll
 from . import data_parallel as dpm
 from . import expert_parallel as epm
-from . import matmul
-from . import model
+from . import matmul, model
 from . import pipeline as ppm
 from . import step as stepm
 from . import tensor_parallel as tpm
@@ -169,7 +168,7 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
             if ch.zero_bubble and pp > 1:
                 least = 2 * pp - (1 if ch.zero_bubble_min == "2n-1" else 0)
                 schedules.extend((m, 1) for m in smallest_divisors(units, least, 1))
-            for (m_, f_), (m, zb) in itertools.product(splits, schedules):
+            for (_m, f_), (m, zb) in itertools.product(splits, schedules):
                 rows.append((tp // f_, f_, dp, pp, ep, m, zb))
     if not rows:
         return None
