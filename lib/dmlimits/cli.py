@@ -6,7 +6,9 @@ Commands:
 * ``scenarios``   list the scenario presets, or every key a scenario may set (``--keys``),
                   or one resolved scenario (``--show NAME``);
 * ``derivations`` list every derivation of the library; ``--verify`` proves each step;
-* ``matmul``      time and efficiency of one matmul on one GPU (the single-GPU model).
+* ``matmul``      time and efficiency of one matmul on one GPU (the single-GPU model);
+* ``sweep``       the optimal parallelism at every model size, one CSV or JSON row each;
+* ``headline``    a scenario's headline numbers (linear-scaling end, latency wall, ...).
 
 Errors in the reader's input print one line, ``error: ...``, and exit with status 2; a failed
 build exits with status 1 and leaves the previous book as it was.
@@ -75,6 +77,22 @@ def _parser() -> argparse.ArgumentParser:
         help="override a hardware assumption, e.g. hardware.max_clock=1980e6",
     )
     m.add_argument("--json", action="store_true", help="print JSON for machines")
+
+    w = sub.add_parser("sweep", help="the optimal parallelism at every model size of the sweep")
+    w.add_argument(
+        "--scenario",
+        default=DEFAULT_SCENARIO,
+        metavar="NAME[,NAME...]",
+        help="preset names or YAML files, comma-separated, or 'all' (every preset); "
+        "default: %(default)s",
+    )
+    w.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    w.add_argument("--format", choices=("json", "csv"), default="csv", help="default: csv")
+
+    h = sub.add_parser("headline", help="a scenario's headline numbers")
+    h.add_argument("--scenario", default=DEFAULT_SCENARIO, metavar="NAME|FILE")
+    h.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    h.add_argument("--json", action="store_true", help="print JSON for machines")
     return p
 
 
@@ -179,6 +197,81 @@ def _cmd_matmul(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scenario_specs(text: str) -> list[str]:
+    """The scenarios a ``--scenario`` argument names; an unknown preset is refused with the
+    list of valid names before anything runs."""
+    from pathlib import Path
+
+    from .scenario import PAPER_PRESETS, preset_names
+
+    names = preset_names()
+    if text.strip() == "all":
+        return [n for n in PAPER_PRESETS if n in names] + [
+            n for n in names if n not in PAPER_PRESETS
+        ]
+    specs = [part.strip() for part in text.split(",") if part.strip()]
+    if not specs:
+        raise ScenarioError("--scenario: got an empty list; expected preset names or 'all'")
+    for spec in specs:
+        if spec not in names and not Path(spec).is_file():
+            raise ScenarioError(
+                f"--scenario: unknown scenario {spec!r}; expected 'all', a YAML file or one "
+                f"of: {', '.join(names)}"
+            )
+    return specs
+
+
+def _jsonable(x):
+    import math
+
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    import csv
+    import json
+    import time
+
+    from . import search
+
+    scenarios = [resolve(spec, args.sets) for spec in _scenario_specs(args.scenario)]
+    out: list[dict] = []
+    for i, scn in enumerate(scenarios, start=1):
+        start = time.perf_counter()
+        out.extend(search.rows(scn))
+        print(
+            f"[{i}/{len(scenarios)}] {scn.name}: {time.perf_counter() - start:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    if args.format == "json":
+        print(json.dumps([{k: _jsonable(v) for k, v in r.items()} for r in out], indent=1))
+    else:
+        writer = csv.DictWriter(sys.stdout, fieldnames=search.ROW_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for r in out:
+            writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
+    return 0
+
+
+def _cmd_headline(args: argparse.Namespace) -> int:
+    import json
+
+    from . import search
+
+    specs = _scenario_specs(args.scenario)
+    if len(specs) != 1:
+        raise ScenarioError(f"--scenario: got {args.scenario!r}; expected one scenario")
+    scn = resolve(specs[0], args.sets)
+    result = search.headline(scn)
+    if args.json:
+        print(json.dumps({k: _jsonable(v) for k, v in result.items()}, indent=2))
+    else:
+        for key, value in result.items():
+            print(f"{key:<26} {value:.3g}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {
@@ -186,12 +279,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "scenarios": _cmd_scenarios,
         "derivations": _cmd_derivations,
         "matmul": _cmd_matmul,
+        "sweep": _cmd_sweep,
+        "headline": _cmd_headline,
     }[args.command]
     try:
         return handler(args)
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader piped the output into head: not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -90,6 +90,23 @@ def _is_zero(expr: sp.Expr) -> bool:
     return False
 
 
+def _holds(eq: sp.Basic) -> bool:
+    """Whether an equation holds identically: its two sides are equal, or (both sides being
+    products of powers of positive symbols, as every registered symbol is) their logarithms
+    are, which proves power laws
+    that ``simplify`` leaves unresolved."""
+    if eq is sp.true:
+        return True
+    if not isinstance(eq, sp.Equality):
+        return False
+    if _is_zero(_residual(eq)):
+        return True
+    if all(x.is_positive for x in eq.free_symbols):  # products of powers of them are, too
+        logs = sp.expand_log(sp.log(eq.lhs), force=True) - sp.expand_log(sp.log(eq.rhs), force=True)
+        return _is_zero(sp.expand(logs))
+    return False
+
+
 def _same(prev: sp.Basic, new: sp.Basic) -> bool:
     """Two expressions are equal, or two equations state the same relation."""
     if isinstance(prev, sp.Equality) != isinstance(new, sp.Equality):
@@ -145,7 +162,7 @@ class Derivation:
                     f"{where} solves for {step.solve_for} but is not '{step.solve_for} = ...'"
                 )
             base = step.using.apply(prev.expr) if step.using else prev.expr
-            if not _is_zero(_residual(base).subs(step.solve_for, step.expr.rhs)):
+            if not _holds(base.subs(step.solve_for, step.expr.rhs)):
                 raise DerivationError(
                     f"{where}: {step.expr} does not solve step {index - 1}, {prev.expr}"
                 )

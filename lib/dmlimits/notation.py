@@ -14,6 +14,8 @@ CHAPTER_TITLES = {
     "tensor_parallel": "Tensor parallelism",
     "pipeline": "Pipeline parallelism",
     "expert_parallel": "Expert parallelism",
+    "search": "The best parallelism at every scale",
+    "closed_forms": "Critical compute and the latency wall",
 }
 
 

@@ -201,6 +201,18 @@ SCHEMA: dict[str, Field] = {
         "2D split rule sqrt(N_TP) <= N_TP,ff <= 4 sqrt(N_TP): isqrt (authors' code) or exact",
         choices=("isqrt", "exact"),
     ),
+    # closed_forms.*: the power laws of the closed forms (reference notes, section 7)
+    "closed_forms.batch_tokens": _pos(
+        4e6, "batch at the anchor compute in the closed forms (the authors' notebook)", "tokens"
+    ),
+    "closed_forms.layers": _pos(100.0, "layers at the anchor compute in the closed forms"),
+    "closed_forms.alpha": _pos(
+        0.0,
+        "exponent of the batch-to-depth ratio B / L against compute in the closed forms",
+        minimum=-0.45,
+        inclusive_minimum=True,
+        maximum=0.45,
+    ),
     # sweep.*: the grid of model widths
     "sweep.d_model_min": _pos(12288.0, "smallest model width of the sweep"),
     "sweep.d_model_max_factor": _pos(
@@ -273,6 +285,16 @@ def _flatten(data: dict, prefix: str = "") -> dict[str, Any]:
 
 def preset_dir() -> Path:
     return Path(str(resources.files("dmlimits") / "scenarios"))
+
+
+#: The presets of the first paper, in the order its figures compare them (issue #4 names them).
+PAPER_PRESETS = (
+    "h100", "h100-no-batch-scaling", "h100-deepseek-batch", "v100", "a100", "h100-sparse",
+    "v100-sparse", "a100-sparse", "h100-low-latency", "h100-global-nvlink",
+    "h100-global-nvlink-low-latency", "h100-infinite-network-low-latency",
+    "h100-low-latency-sparse", "h100-global-nvlink-sparse",
+    "h100-global-nvlink-low-latency-sparse", "h100-infinite-network-low-latency-sparse",
+)  # fmt: skip
 
 
 def preset_names() -> list[str]:

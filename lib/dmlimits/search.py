@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from . import closed_forms, matmul, model, published
 from . import collectives as coll
 from . import data_parallel as dpm
 from . import expert_parallel as epm
-from . import matmul, model
 from . import pipeline as ppm
 from . import step as stepm
 from . import tensor_parallel as tpm
@@ -362,10 +362,11 @@ def best_on(
     t_net = _network_time(hidden, ch.level_times)
     lat_pipe = pick("tp_model", "latency") + pick("tp_ff", "latency") + pick("pp_ep", "latency")
     lat_dp = pick("dp", "latency")
-    t = stepm.step_time(
-        t_mm[:, None], t_net, t_dp_after, lat_pipe, lat_dp, bubble[:, None],
-        c["zero_bubble"][:, None],
-    )  # fmt: skip
+    with np.errstate(invalid="ignore"):  # inf * 0 where a level is unusable; masked below
+        t = stepm.step_time(
+            t_mm[:, None], t_net, t_dp_after, lat_pipe, lat_dp, bubble[:, None],
+            c["zero_bubble"][:, None],
+        )  # fmt: skip
     total = sum(a + b for a, b in levels.values())
     t = np.where(np.isfinite(total), t, np.inf)
     order = np.lexsort((total.ravel(), t.ravel()))
@@ -384,7 +385,8 @@ def best_on(
     out.update({k: float(a[r, j] + b[r, j]) for k, (a, b) in parts.items()})
     out.update(
         t_step=float(t[r, j]), t_matmul=float(t_mm[r]), t_network=float(t_net[r, j]),
-        t_latency=float(lat_pipe[r, j] + lat_dp[r, j]), bubble=float(bubble[r]),
+        t_latency=float(lat_pipe[r, j] + lat_dp[r, j]), t_latency_pipe=float(lat_pipe[r, j]),
+        t_latency_dp=float(lat_dp[r, j]), bubble=float(bubble[r]),
         t_network_total=float(total[r, j]),
     )  # fmt: skip
     for name in DEGREES:
@@ -449,8 +451,171 @@ def _finish(scn: Scenario, pt: Point, found: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_SWEEPS: dict[str, list[dict[str, Any]]] = {}
+
+
+def _key(scn: Scenario) -> str:
+    return repr(sorted(scn.values.items()))
+
+
 def sweep(scn: Scenario) -> list[dict[str, Any]]:
-    """The optimal configuration at every model of the scenario's sweep."""
+    """The optimal configuration at every model of the scenario's sweep (full results, with
+    every time of the step; :func:`rows` gives the public columns).  Cached per set of
+    assumptions: notebooks ask for the same sweep many times."""
     scn = require_scenario(scn)
-    ch = Choices.of(scn)
-    return [optimal(scn, pt, ch) for pt in points(scn)]
+    key = _key(scn)
+    if key not in _SWEEPS:
+        ch = Choices.of(scn)
+        results = [optimal(scn, pt, ch) for pt in points(scn)]
+        for r in results:
+            r.update(losses(scn, r))
+        _SWEEPS[key] = results
+    return [dict(r) for r in _SWEEPS[key]]
+
+
+# --- What a result means --------------------------------------------------------------------
+#: What cuts a step's utilization below the effective utilization, in the order of the table.
+LOSSES = ("matmul", "bandwidth", "bubble", "latency")
+LOSS_LABELS = {
+    "matmul": "matmuls below the effective rate (memory-bound)",
+    "bandwidth": "network bandwidth not hidden",
+    "bubble": "pipeline bubble",
+    "latency": "latency",
+    "none": "nothing (full rate)",
+    "infeasible": "no configuration found",
+}
+#: A loss under this share of the step does not bind.
+BINDING_SHARE = 0.01
+
+
+def losses(scn: Scenario, r: dict[str, Any]) -> dict[str, Any]:
+    """Seconds of a result's step lost to each cause of :data:`LOSSES`, and the one that binds
+    (the largest, or ``"none"`` when every loss is under :data:`BINDING_SHARE` of the step).
+
+    The step splits exactly into the ideal matmul time at the effective utilization and the
+    four losses: matmuls slower than that, bandwidth time not hidden behind them (and the
+    gradient all-reduce when it follows the pipeline), the bubble's stretch of the busy time,
+    and exposed latency."""
+    t = r.get("t_step", math.nan)
+    if not (t == t and r.get("n_gpu") == r.get("n_gpu")):
+        return {f"loss_{k}": math.nan for k in LOSSES} | {"binding": "infeasible"}
+    eff = float(scn["hardware.effective_utilization"])
+    ideal = (
+        6
+        * r["n_params_total"]
+        / r["sparsity"]
+        * r["batch_tokens"]
+        / (r["n_gpu"] * scn.peak_flops * eff)
+    )
+    busy = max(r["t_matmul"], r["t_network"])
+    stretched = busy / (1 - r["bubble"])
+    dp_after = 0.0 if Choices.of(scn).dp_overlap else r["t_dp"]
+    out = {
+        "loss_matmul": r["t_matmul"] - ideal,
+        "loss_bandwidth": busy - r["t_matmul"] + dp_after,
+        "loss_bubble": stretched - busy,
+        "loss_latency": t - stretched - dp_after,
+    }
+    worst = max(LOSSES, key=lambda k: out[f"loss_{k}"])
+    out["binding"] = worst if out[f"loss_{worst}"] > BINDING_SHARE * t else "none"
+    return out
+
+
+#: The columns of the command line's sweep, in order (part of the interface).
+ROW_FIELDS = (
+    "scenario", "training_flop", "utilization", "feasible", "n_params_total", "layers",
+    "d_model", "sparsity", "batch_tokens", "n_gpu", "tp_model", "tp_ff", "pp",
+    "pp_interleave", "dp", "ep", "microbatches", "zero_bubble",
+)  # fmt: skip
+_RENAMED = {"pp_interleave": "v", "microbatches": "m"}
+_INTEGERS = {"layers", "d_model", "sparsity", "batch_tokens", "n_gpu", "tp_model", "tp_ff", "pp",
+             "pp_interleave", "dp", "ep", "microbatches"}  # fmt: skip
+
+
+def rows(scn: Scenario) -> list[dict[str, Any]]:
+    """One row of :data:`ROW_FIELDS` per model of the sweep: whole numbers as ints, a
+    configuration that was never found as None."""
+    scn = require_scenario(scn)
+    out = []
+    for r in sweep(scn):
+        row: dict[str, Any] = {"scenario": scn.name}
+        for f in ROW_FIELDS[1:]:
+            x = r.get(_RENAMED.get(f, f), math.nan)
+            if f in ("feasible", "zero_bubble"):
+                row[f] = bool(x) if x == x else None
+            elif f in _INTEGERS:
+                row[f] = round(x) if x == x else None
+            else:
+                row[f] = float(x) if x == x else None
+        out.append(row)
+    return out
+
+
+def linear_end_threshold(scn: Scenario) -> float:
+    """The utilization at or below which linear scaling has ended: the paper's fraction of
+    the GPU's effective utilization (``paper1.linear_end_fraction``)."""
+    return published.value("paper1.linear_end_fraction") * float(
+        scn["hardware.effective_utilization"]
+    )
+
+
+def headline(scn: Scenario) -> dict[str, float]:
+    """The scenario's headline numbers: where linear scaling ends (the first feasible grid
+    point at or below :func:`linear_end_threshold`), the utilization of the plateau before it
+    (the largest), the last feasible grid point, and the two closed forms."""
+    scn = require_scenario(scn)
+    results = sweep(scn)
+    feasible = [r for r in results if r["feasible"]]
+    limit = linear_end_threshold(scn)
+    end = next((r for r in feasible if r["utilization"] <= limit), None)
+    cf = closed_forms.values(scn)
+    return {
+        "linear_scaling_end_flop": end["training_flop"] if end else math.nan,
+        "plateau_utilization": max((r["utilization"] for r in feasible), default=math.nan),
+        "last_feasible_flop": feasible[-1]["training_flop"] if feasible else math.nan,
+        "t_crit_flop": cf["t_crit_flop"],
+        "t_limit_flop": cf["t_limit_flop"],
+    }
+
+
+# --- The authors' configurations ---------------------------------------------------------------
+REFERENCE_SETTINGS = {"h100": "Default scaling", "h100-no-batch-scaling": "No scaling"}
+
+
+def reference_comparison(scn: Scenario, setting: str | None = None) -> list[dict[str, Any]]:
+    """The search's result beside every reference configuration of ``setting`` (the
+    authors' code as rerun, ``data/paper1_reference_configs.csv``): compute, the two
+    utilizations and their difference, and whether the configurations are the same (GPUs and
+    the TP, PP and DP degrees; three significant figures, as printed) and so is the 2D split
+    of tensor parallelism (equal products often tie)."""
+    scn = require_scenario(scn)
+    setting = setting or REFERENCE_SETTINGS.get(scn.name, "Default scaling")
+    refs = [r for r in dpm._reference_rows() if r["setting"] == setting]
+    if not refs:
+        raise ValueError(f"setting: got {setting!r}; expected one of the reference settings")
+    mine = sweep(scn)
+    out = []
+    for ref in refs:
+        c = float(ref["training_flop_16bit"])
+        match = min(mine, key=lambda r: abs(math.log(r["training_flop"] / c)))
+        if abs(match["training_flop"] / c - 1) > 0.01:
+            raise ValueError(f"no grid point of {scn.name} at the reference compute {c:.3g}")
+        if not match["feasible"]:
+            same = split = False
+        else:
+
+            def agree(k: str, x: float, ref: dict[str, str] = ref) -> bool:
+                return float(f"{x:.3g}") == float(f"{float(ref[k]):.3g}")
+
+            tp = float(ref["tp_model"]) * float(ref["tp_ff"])
+            same = all(agree(k, match[k]) for k in ("n_gpu", "pp", "dp")) and float(
+                f"{match['tp_model'] * match['tp_ff']:.3g}"
+            ) == float(f"{tp:.3g}")
+            split = same and all(agree(k, match[k]) for k in ("tp_model", "tp_ff"))
+        u_ref = float(ref["utilization"])
+        out.append({
+            "training_flop": match["training_flop"], "utilization_reference": u_ref,
+            "utilization": match["utilization"], "difference": match["utilization"] - u_ref,
+            "same_configuration": same, "same_split": split, "binding": match["binding"],
+        })  # fmt: skip
+    return out

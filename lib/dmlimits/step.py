@@ -148,7 +148,8 @@ def utilization_derivation() -> Derivation:
 
 
 STEP_TIME = step_time_derivation().result.rhs
-UTILIZATION = utilization_derivation().steps[2].expr.rhs
+# Dimensioned: the FLOP per multiply-accumulate stays a symbol (in FLOP) until evaluation.
+UTILIZATION = utilization_derivation().steps[1].expr.rhs
 COST_FORMULAS = {
     "step_time": (STEP_TIME, _S),
     "utilization": (UTILIZATION, u.one),
@@ -157,7 +158,7 @@ COST_FORMULAS = {
 
 @cache
 def _numeric(name: str):
-    expr = COST_FORMULAS[name][0]
+    expr = model.PASS_COUNTS.apply(COST_FORMULAS[name][0])
     if name == "step_time":
         args = (t_mm, t_net, t_dp_after, t_lat, dpm.t_dp_lat, ppm.bubble, z_zb)
     else:

@@ -1,0 +1,110 @@
+"""Closed forms (dmlimits.closed_forms): critical compute and the latency wall."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sympy as sp
+from dmlimits import closed_forms as cf
+from dmlimits import published
+from dmlimits import scenario as sc
+from dmlimits import symbols as s
+from dmlimits import units as u
+from dmlimits.derivation import DerivationError, Step, derivation, derivations_of
+from dmlimits.symbols import REGISTRY
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return sc.resolve("h100")
+
+
+def test_every_closed_form_derivation_verifies():
+    found = derivations_of("closed_forms")
+    assert len(found) == 6
+    for d in found:
+        d.verify()
+
+
+@pytest.mark.parametrize("name", sorted(cf.COST_FORMULAS))
+def test_closed_forms_have_their_units(name):
+    expr, unit = cf.COST_FORMULAS[name]
+    u.check_unit(expr, REGISTRY.units, unit)
+
+
+@pytest.mark.parametrize(
+    ("key", "published_key"),
+    [("t_crit_flop", "paper1.t_crit_flop"), ("t_limit_flop", "paper1.t_limit_flop")],
+)
+def test_h100_values_match_the_paper(h100, key, published_key):
+    value = cf.values(h100)[key]
+    assert f"{value:.3g}" == f"{published.value(published_key):.3g}"
+
+
+def test_intermediate_quantities_match_the_notes(h100):
+    # Reference notes, section 7: n ~ 590 tokens, a ~ 26,400 for the H100.
+    v = cf.values(h100)
+    assert round(v["nanobatch_tokens"]) == 590
+    assert round(v["shard_side"], -2) == 26400
+
+
+def test_a_wrong_solution_is_caught():
+    d = cf.critical_compute_derivation()
+    last = d.steps[-1]
+    wrong = sp.Eq(s.compute, last.expr.rhs * 2)
+    steps = [*d.steps[:-1], Step(last.text, wrong, solve_for=s.compute)]
+    with pytest.raises(DerivationError):
+        derivation(d.name, d.title, steps).verify()
+
+
+def test_at_alpha_zero_the_closed_forms_are_the_notebooks_formulas(h100):
+    """At alpha = 0 the derived forms reduce to the constants of the reference notes:
+    T_crit = 2 (1/960) (rho M T / (a^2 n))^2 with M = 8 F / 2 MAC/s, and
+    T_limit = 2 (3/320) (rho T / t_lat)^2."""
+    v = cf.values(h100)
+    rho = h100["closed_forms.batch_tokens"] / h100["closed_forms.layers"]
+    M = h100["network.node_size"] * h100.peak_flops / 2
+    T = h100.train_seconds
+    a, n = v["shard_side"], v["nanobatch_tokens"]
+    assert v["t_crit_flop"] == pytest.approx(2 / 960 * (rho * M * T / (a**2 * n)) ** 2)
+    assert v["t_limit_flop"] == pytest.approx(2 * 3 / 320 * (rho * T / v["latency_s"]) ** 2)
+
+
+def test_sensitivity_to_alpha_is_monotone(h100):
+    alphas = np.linspace(-0.2, 0.2, 41)
+    crit = cf.evaluate("critical_compute", h100, alphas)
+    wall = cf.evaluate("latency_wall", h100, alphas)
+    assert crit.shape == wall.shape == alphas.shape
+    assert np.all(np.diff(np.log(crit)) > 0) and np.all(np.diff(np.log(wall)) > 0)
+    assert crit[20] == pytest.approx(cf.values(h100)["t_crit_flop"])
+
+
+@pytest.mark.parametrize(
+    ("setting", "key", "factor"),
+    [
+        ("training.months=6", "t_limit_flop", 4.0),  # T^2
+        ("hardware.kernel_latency=2.25e-6", "t_limit_flop", 4.0),  # t_lat^-2
+        ("network.inter_node.bandwidth=200e9", "t_crit_flop", 16.0),  # a^-4
+        ("closed_forms.batch_tokens=8e6", "t_crit_flop", 4.0),  # rho^2
+    ],
+)
+def test_overrides_reach_the_closed_forms(h100, setting, key, factor):
+    base = cf.values(h100)[key]
+    assert cf.values(sc.resolve("h100", [setting]))[key] == pytest.approx(factor * base)
+
+
+def test_network_variants(h100):
+    flat = cf.values(sc.resolve("h100-global-nvlink"))
+    unlimited = cf.values(sc.resolve("h100-infinite-network-low-latency"))
+    assert flat["t_crit_flop"] > cf.values(h100)["t_crit_flop"]
+    assert unlimited["t_crit_flop"] == np.inf
+    assert unlimited["t_limit_flop"] == pytest.approx(100 * cf.values(h100)["t_limit_flop"])
+
+
+def test_alpha_outside_its_range_is_refused():
+    with pytest.raises(sc.ScenarioError, match=r"closed_forms\.alpha"):
+        sc.resolve("h100", ["closed_forms.alpha=0.5"])
+
+
+def test_implied_alpha_is_small_and_positive(h100):
+    assert 0 < cf.implied_alpha(h100) < 0.1

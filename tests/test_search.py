@@ -1,0 +1,219 @@
+"""The search for the best parallelism (dmlimits.search) and the step time (dmlimits.step).
+
+The acceptance of the reproduction: the h100 presets against the authors' configurations as
+rerun (the project's data file), and the linear-scaling end at the published grid point."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+from dmlimits import published, search, step
+from dmlimits import scenario as sc
+from dmlimits import units as u
+from dmlimits.derivation import DerivationError, Step, derivation, derivations_of
+from dmlimits.symbols import REGISTRY
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return sc.resolve("h100")
+
+
+@pytest.mark.parametrize("preset", sorted(search.REFERENCE_SETTINGS))
+def test_utilization_matches_the_reference_configurations(preset):
+    rows = search.reference_comparison(sc.resolve(preset))
+    close = [abs(r["difference"]) <= 0.01 for r in rows]
+    assert len(rows) >= 20
+    assert sum(close) >= 0.9 * len(rows), [
+        (f"{r['training_flop']:.3g}", round(r["difference"], 3)) for r in rows
+    ]
+    # Not only the utilization: the same cluster and degrees at nine points in ten.
+    assert sum(r["same_configuration"] for r in rows) >= 0.9 * len(rows)
+
+
+@pytest.mark.parametrize(
+    ("preset", "key"),
+    [
+        ("h100", "paper1.rerun_linear_end_flop"),
+        ("h100-no-batch-scaling", "paper1.rerun_linear_end_no_batch_flop"),
+    ],
+)
+def test_linear_scaling_ends_at_the_published_grid_point(preset, key):
+    end = search.headline(sc.resolve(preset))["linear_scaling_end_flop"]
+    assert f"{end:.3g}" == f"{published.value(key):.3g}"
+
+
+def test_last_feasible_point_is_the_published_one(h100):
+    last = search.headline(h100)["last_feasible_flop"]
+    assert f"{last:.3g}" == f"{published.value('paper1.rerun_last_feasible_flop'):.3g}"
+
+
+def test_linear_end_threshold_is_the_papers_fraction(h100):
+    eff = h100["hardware.effective_utilization"]
+    assert search.linear_end_threshold(h100) == pytest.approx(0.8 * eff)
+
+
+def test_headline_is_consistent_with_the_rows(h100):
+    head = search.headline(h100)
+    rows = search.rows(h100)
+    feasible = [r for r in rows if r["feasible"]]
+    before = [r for r in feasible if r["training_flop"] < head["linear_scaling_end_flop"]]
+    assert before and all(r["utilization"] > search.linear_end_threshold(h100) for r in before)
+    assert head["plateau_utilization"] <= h100["hardware.effective_utilization"] + 1e-9
+    assert head["plateau_utilization"] == max(r["utilization"] for r in feasible)
+    # Once infeasible, always infeasible: the grid grows in compute.
+    flags = [r["feasible"] for r in rows]
+    assert flags == sorted(flags, reverse=True)
+
+
+def test_rows_have_the_interface_columns(h100):
+    rows = search.rows(h100)
+    assert len(rows) == len(search.points(h100))
+    for r in rows:
+        assert tuple(r) == search.ROW_FIELDS
+        assert r["scenario"] == "h100"
+    r = next(r for r in rows if r["feasible"])
+    assert isinstance(r["n_gpu"], int) and isinstance(r["zero_bubble"], bool)
+    # The degrees multiply to the cluster.
+    for r in rows:
+        if r["feasible"]:
+            assert r["tp_model"] * r["tp_ff"] * r["pp"] * r["dp"] * r["ep"] == r["n_gpu"]
+            assert r["layers"] % r["pp"] == 0
+
+
+def test_utilization_is_recomputed_from_the_step_time(h100):
+    for r in search.sweep(h100):
+        if not r["feasible"]:
+            continue
+        flop = 6 * r["n_params_total"] / r["sparsity"] * r["batch_tokens"]
+        assert r["utilization"] == pytest.approx(
+            flop / (r["n_gpu"] * h100.peak_flops * r["t_step"])
+        )
+        assert r["train_seconds"] <= h100.train_seconds
+
+
+def test_losses_split_the_step_exactly(h100):
+    eff = h100["hardware.effective_utilization"]
+    for r in search.sweep(h100):
+        if not r["feasible"]:
+            continue
+        ideal = 6 * r["n_params_total"] * r["batch_tokens"] / (r["n_gpu"] * h100.peak_flops * eff)
+        total = ideal + sum(r[f"loss_{k}"] for k in search.LOSSES)
+        assert total == pytest.approx(r["t_step"], rel=1e-9)
+        assert all(r[f"loss_{k}"] >= -1e-12 * r["t_step"] for k in search.LOSSES)
+        assert r["binding"] in (*search.LOSSES, "none")
+
+
+def test_the_step_time_is_the_derived_composition(h100):
+    """The search's step time is the step chapter's formula applied to the search's parts."""
+    r = next(r for r in search.sweep(h100) if r["feasible"] and r["training_flop"] > 1e29)
+    dp_after = r["t_dp"]  # the gradient all-reduce follows the pipeline by default
+    assert not h100["search.dp_overlap"]
+    assert r["t_latency"] == pytest.approx(r["t_latency_pipe"] + r["t_latency_dp"])
+    busy = max(r["t_matmul"], r["t_network"]) / (1 - r["bubble"])
+    pipe = max(busy, r["t_latency_pipe"]) if r["zero_bubble"] else busy + r["t_latency_pipe"]
+    assert r["t_step"] == pytest.approx(pipe + dp_after + r["t_latency_dp"], rel=1e-12)
+
+
+def test_best_on_restricted_to_the_reference_configuration(h100):
+    """Forcing the authors' configuration at the linear-scaling end gives their utilization."""
+    ref = next(
+        r
+        for r in search.reference_comparison(h100)
+        if f"{r['training_flop']:.3g}" == f"{published.value('paper1.rerun_linear_end_flop'):.3g}"
+    )
+    pt = min(search.points(h100), key=lambda p: abs(math.log(p.compute / ref["training_flop"])))
+    full = search.optimal(h100, pt)
+    only = {k: int(full[k]) for k in ("tp_model", "tp_ff", "dp", "pp", "ep")}
+    found = search.best_on(h100, pt, int(full["n_gpu"]), search.Choices.of(h100), only=only)
+    assert found["t_step"] == pytest.approx(full["t_step"])
+    # A worse configuration of the same cluster is slower.
+    worse = {**only, "pp": only["pp"] * 2, "dp": only["dp"] // 2}
+    slower = search.best_on(h100, pt, int(full["n_gpu"]), search.Choices.of(h100), only=worse)
+    assert slower is None or slower["t_step"] >= found["t_step"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "direction"),
+    [
+        ("training.months=6", +1),  # more time: linear scaling goes further
+        ("network.inter_node.bandwidth=25e9", -1),  # a quarter of the InfiniBand bandwidth
+        ("batch.exponent=0.25", +1),  # faster batch growth
+    ],
+)
+def test_an_override_moves_the_linear_scaling_end(h100, setting, direction):
+    base = search.headline(h100)["linear_scaling_end_flop"]
+    moved = search.headline(sc.resolve("h100", [setting]))["linear_scaling_end_flop"]
+    assert np.sign(moved - base) == direction, (setting, base, moved)
+
+
+def test_search_choices_come_from_the_scenario(h100):
+    ch = search.Choices.of(sc.resolve("h100", ["search.level_times=sum"]))
+    assert ch.level_times == "sum" and search.Choices.of(h100).level_times == "links"
+    # The 'sum' rule charges more network time: utilization never rises.
+    u_links = [r["utilization"] for r in search.sweep(h100) if r["feasible"]][:12]
+    summed = search.sweep(sc.resolve("h100", ["search.level_times=sum"]))
+    u_sum = [r["utilization"] for r in summed][: len(u_links)]
+    assert all(b <= a + 1e-12 for a, b in zip(u_links, u_sum, strict=True))
+    assert any(b < a - 1e-6 for a, b in zip(u_links, u_sum, strict=True))
+
+
+def test_sweep_is_cached_per_assumptions(h100):
+    a = search.sweep(h100)
+    b = search.sweep(sc.resolve("h100"))
+    assert a == b and a is not b  # copies: a caller cannot corrupt the cache
+    a[0]["utilization"] = -1.0
+    assert search.sweep(h100)[0]["utilization"] != -1.0
+
+
+@pytest.mark.parametrize("preset", sc.PAPER_PRESETS)
+def test_every_paper_preset_sweeps(preset):
+    scn = sc.resolve(preset)
+    rows = search.rows(scn)
+    feasible = [r for r in rows if r["feasible"]]
+    assert feasible, preset
+    eff = scn["hardware.effective_utilization"]
+    assert all(0 < r["utilization"] <= eff + 1e-9 for r in feasible)
+    if scn["model.sparse"]:
+        assert all(r["sparsity"] > 1 and r["n_gpu"] % r["sparsity"] == 0 for r in feasible)
+
+
+def test_paper_presets_are_the_sixteen_of_the_issue():
+    assert len(sc.PAPER_PRESETS) == 16 == len(set(sc.PAPER_PRESETS))
+    assert set(sc.PAPER_PRESETS) <= set(sc.preset_names())
+
+
+# --- The step-time derivations ---------------------------------------------------------------
+def test_step_derivations_verify():
+    found = derivations_of("step")
+    assert {d.name for d in found} == {"search-step-time", "search-utilization"}
+    for d in found:
+        d.verify()
+
+
+def test_a_wrong_step_is_caught():
+    d = step.step_time_derivation()
+    broken = list(d.steps)
+    last = broken[-1]
+    broken[-1] = Step(last.text, sp.Eq(last.expr.lhs, 2 * last.expr.rhs), using=last.using)
+    with pytest.raises(DerivationError):
+        derivation(d.name, d.title, broken).verify()
+
+
+@pytest.mark.parametrize("name", sorted(step.COST_FORMULAS))
+def test_step_formulas_have_their_units(name):
+    expr, unit = step.COST_FORMULAS[name]
+    u.check_unit(expr, REGISTRY.units, unit)
+
+
+def test_step_time_formula_by_hand():
+    # 1F1B, bubble 1/4, matmuls 3 s behind which 2 s of transfers hide, latency 0.5 s, then 1 s
+    # of gradient all-reduce and 0.25 s of its latency.
+    assert float(step.step_time(3.0, 2.0, 1.0, 0.5, 0.25, 0.25, 0)) == pytest.approx(
+        3.0 / 0.75 + 0.5 + 1.0 + 0.25
+    )
+    # Zero-bubble overlaps the latency with the work.
+    assert float(step.step_time(3.0, 2.0, 1.0, 0.5, 0.25, 0.0, 1)) == pytest.approx(4.25)
