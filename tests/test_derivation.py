@@ -144,3 +144,16 @@ def test_cli_exits_non_zero_when_a_derivation_fails(capsys, monkeypatch):
     assert cli.main(["derivations", "--verify"]) == 1
     out = capsys.readouterr().out
     assert "test-broken" in out and "FAILED" in out and "1 failed" in out
+
+
+def test_substitution_replace_equals_apply():
+    """The fast replacement used before lambdifying gives the same expression as subs."""
+    from dmlimits import matmul
+
+    for kind in matmul.KINDS:
+        expr = matmul.cost_expressions(kind, False)["total"]
+        fast = matmul.CONSTANTS.replace(expr)
+        slow = matmul.CONSTANTS.apply(expr)
+        assert fast.free_symbols == slow.free_symbols
+        point = {x: 1.0 + 0.37 * i for i, x in enumerate(sorted(fast.free_symbols, key=str))}
+        assert float(fast.evalf(subs=point)) == pytest.approx(float(slow.evalf(subs=point)))

@@ -17,7 +17,7 @@ def test_sweep_csv_has_the_interface_columns(capsys):
     rows = list(csv.DictReader(io.StringIO(out.out)))
     assert tuple(rows[0]) == search.ROW_FIELDS
     assert {r["scenario"] for r in rows} == {"h100-no-batch-scaling"}
-    assert "[1/1] h100-no-batch-scaling" in out.err  # progress goes to stderr
+    assert "[1/1] h100-no-batch-scaling swept" in out.err  # progress goes to stderr
 
 
 def test_sweep_json_several_scenarios_and_a_set(capsys):

@@ -88,6 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     w.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     w.add_argument("--format", choices=("json", "csv"), default="csv", help="default: csv")
+    w.add_argument(
+        "--jobs", type=int, default=None, help="scenarios swept at once (default: one per core)"
+    )
 
     h = sub.add_parser("headline", help="a scenario's headline numbers")
     h.add_argument("--scenario", default=DEFAULT_SCENARIO, metavar="NAME|FILE")
@@ -235,15 +238,22 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from . import search
 
     scenarios = [resolve(spec, args.sets) for spec in _scenario_specs(args.scenario)]
-    out: list[dict] = []
-    for i, scn in enumerate(scenarios, start=1):
-        start = time.perf_counter()
-        out.extend(search.rows(scn))
+    if args.jobs is not None and args.jobs < 1:
+        raise ScenarioError(f"--jobs: got {args.jobs}; expected a whole number of at least 1")
+    finished = []
+    start = time.perf_counter()
+
+    def progress(scn, seconds: float) -> None:
+        finished.append(scn.name)
         print(
-            f"[{i}/{len(scenarios)}] {scn.name}: {time.perf_counter() - start:.1f} s",
+            f"[{len(finished)}/{len(scenarios)}] {scn.name} swept "
+            f"({time.perf_counter() - start:.1f} s so far)",
             file=sys.stderr,
             flush=True,
         )
+
+    search.sweep_many(scenarios, jobs=args.jobs, progress=progress)
+    out = [row for scn in scenarios for row in search.rows(scn)]
     if args.format == "json":
         print(json.dumps([{k: _jsonable(v) for k, v in r.items()} for r in out], indent=1))
     else:

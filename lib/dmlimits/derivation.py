@@ -48,6 +48,14 @@ class Substitution:
     def apply(self, expr: sp.Basic) -> sp.Basic:
         return expr.subs(dict(self.mapping))
 
+    def replace(self, expr: sp.Basic) -> sp.Basic:
+        """The same replacement, symbol for symbol, without ``subs``'s algebra: equal
+        to :meth:`apply` when every key is a symbol, and much faster on the large
+        expressions that are lambdified (the matmul hierarchy's)."""
+        if not all(isinstance(k, sp.Symbol) for k in self.mapping):
+            return self.apply(expr)
+        return expr.xreplace({k: sp.sympify(v) for k, v in self.mapping.items()})
+
     def latex(self, registry: Registry = REGISTRY) -> str:
         return ",\\quad ".join(
             f"{registry.latex(k)} = {registry.latex(v)}" for k, v in self.mapping.items()

@@ -520,7 +520,7 @@ def _hardware_values(scn: Scenario) -> tuple[float, ...]:
 @cache
 def _numeric(kind: str, multicast: bool, what: tuple[str, ...]):
     exprs = cost_expressions(kind, multicast)
-    body = [CONSTANTS.apply(exprs[k]) for k in what]
+    body = [CONSTANTS.replace(exprs[k]) for k in what]
     return sp.lambdify((d1, d2, b, *_HARDWARE), body, "numpy", cse=True)
 
 
@@ -600,7 +600,7 @@ def min_nanobatch(scn: Scenario, derated: bool = True) -> float:
 # --- The hierarchy in numbers ----------------------------------------------------------------
 @cache
 def _hardware_function(exprs: tuple[sp.Expr, ...]):
-    body = [CONSTANTS.apply(e) for e in exprs]
+    body = [CONSTANTS.replace(e) for e in exprs]
     return sp.lambdify((d1, d2, *_HARDWARE), body, "numpy")
 
 
@@ -686,7 +686,7 @@ def weights_streamed(scn: Scenario, d1: Any, d2: Any) -> dict[str, bool]:
 @cache
 def _traffic_function(kind: str, multicast: bool):
     q = traffic_expressions(kind, multicast)
-    body = [CONSTANTS.apply(q[k]) for k in LEVELS]
+    body = [CONSTANTS.replace(q[k]) for k in LEVELS]
     return sp.lambdify((d1, d2, b, *_HARDWARE), body, "numpy", cse=True)
 
 

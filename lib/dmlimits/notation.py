@@ -15,6 +15,7 @@ CHAPTER_TITLES = {
     "pipeline": "Pipeline parallelism",
     "expert_parallel": "Expert parallelism",
     "search": "The best parallelism at every scale",
+    "reproduction": "Reproducing the paper's results",
     "closed_forms": "Critical compute and the latency wall",
 }
 

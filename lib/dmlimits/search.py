@@ -41,6 +41,9 @@ DEGREES = ("dp", "tp_model", "tp_ff", "pp", "ep")
 PATIENCE = 3
 MIN_GAIN = 0.01
 MAX_DOUBLINGS = 48
+#: Candidates evaluated (configurations times placements) since the process started: the bench
+#: script's measure of throughput.
+COUNTS = {"candidates": 0}
 
 
 @dataclass(frozen=True)
@@ -184,14 +187,15 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
 def _matmul_time(scn: Scenario, pt: Point, c: dict[str, np.ndarray]) -> np.ndarray:
     """Seconds of a step's matmuls on one GPU: six per layer per microbatch (two weight
     matrices, three kinds each), for its layers and experts."""
-    a = pt.d_model / c["tp_model"]
-    f = pt.d_ff / c["tp_ff"]
-    b = c["nanobatch"]
+    u, back = _unique(c, ("tp_model", "tp_ff", "nanobatch"))
+    a = pt.d_model / u["tp_model"]
+    f = pt.d_ff / u["tp_ff"]
+    b = u["nanobatch"]
     six = sum(
         matmul.matmul_time(scn, x1, x2, b, kind)
         for kind in matmul.KINDS
         for x1, x2 in ((f, a), (a, f))
-    )
+    )[back]
     return (pt.layers / c["pp"]) * (pt.experts / c["ep"]) * c["m"] * six
 
 
@@ -230,24 +234,61 @@ def _one_level(scn: Scenario, level: int) -> Scenario:
     return Scenario(name=scn.name, values={**scn.values, key: math.inf})
 
 
+def _unique(c: dict[str, np.ndarray], keys: tuple[str, ...]) -> tuple[dict, np.ndarray]:
+    """The distinct candidates as far as ``keys`` go, and for each candidate its index among
+    them: a parallelism's cost depends on a few degrees only, so it is computed once per
+    distinct combination and gathered back."""
+    table = np.stack([c[k] for k in keys], axis=1)
+    distinct, back = np.unique(table, axis=0, return_inverse=True)
+    return {k: distinct[:, j] for j, k in enumerate(keys)}, back.ravel()
+
+
+def _gather(ok: np.ndarray, t: coll.CommTime, back: np.ndarray) -> tuple:
+    return ok[back], coll.CommTime(t.bandwidth[back], t.latency[back])
+
+
 def _per_parallelism(
     scn: Scenario, pt: Point, n_gpu: int, c: dict[str, np.ndarray],
     factors: np.ndarray | None, ch: Choices,
 ) -> dict[str, coll.CommTime | tuple[np.ndarray, coll.CommTime]]:  # fmt: skip
     """Bandwidth (levels added) and latency of each parallelism for every level-0 option."""
     out: dict[str, Any] = {}
-    i, o, ok = _options(c["dp"], factors)
-    out["dp"] = (ok, dpm.dp_time(scn, pt.params, i, o, float(n_gpu), overlap_levels=False))
-    tokens = (pt.batch / (c["dp"] * c["ep"]))[:, None]
+    u, back = _unique(c, ("dp",))
+    i, o, ok = _options(u["dp"], factors)
+    t = dpm.dp_time(scn, pt.params, i, o, float(n_gpu), overlap_levels=False)
+    out["dp"] = _gather(ok, coll.CommTime(*np.broadcast_arrays(t.bandwidth, t.latency)), back)
+    u, back = _unique(c, ("dp", "ep", "tp_model", "tp_ff"))
+    tokens = (pt.batch / (u["dp"] * u["ep"]))[:, None]
     stage_layers = (pt.layers / c["pp"])[:, None]
     for name in ("tp_model", "tp_ff"):
-        i, o, ok = _options(c[name], factors)
+        i, o, ok = _options(u[name], factors)
         t = tpm.tp_family_time(
-            scn, name, pt.d_model, pt.d_ff, tokens, c["tp_model"][:, None],
-            c["tp_ff"][:, None], i, o, overlap_levels=False,
+            scn, name, pt.d_model, pt.d_ff, tokens, u["tp_model"][:, None],
+            u["tp_ff"][:, None], i, o, overlap_levels=False,
         )  # fmt: skip
+        t = coll.CommTime(*np.broadcast_arrays(t.bandwidth, t.latency))
+        ok, t = _gather(ok, t, back)
         # Bandwidth: this GPU's layers; latency: every layer, on the pipeline's critical path.
         out[name] = (ok, coll.CommTime(t.bandwidth * stage_layers, t.latency * pt.layers))
+    out["pp_ep"] = _pp_ep(scn, pt, n_gpu, c, factors, ch)
+    return out
+
+
+def _pp_ep(
+    scn: Scenario, pt: Point, n_gpu: int, c: dict[str, np.ndarray],
+    factors: np.ndarray | None, ch: Choices,
+) -> tuple[np.ndarray, coll.CommTime]:  # fmt: skip
+    """Pipeline and expert traffic at layer interfaces, computed per distinct (PP, EP, v)."""
+    u, back = _unique(c, ("pp", "ep", "v"))
+    ok, t = _pp_ep_distinct(scn, pt, n_gpu, u, factors, ch)
+    t = coll.CommTime(*np.broadcast_arrays(t.bandwidth, t.latency))
+    return _gather(np.broadcast_to(ok, t.bandwidth.shape), t, back)
+
+
+def _pp_ep_distinct(
+    scn: Scenario, pt: Point, n_gpu: int, c: dict[str, np.ndarray],
+    factors: np.ndarray | None, ch: Choices,
+) -> tuple[np.ndarray, coll.CommTime]:  # fmt: skip
     pi, po, pok = _options(c["pp"], factors)
     ei, eo, eok = _options(c["ep"], factors)
     v = c["v"][:, None, None]
@@ -263,14 +304,13 @@ def _per_parallelism(
         latency=ch.expert_latency,
     )  # fmt: skip
     ok = pok[:, :, None] & eok[:, None, :]
-    out["pp_ep"] = (
+    return (
         ok,
         coll.CommTime(
             cross[0].bandwidth + cross[1].bandwidth + only.bandwidth,
             cross[0].latency + cross[1].latency + only.latency,
         ),
     )
-    return out
 
 
 def _costs(
@@ -369,6 +409,7 @@ def best_on(
         )  # fmt: skip
     total = sum(a + b for a, b in levels.values())
     t = np.where(np.isfinite(total), t, np.inf)
+    COUNTS["candidates"] += t.size
     order = np.lexsort((total.ravel(), t.ravel()))
     k = int(order[0])
     if not np.isfinite(t.ravel()[k]):
@@ -471,6 +512,54 @@ def sweep(scn: Scenario) -> list[dict[str, Any]]:
             r.update(losses(scn, r))
         _SWEEPS[key] = results
     return [dict(r) for r in _SWEEPS[key]]
+
+
+def _sweep_in_child(scn: Scenario) -> list[dict[str, Any]]:
+    return sweep(scn)
+
+
+def sweep_many(
+    scns: list[Scenario], jobs: int | None = None, progress: Any = None
+) -> list[list[dict[str, Any]]]:
+    """:func:`sweep` for several scenarios, on ``jobs`` processes (default: one per core).
+
+    The first scenario is swept here, which also prepares every lambdified formula; the
+    others go to forked workers that inherit them.  ``progress(scn, seconds)`` is called as
+    each scenario finishes.  The results fill the cache of this process."""
+    import os
+    import time
+
+    scns = [require_scenario(x) for x in scns]
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    todo = [x for x in scns if _key(x) not in _SWEEPS]
+
+    def done(scn: Scenario, start: float) -> None:
+        if progress is not None:
+            progress(scn, time.perf_counter() - start)
+
+    if todo:
+        start = time.perf_counter()
+        sweep(todo[0])
+        done(todo[0], start)
+        rest = [x for x in todo[1:] if _key(x) not in _SWEEPS]
+        if jobs > 1 and len(rest) > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=min(jobs, len(rest)), mp_context=ctx) as pool:
+                started = time.perf_counter()
+                futures = {pool.submit(_sweep_in_child, x): x for x in rest}
+                for future in futures:
+                    scn = futures[future]
+                    _SWEEPS.setdefault(_key(scn), future.result())
+                    done(scn, started)
+        else:
+            for scn in rest:
+                start = time.perf_counter()
+                sweep(scn)
+                done(scn, start)
+    return [sweep(x) for x in scns]
 
 
 # --- What a result means --------------------------------------------------------------------

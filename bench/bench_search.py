@@ -1,0 +1,79 @@
+"""Time the search: every preset of the first paper swept, and candidates evaluated per second.
+
+The target (issue #4): all sixteen presets together in under 10 s on the project's 2-core
+machine, from a fresh process (the lambdified formulas' first use included), measured in one
+process and with ``search.sweep_many`` on every core.  Checked here, never in a timed test:
+
+    .venv/bin/python bench/bench_search.py [--repeat N]
+
+Each repetition runs in a fresh interpreter so that no sweep is cached; the best is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+CHILD = r"""
+import json, time
+t0 = time.perf_counter()
+from dmlimits import scenario as sc, search
+t_import = time.perf_counter() - t0
+scns = [sc.resolve(name) for name in sc.PAPER_PRESETS]
+times = {}
+start = time.perf_counter()
+if JOBS == 1:
+    for scn in scns:
+        t = time.perf_counter()
+        search.sweep(scn)
+        times[scn.name] = time.perf_counter() - t
+else:
+    search.sweep_many(scns, jobs=JOBS)
+total = time.perf_counter() - start
+print(json.dumps({"import": t_import, "total": total, "presets": times,
+                  "candidates": search.COUNTS["candidates"]}))
+"""
+
+TARGET_SECONDS = 10.0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=3, help="fresh runs; the best is kept")
+    args = p.parse_args()
+    cores = os.cpu_count() or 1
+    for jobs, what in ((1, "one process"), (cores, f"{cores} processes (sweep_many)")):
+        runs = []
+        for _ in range(max(1, args.repeat)):
+            child = f"JOBS = {jobs}\n" + CHILD
+            out = subprocess.run(
+                [sys.executable, "-c", child], check=True, capture_output=True, text=True
+            ).stdout
+            runs.append(json.loads(out.strip().splitlines()[-1]))
+        best = min(runs, key=lambda r: r["total"])
+        print(f"== {what}")
+        for name, seconds in best["presets"].items():
+            print(f"  {name:<42} {seconds:6.2f} s")
+        ok = "met" if best["total"] <= TARGET_SECONDS else "MISSED"
+        print(
+            f"all {len(sc_names())} presets: {best['total']:.2f} s (best of {len(runs)}; "
+            f"target {TARGET_SECONDS:g} s: {ok}); import of dmlimits {best['import']:.2f} s "
+            "not counted"
+        )
+        if jobs == 1:  # the workers' candidates are not counted in the parent
+            rate = best["candidates"] / best["total"]
+            print(f"candidates evaluated: {best['candidates']:,} ({rate:,.0f} per second)")
+    return 0
+
+
+def sc_names() -> tuple[str, ...]:
+    from dmlimits.scenario import PAPER_PRESETS
+
+    return PAPER_PRESETS
+
+
+if __name__ == "__main__":
+    sys.exit(main())
