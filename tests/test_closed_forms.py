@@ -108,3 +108,15 @@ def test_alpha_outside_its_range_is_refused():
 
 def test_implied_alpha_is_small_and_positive(h100):
     assert 0 < cf.implied_alpha(h100) < 0.1
+
+
+@pytest.mark.parametrize("preset", ["h100", "a100", "v100", "h100-global-nvlink"])
+def test_shard_side_is_the_tensor_parallel_crossover(preset):
+    """Two derivations of one quantity: the closed forms' smallest shard (a node's arithmetic
+    against its InfiniBand traffic) is the tensor-parallel chapter's crossover at peak."""
+    from dmlimits import tensor_parallel as tp
+
+    scn = sc.resolve(preset)
+    assert cf.values(scn)["shard_side"] == pytest.approx(
+        tp.crossover_shard(scn, 1, derated=False), rel=1e-12
+    )

@@ -217,3 +217,11 @@ def test_step_time_formula_by_hand():
     )
     # Zero-bubble overlaps the latency with the work.
     assert float(step.step_time(3.0, 2.0, 1.0, 0.5, 0.25, 0.0, 1)) == pytest.approx(4.25)
+
+
+def test_the_search_tries_the_pipeline_chapters_microbatch_counts(h100):
+    """1F1B tries the four smallest valid microbatch counts, as the pipeline chapter says."""
+    from dmlimits import pipeline
+
+    assert search.Choices.of(h100).microbatch_candidates == pipeline.SEARCH_MICROBATCH_COUNT
+    assert search.smallest_divisors(64, 8, 4) == (8, 16, 32, 64)

@@ -238,9 +238,14 @@ def _unique(c: dict[str, np.ndarray], keys: tuple[str, ...]) -> tuple[dict, np.n
     """The distinct candidates as far as ``keys`` go, and for each candidate its index among
     them: a parallelism's cost depends on a few degrees only, so it is computed once per
     distinct combination and gathered back."""
-    table = np.stack([c[k] for k in keys], axis=1)
-    distinct, back = np.unique(table, axis=0, return_inverse=True)
-    return {k: distinct[:, j] for j, k in enumerate(keys)}, back.ravel()
+    # One small code per column, combined into one integer key (a row-wise np.unique sorts
+    # far more slowly).
+    key = np.zeros(len(c[keys[0]]), dtype=np.int64)
+    for k in keys:
+        values, codes = np.unique(c[k], return_inverse=True)
+        key = key * len(values) + codes.ravel()
+    _, first, back = np.unique(key, return_index=True, return_inverse=True)
+    return {k: c[k][first] for k in keys}, back.ravel()
 
 
 def _gather(ok: np.ndarray, t: coll.CommTime, back: np.ndarray) -> tuple:
@@ -410,8 +415,9 @@ def best_on(
     total = sum(a + b for a, b in levels.values())
     t = np.where(np.isfinite(total), t, np.inf)
     COUNTS["candidates"] += t.size
-    order = np.lexsort((total.ravel(), t.ravel()))
-    k = int(order[0])
+    # The fastest; among equally fast ones the least network time, then the first.
+    flat_t = t.ravel()
+    k = int(np.argmin(np.where(flat_t == flat_t.min(), total.ravel(), np.inf)))
     if not np.isfinite(t.ravel()[k]):
         return None
     r, j = divmod(k, t.shape[1])
@@ -532,6 +538,9 @@ def sweep_many(
     scns = [require_scenario(x) for x in scns]
     jobs = max(1, jobs or os.cpu_count() or 1)
     todo = [x for x in scns if _key(x) not in _SWEEPS]
+    for scn in scns:
+        if _key(scn) in _SWEEPS and progress is not None:
+            progress(scn, 0.0)  # already swept in this process
 
     def done(scn: Scenario, start: float) -> None:
         if progress is not None:
@@ -678,7 +687,7 @@ def reference_comparison(scn: Scenario, setting: str | None = None) -> list[dict
     the TP, PP and DP degrees; three significant figures, as printed) and so is the 2D split
     of tensor parallelism (equal products often tie)."""
     scn = require_scenario(scn)
-    setting = setting or REFERENCE_SETTINGS.get(scn.name, "Default scaling")
+    setting = setting or ("No scaling" if scn["batch.law"] == "none" else "Default scaling")
     refs = [r for r in dpm._reference_rows() if r["setting"] == setting]
     if not refs:
         raise ValueError(f"setting: got {setting!r}; expected one of the reference settings")
