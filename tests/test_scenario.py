@@ -41,9 +41,12 @@ def test_explicit_value_beats_the_gpu_preset():
     assert scn["hardware.sms"] == hardware.gpu_values("a100")["hardware.sms"]
 
 
-def test_every_preset_resolves_and_sixteen_exist():
+def test_every_preset_resolves_the_papers_sixteen_and_four_more():
+    from dmlimits.scenario import PAPER_PRESETS
+
     names = preset_names()
-    assert len(names) == 16
+    assert set(PAPER_PRESETS) <= set(names)
+    assert set(names) - set(PAPER_PRESETS) == {"h200", "b200", "gb200-nvl72", "gtx580"}
     for name in names:
         assert resolve(name).name == name
 

@@ -134,6 +134,147 @@ ALTERNATIVES: dict[str, dict] = {
 }
 
 
+# --- Hardware beyond the paper (issue #6): each value with its own public source ------------
+# Where no public figure exists the value is carried from the paper's nearest GPU or estimated,
+# and its source says so; a reader can override any of them.
+NV_H200 = "NVIDIA H200 Tensor Core GPU datasheet (2024): 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s"
+NV_DGX_B200 = (
+    "NVIDIA DGX B200 datasheet (2024): 8 GPUs, 1,440 GB HBM3e, 64 TB/s HBM bandwidth, "
+    "72 PFLOPS FP8 training (36 PFLOPS dense BF16), NVLink 5 at 1.8 TB/s per GPU, "
+    "8 x ConnectX-7 400 Gb/s"
+)
+NV_GB200 = (
+    "NVIDIA GB200 NVL72 datasheet (2024): 72 GPUs in one NVLink domain, 130 TB/s NVLink, "
+    "180 PFLOPS dense BF16 (360 sparse), 13.4 TB HBM3e at 576 TB/s"
+)
+NV_GTX580 = (
+    "NVIDIA GeForce GTX 580 specifications (2010): 512 CUDA cores at 1544 MHz, 192.4 GB/s; "
+    "NVIDIA Fermi compute architecture whitepaper (2009): 16 SMs of 32 cores, 768 KB L2, "
+    "32K 32-bit registers per SM, one fused multiply-add per core per clock"
+)
+ALEXNET = (
+    "Krizhevsky, Sutskever & Hinton (2012): AlexNet trained on two GTX 580 3 GB GPUs in one machine"
+)
+BLACKWELL_SM = (
+    "148 SMs at a 1965 MHz boost clock as reported for the B200 (not in NVIDIA's datasheet); "
+    "the FLOP per clock per thread is chosen so that the peak is the datasheet's dense BF16"
+)
+CARRIED_H100 = "carried from the paper's H100 (same or similar design; no public figure)"
+ESTIMATE = "estimate, no public figure"
+
+
+def _sourced(label: str, values: dict[str, tuple[float | int | bool, str]]) -> dict:
+    return {"label": label, "values": {k: Sourced(v, src) for k, (v, src) in values.items()}}
+
+
+def _h100_carried(keys: tuple[str, ...]) -> dict[str, tuple[float | int | bool, str]]:
+    h100 = GPU_PRESETS["h100"]["values"]
+    return {k: (h100[k].value, f"{CARRIED_H100}: {h100[k].source}") for k in keys}
+
+
+_BLACKWELL_PEAK_CLOCK = 1965e6
+_BLACKWELL_SMS = 148
+
+
+def _per_clock(peak: float, sms: int, clock: float, threads: int = 128) -> float:
+    return peak / (threads * sms * clock)
+
+
+_H200_AS_H100 = (
+    "hardware.sms", "hardware.max_clock", "hardware.flop_per_clock_per_thread",
+    "hardware.threads_per_sm", "hardware.effective_utilization", "hardware.l2_bandwidth",
+    "hardware.l2_size", "hardware.register_file_per_block", "hardware.blocks_per_sm",
+    "hardware.distributed_shared_memory", "hardware.kernel_latency", "network.latency",
+    "network.node_size", "network.inter_node.bandwidth",
+)  # fmt: skip
+_B200_AS_H100 = (
+    "hardware.threads_per_sm", "hardware.effective_utilization",
+    "hardware.register_file_per_block", "hardware.blocks_per_sm",
+    "hardware.distributed_shared_memory", "hardware.kernel_latency", "network.latency",
+)  # fmt: skip
+GPU_PRESETS["h200"] = _sourced(
+    "H200 SXM",
+    {
+        **_h100_carried(_H200_AS_H100),
+        "hardware.hbm_bandwidth": (4800 * GB, NV_H200),
+        "hardware.hbm_capacity": (141 * GB, NV_H200),
+        "network.intra_node.bandwidth": (900 * GB, NV_H200),
+    },
+)
+_B200 = {
+    **_h100_carried(_B200_AS_H100),
+    "hardware.sms": (_BLACKWELL_SMS, BLACKWELL_SM),
+    "hardware.max_clock": (_BLACKWELL_PEAK_CLOCK, BLACKWELL_SM),
+    "hardware.flop_per_clock_per_thread": (
+        _per_clock(2.25e15, _BLACKWELL_SMS, _BLACKWELL_PEAK_CLOCK),
+        f"{BLACKWELL_SM}; {NV_DGX_B200}",
+    ),
+    "hardware.hbm_bandwidth": (8000 * GB, NV_DGX_B200),
+    "hardware.hbm_capacity": (180 * GB, NV_DGX_B200),
+    "hardware.l2_size": (100 * MiB, f"{ESTIMATE}: two dies of the H100's 50 MiB"),
+    "hardware.l2_bandwidth": (2 * 6441 * GB, f"{ESTIMATE}: two dies of the H100's L2 bandwidth"),
+    "network.intra_node.bandwidth": (1800 * GB, NV_DGX_B200),
+    "network.inter_node.bandwidth": (100 * GB, f"{NV_DGX_B200} (400 Gb/s each way)"),
+    "network.node_size": (8, NV_DGX_B200),
+}
+GPU_PRESETS["b200"] = _sourced("B200 (HGX, 8-GPU NVLink node)", _B200)
+GPU_PRESETS["gb200-nvl72"] = _sourced(
+    "GB200 NVL72 (72-GPU NVLink domain)",
+    {
+        **_B200,
+        "hardware.flop_per_clock_per_thread": (
+            _per_clock(2.5e15, _BLACKWELL_SMS, _BLACKWELL_PEAK_CLOCK),
+            f"{BLACKWELL_SM}; {NV_GB200}",
+        ),
+        "hardware.hbm_bandwidth": (8000 * GB, NV_GB200),
+        "hardware.hbm_capacity": (186 * GB, NV_GB200),
+        "network.intra_node.bandwidth": (1800 * GB, NV_GB200),
+        "network.inter_node.bandwidth": (
+            100 * GB,
+            f"{ESTIMATE}: one 400 Gb/s InfiniBand port per GPU, as in the HGX B200",
+        ),
+        "network.node_size": (72, NV_GB200),
+    },
+)
+GPU_PRESETS["gtx580"] = _sourced(
+    "GeForce GTX 580 (2010)",
+    {
+        "hardware.sms": (16, NV_GTX580),
+        "hardware.max_clock": (1544e6, NV_GTX580),
+        # Two FLOP per clock per core (a fused multiply-add), 32 cores per SM, 32-bit only.
+        "hardware.flop_per_clock_per_thread": (2, NV_GTX580),
+        "hardware.threads_per_sm": (32, NV_GTX580),
+        "hardware.effective_utilization": (
+            0.9,
+            f"{ESTIMATE}: the paper's derate of the V100, the oldest GPU it models",
+        ),
+        "hardware.hbm_bandwidth": (192.4 * GB, NV_GTX580),
+        "hardware.l2_bandwidth": (
+            2.4 * 192.4 * GB,
+            f"{ESTIMATE}: the V100's ratio of L2 to DRAM bandwidth",
+        ),
+        "hardware.l2_size": (768 * KiB, NV_GTX580),
+        "hardware.register_file_per_block": (64 * KiB, f"{NV_GTX580} (two schedulers per SM)"),
+        "hardware.blocks_per_sm": (2, NV_GTX580),
+        "hardware.distributed_shared_memory": (False, NV_GTX580),
+        "hardware.hbm_capacity": (3 * GB, ALEXNET),
+        "hardware.kernel_latency": (4.5e-6, f"{ESTIMATE}: the paper's kernel latency"),
+        "network.intra_node.bandwidth": (
+            16 * GB,
+            f"{ALEXNET}; PCIe 2.0 x16 between them, 8 GB/s each way",
+        ),
+        "network.inter_node.bandwidth": (
+            5 * GB,
+            f"{ESTIMATE}: 2012 InfiniBand QDR, 40 Gb/s per machine of two GPUs",
+        ),
+        "network.latency": (1.125e-6, f"{ESTIMATE}: the paper's network latency"),
+        "network.node_size": (2, ALEXNET),
+    },
+)
+#: The GPUs of the first paper (its chapters compare these three).
+PAPER_GPUS = ("v100", "a100", "h100")
+
+
 def gpu_names() -> list[str]:
     return sorted(GPU_PRESETS)
 

@@ -51,7 +51,7 @@ class Choices:
     """The modelling choices the search makes where the paper's description leaves room; each
     is a ``search.*`` key of the scenario (``python -m dmlimits scenarios --keys``)."""
 
-    level_times: str  # "max" or "sum" of the two levels' bandwidth times
+    level_times: str  # "links", "max" or "sum": how the two levels' bandwidth times combine
     dp_overlap: bool  # the gradient all-reduce overlaps the pipeline's compute
     microbatch_unit: str  # "token" or "sequence": what a microbatch is counted in
     microbatch_candidates: int  # 1F1B tries this many of the smallest valid counts
@@ -349,16 +349,23 @@ def _network_time(parts: list[tuple[np.ndarray, np.ndarray]], rule: str) -> np.n
 
 
 # --- The search ------------------------------------------------------------------------------
+def used_node(node: int, n_gpu: int) -> int:
+    """GPUs of each NVLink node a cluster of ``n_gpu`` uses: the whole node when the cluster
+    fills whole nodes, else the largest divisor of ``n_gpu`` that fits in one.  A cluster of
+    ``2^i`` GPUs on 72-GPU racks (GB200 NVL72) uses 64 GPUs of each rack's NVLink domain."""
+    if n_gpu <= node:
+        return n_gpu
+    if n_gpu % node == 0:
+        return node
+    return max(d for d in _divisors(n_gpu) if d <= node)
+
+
 def _placement_table(scn: Scenario, n_gpu: int) -> np.ndarray | None:
     """Level-0 factors of the five degrees, one row per placement; None when there is one
-    level (a flat or unlimited network) and an empty table when the cluster does not fill
-    whole nodes."""
+    level (a flat or unlimited network)."""
     if scn["network.topology"] != "two-level":
         return None
-    node = int(scn["network.node_size"])
-    if n_gpu > node and n_gpu % node:
-        return np.zeros((0, len(DEGREES)), dtype=np.int64)
-    return placements(min(node, n_gpu))
+    return placements(used_node(int(scn["network.node_size"]), n_gpu))
 
 
 def best_on(

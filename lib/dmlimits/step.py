@@ -5,7 +5,8 @@ bandwidth and latency times of tensor, pipeline and expert parallelism and of th
 all-reduce, and the pipeline's bubble fraction.  Following Erdil & Schneider-Joseph (2024;
 reference notes, section 6): the pipeline's bandwidth time hides behind its matmuls, the
 bubble stretches what the pipeline does, latency is never hidden, and the gradient all-reduce
-follows the pipeline (or overlaps it, ``o_DP = 1``, as the authors' code does by default).
+follows the pipeline (the reference notes' order, which the paper's printed results need; the
+``search.dp_overlap`` key lets it overlap the pipeline instead).
 """
 
 from __future__ import annotations
@@ -102,8 +103,9 @@ def step_time_derivation() -> Derivation:
         [
             Step(
                 "A step is the pipeline's work, then the bandwidth time of the gradient "
-                "all-reduce if it does not overlap the pipeline (the authors' code overlaps "
-                "it), then the all-reduce's latency, {eq}`data-parallel-allreduce-5`.",
+                "all-reduce if it does not overlap the pipeline (by default it does not: the "
+                "paper's printed results need it to follow), then the all-reduce's latency, "
+                "{eq}`data-parallel-allreduce-5`.",
                 r1,
             ),
             Step(
