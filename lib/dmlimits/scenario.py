@@ -473,6 +473,23 @@ def resolve(
     )
 
 
+def resolve_overrides(
+    scn: Scenario, overrides: dict[str, Any], name: str | None = None
+) -> Scenario:
+    """``scn`` with ``overrides`` (dotted key -> value) applied and validated like ``--set``:
+    what-if variants of a scenario that was itself built from a preset or a file."""
+    values = dict(scn.values)
+    for key, value in overrides.items():
+        values[key] = coerce(key, value)
+    return Scenario(
+        name=name or scn.name + "+" + "+".join(f"{k}={v}" for k, v in overrides.items()),
+        values=values,
+        description=scn.description,
+        origin=scn.origin,
+        overrides=scn.overrides + tuple((k, values[k]) for k in overrides),
+    )
+
+
 def default() -> Scenario:
     return resolve(DEFAULT_SCENARIO)
 

@@ -1,0 +1,98 @@
+"""What-if analysis (dmlimits.whatif): the tornado and the uncertainty band."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from dmlimits import scenario as sc
+from dmlimits import search, whatif
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return sc.resolve("h100")
+
+
+@pytest.fixture(scope="module")
+def tornado(h100):
+    return whatif.tornado(h100)
+
+
+def test_tornado_has_every_assumption_and_the_base(h100, tornado):
+    base, rows = tornado
+    assert {r.key for r in rows} == {a.key for a in whatif.ASSUMPTIONS}
+    head = search.headline(h100)
+    assert base["linear_end"] == head["linear_scaling_end_flop"]
+    assert base["wall"] == head["last_feasible_flop"]
+
+
+def test_tornado_variants_are_halved_and_doubled(h100, tornado):
+    _, rows = tornado
+    for r in rows:
+        assert r.low_value == pytest.approx(h100[r.key] / 2)
+        assert r.high_value == pytest.approx(h100[r.key] * 2)
+
+
+def test_tornado_directions_that_must_hold(tornado):
+    """More InfiniBand bandwidth or a longer run never ends linear scaling sooner; shorter
+    latencies never bring the wall closer."""
+    _, rows = tornado
+    by = {r.key: r for r in rows}
+    ib = by["network.inter_node.bandwidth"]
+    assert ib.linear_end_high >= ib.linear_end_low
+    months = by["training.months"]
+    assert months.linear_end_high > months.linear_end_low
+    assert months.wall_high > months.wall_low
+    kernel = by["hardware.kernel_latency"]
+    assert kernel.wall_low >= kernel.wall_high
+
+
+def test_tornado_rows_are_sorted_by_spread(tornado):
+    _, rows = tornado
+
+    def spread(r):
+        ends = [x for x in (r.linear_end_low, r.linear_end_high) if x == x]
+        return abs(math.log10(max(ends) / min(ends))) if len(ends) == 2 else 0.0
+
+    spreads = [spread(r) for r in rows]
+    assert spreads == sorted(spreads, reverse=True)
+
+
+def test_samples_are_reproducible_and_inside_the_ranges(h100):
+    a, b = whatif.samples(h100, 5, seed=3), whatif.samples(h100, 5, seed=3)
+    assert a == b and whatif.samples(h100, 5, seed=4) != a
+    for draw in a:
+        for key, (lo, hi, why) in whatif.RANGES.items():
+            assert lo * h100[key] * (1 - 1e-12) <= draw[key] <= hi * h100[key] * (1 + 1e-12)
+            assert len(why) > 20
+
+
+def test_uncertainty_band_brackets_its_median(h100):
+    band = whatif.uncertainty(h100, n=4, seed=1)
+    ok = np.isfinite(band["low"]) & np.isfinite(band["high"])
+    assert ok.sum() >= 10
+    assert np.all(band["low"][ok] <= band["median"][ok] + 1e-12)
+    assert np.all(band["median"][ok] <= band["high"][ok] + 1e-12)
+    lo, mid, hi = band["linear_end"]
+    assert lo <= mid <= hi
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda s: whatif.tornado(s, factor=1.0), "factor: got 1.0"),
+        (lambda s: whatif.samples(s, 0), "n: got 0"),
+    ],
+)
+def test_bad_arguments_are_named(h100, call, match):
+    with pytest.raises(ValueError, match=match):
+        call(h100)
+
+
+def test_resolve_overrides_validates(h100):
+    with pytest.raises(sc.ScenarioError, match=r"network\.latency"):
+        sc.resolve_overrides(h100, {"network.latency": -1.0})
+    v = sc.resolve_overrides(h100, {"training.months": 6})
+    assert v["training.months"] == 6 and h100["training.months"] == 3
