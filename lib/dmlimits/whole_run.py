@@ -1,0 +1,407 @@
+"""Figures and tables of the whole run: the search, the reproduction and the closed forms.
+
+Every curve comes from :func:`dmlimits.search.sweep` (cached per set of assumptions) or from
+:mod:`dmlimits.closed_forms`; the companion post's published curve is read from the project's
+data file, with its source.  Tables are returned as Markdown for the notebooks to display.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from . import closed_forms, search
+from .figures import PALETTE, _compute_axis
+from .scenario import SCHEMA, Scenario
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+# --- Data --------------------------------------------------------------------------------------
+@cache
+def blog_curve() -> tuple[np.ndarray, np.ndarray]:
+    """The companion post's H100 curve, digitized (``data/paper1_blog_figure_digitized.csv``;
+    Erdil & Schneider-Joseph 2024, epoch.ai): compute (FLOP) and utilization."""
+    text = (resources.files("dmlimits") / "data" / "paper1_blog_figure_digitized.csv").read_text()
+    rows = list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+    return (
+        np.array([float(r["training_flop"]) for r in rows]),
+        np.array([float(r["utilization"]) for r in rows]),
+    )
+
+
+def feasible(scn: Scenario) -> list[dict[str, Any]]:
+    return [r for r in search.sweep(scn) if r["feasible"]]
+
+
+def wall_between(scn: Scenario) -> tuple[float, float]:
+    """The last feasible and the first infeasible grid point (NaN when there is none)."""
+    rows = search.sweep(scn)
+    ok = [r["training_flop"] for r in rows if r["feasible"]]
+    bad = [r["training_flop"] for r in rows if not r["feasible"]]
+    return (ok[-1] if ok else math.nan, bad[0] if bad else math.nan)
+
+
+def utilization_at(scn: Scenario, compute: np.ndarray) -> np.ndarray:
+    """The scenario's utilization interpolated in log compute (NaN outside its feasible grid)."""
+    rows = feasible(scn)
+    x = np.log([r["training_flop"] for r in rows])
+    y = np.array([r["utilization"] for r in rows])
+    lc = np.log(np.asarray(compute, dtype=float))
+    out = np.interp(lc, x, y)
+    return np.where((lc >= x[0]) & (lc <= x[-1]), out, np.nan)
+
+
+def blog_difference(scn: Scenario) -> dict[str, float]:
+    """This book's curve against the published one at the digitized points it covers: the
+    median and largest absolute difference in utilization, where the largest is, and how many
+    points were compared."""
+    c, u_pub = blog_curve()
+    mine = utilization_at(scn, c)
+    ok = np.isfinite(mine)
+    diff = np.abs(mine[ok] - u_pub[ok])
+    worst = int(np.argmax(diff))
+    return {
+        "median_abs": float(np.median(diff)),
+        "max_abs": float(diff[worst]),
+        "max_at_flop": float(c[ok][worst]),
+        "mean_signed": float(np.mean(mine[ok] - u_pub[ok])),
+        "points": int(ok.sum()),
+        "digitized": len(c),
+    }
+
+
+def nearest(scn: Scenario, compute: float) -> dict[str, Any]:
+    """The result of the sweep's grid point nearest ``compute`` (in log compute)."""
+    return min(search.sweep(scn), key=lambda r: abs(math.log(r["training_flop"] / compute)))
+
+
+# --- Figures -----------------------------------------------------------------------------------
+def _finish(ax: plt.Axes, scn: Scenario | None, threshold: bool = True) -> None:
+    _compute_axis(ax)
+    ax.set_ylabel("utilization")
+    ax.set_ylim(
+        0, 1 if scn is None else max(0.8, float(scn["hardware.effective_utilization"]) + 0.15)
+    )
+    if scn is not None and threshold:
+        ax.axhline(search.linear_end_threshold(scn), color="0.5", lw=0.8, ls=":")
+
+
+def utilization_figure(
+    scns: list[Scenario], labels: list[str] | None = None, published: bool = False,
+    wall_of: Scenario | None = None, title: str = "",
+) -> plt.Figure:  # fmt: skip
+    """Utilization against training compute, one curve per scenario (feasible grid points),
+    with the published curve, the latency wall and the infeasible region when asked."""
+    fig, ax = plt.subplots()
+    _draw_curves(ax, scns, labels)
+    if published:
+        c, u_pub = blog_curve()
+        ax.plot(c, u_pub, "k--", lw=1.2, label="published (companion post, digitized)")
+    if wall_of is not None:
+        _, first = wall_between(wall_of)
+        if first == first:  # the wall at the first infeasible grid point, as the post draws it
+            left, right = ax.get_xlim()
+            right = max(right, first * 10)
+            ax.axvline(first, color="0.2", lw=1, label="latency wall (first infeasible point)")
+            ax.axvspan(first, right, color="0.85", zorder=0)
+            ax.set_xlim(left, right)
+            ax.text(first * 1.5, 0.95, "infeasible", fontsize=9, color="0.3", va="top",
+                    transform=ax.get_xaxis_transform())  # fmt: skip
+    _finish(ax, scns[0])
+    ax.legend(loc="lower left", fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _draw_curves(ax: plt.Axes, scns: list[Scenario], labels: list[str] | None) -> None:
+    for i, scn in enumerate(scns):
+        rows = feasible(scn)
+        ax.plot(
+            [r["training_flop"] for r in rows], [r["utilization"] for r in rows],
+            marker=MARKERS[i % len(MARKERS)], ms=3.5, lw=1.2, color=PALETTE[i % len(PALETTE)],
+            label=(labels[i] if labels else scn.name),
+        )  # fmt: skip
+
+
+def comparison_figure(panels: list[tuple[str, list[Scenario]]]) -> plt.Figure:
+    """Side-by-side utilization curves, one panel per group of scenarios (dense, sparse)."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(7.0 * min(len(panels), 2) / 1.35, 4.0),
+                             sharey=True, squeeze=False)  # fmt: skip
+    for ax, (title, scns) in zip(axes[0], panels, strict=True):
+        _draw_curves(ax, scns, None)
+        _finish(ax, scns[0])
+        ax.set_title(title, fontsize=10)
+        ax.legend(loc="lower left", fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+STRATEGY = (("TP", ("tp_model", "tp_ff")), ("DP", ("dp",)), ("PP", ("pp",)), ("EP", ("ep",)))
+
+
+def strategy(scn: Scenario) -> dict[str, np.ndarray]:
+    """log N_X / log N_GPU of each parallelism at every feasible grid point (the shares of the
+    cluster's doublings each parallelism takes; they add up to one)."""
+    rows = [r for r in feasible(scn) if r["n_gpu"] > 1]
+    log_n = np.log([r["n_gpu"] for r in rows])
+    out = {"compute": np.array([r["training_flop"] for r in rows])}
+    for name, keys in STRATEGY:
+        out[name] = np.log([math.prod(r[k] for k in keys) for r in rows]) / log_n
+    return out
+
+
+def strategy_figure(scns: list[Scenario]) -> plt.Figure:
+    """Small multiples of :func:`strategy`, one panel per scenario."""
+    n = len(scns)
+    cols = 2 if n > 1 else 1
+    rows_ = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows_, cols, figsize=(7.0, 2.8 * rows_), sharex=True, sharey=True,
+                             squeeze=False)  # fmt: skip
+    for ax, scn in zip(axes.flat, scns, strict=False):
+        st = strategy(scn)
+        for i, (name, _) in enumerate(STRATEGY):
+            ax.plot(st["compute"], st[name], marker=MARKERS[i], ms=3, lw=1, color=PALETTE[i],
+                    label=name)  # fmt: skip
+        _compute_axis(ax)
+        ax.set_title(scn.name, fontsize=9)
+        ax.set_ylim(-0.02, 1.02)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(r"$\log N_X / \log N_{GPU}$")
+    axes.flat[0].legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
+def step_split(scn: Scenario, r: dict[str, Any]) -> dict[str, float]:
+    """A result's step split into the ideal matmul time and the four losses (seconds)."""
+    ideal = r["t_step"] - sum(r[f"loss_{k}"] for k in search.LOSSES)
+    return {"ideal": ideal, **{k: r[f"loss_{k}"] for k in search.LOSSES}}
+
+
+def step_split_figure(scn: Scenario, r: dict[str, Any]) -> plt.Figure:
+    """One horizontal bar: the step of a result, split as :func:`step_split`."""
+    parts = step_split(scn, r)
+    labels = {"ideal": "matmuls at the effective rate", **search.LOSS_LABELS}
+    fig, ax = plt.subplots(figsize=(7.0, 1.9))
+    left = 0.0
+    for i, (k, v) in enumerate(parts.items()):
+        ax.barh([0], [v * 1e3], left=left, color=PALETTE[i % len(PALETTE)], label=labels[k])
+        left += v * 1e3
+    ax.set_yticks([])
+    ax.set_xlabel("time of one step (ms)")
+    ax.grid(axis="y", visible=False)
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.45))
+    fig.tight_layout()
+    return fig
+
+
+def sensitivity_figure(scns: list[Scenario], alphas: np.ndarray) -> plt.Figure:
+    """Critical compute and the latency wall against the batch-to-depth exponent alpha, one
+    curve per scenario; each scenario's own alpha (its laws' exponent) marked."""
+    fig, axes = plt.subplots(1, 2, figsize=(7.0, 3.6), sharey=True)
+    for i, scn in enumerate(scns):
+        for ax, name in zip(axes, ("critical_compute", "latency_wall"), strict=True):
+            y = closed_forms.evaluate(name, scn, alphas)
+            ax.plot(alphas, y, color=PALETTE[i], lw=1.3, label=scn.gpu_label)
+            a0 = closed_forms.implied_alpha(scn)
+            ax.plot([a0], [closed_forms.evaluate(name, scn, np.array([a0]))[0]], "o",
+                    color=PALETTE[i], ms=4)  # fmt: skip
+    for ax, title in zip(axes, ("critical compute", "latency wall"), strict=True):
+        ax.set_yscale("log")
+        ax.set_xlabel(r"exponent $\alpha$ of $B/L$ against compute")
+        ax.set_title(title, fontsize=10)
+    axes[0].set_ylabel("training compute (FLOP)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def analytic_vs_simulated(scns: list[Scenario]) -> list[dict[str, Any]]:
+    """For each scenario the closed forms beside the simulated limits: critical compute and
+    the linear-scaling end, the latency wall and the last feasible grid point."""
+    out = []
+    for scn in scns:
+        h = search.headline(scn)
+        out.append({
+            "scenario": scn.name, "t_crit": h["t_crit_flop"],
+            "linear_end": h["linear_scaling_end_flop"], "t_limit": h["t_limit_flop"],
+            "last_feasible": h["last_feasible_flop"],
+        })  # fmt: skip
+    return out
+
+
+def analytic_figure(rows: list[dict[str, Any]]) -> plt.Figure:
+    """Simulated against analytic, both limits, on log axes with the diagonal."""
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
+    pairs = (("t_crit", "linear_end", "critical compute / linear-scaling end", "o"),
+             ("t_limit", "last_feasible", "latency wall / last feasible point", "s"))  # fmt: skip
+    lo, hi = math.inf, 0.0
+    for i, (a, b, label, m) in enumerate(pairs):
+        x = np.array([r[a] for r in rows])
+        y = np.array([r[b] for r in rows])
+        ok = np.isfinite(x) & np.isfinite(y)
+        ax.plot(x[ok], y[ok], m, color=PALETTE[i], ms=5, label=label, alpha=0.8)
+        if ok.any():
+            lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
+    ax.plot([lo / 3, hi * 3], [lo / 3, hi * 3], color="0.5", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("closed form (FLOP)")
+    ax.set_ylabel("search (FLOP)")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+# --- Tables ------------------------------------------------------------------------------------
+def sci(x: float, digits: int = 3) -> str:
+    """A number for a Markdown table: 2.05e28 as $2.05 \\times 10^{28}$, NaN as a dash."""
+    if not (isinstance(x, int | float) and math.isfinite(x)):
+        return "—" if x != math.inf else "∞"
+    mant, exp = f"{x:.{digits - 1}e}".split("e")
+    return f"${mant} \\times 10^{{{int(exp)}}}$"
+
+
+def headline_table(scns: list[Scenario]) -> str:
+    """One row per scenario: where linear scaling ends, the plateau, the last feasible point
+    and the two closed forms."""
+    lines = [
+        "| Scenario | Linear scaling ends (FLOP) | Plateau utilization | Last feasible (FLOP) "
+        "| Critical compute (FLOP) | Latency wall, closed form (FLOP) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for scn in scns:
+        h = search.headline(scn)
+        lines.append(
+            f"| `{scn.name}` | {sci(h['linear_scaling_end_flop'])} | "
+            f"{h['plateau_utilization']:.3f} | {sci(h['last_feasible_flop'])} | "
+            f"{sci(h['t_crit_flop'])} | {sci(h['t_limit_flop'])} |"
+        )
+    return "\n".join(lines)
+
+
+def configs_table(scn: Scenario, computes: list[float]) -> str:
+    """The optimal configurations at the grid points nearest ``computes``, with what binds."""
+    lines = [
+        "| Compute (FLOP) | Parameters | Layers | Batch (tokens) | GPUs | TP (model × ff) | PP (v) "
+        "| DP | EP | Microbatches | Schedule | Utilization | What binds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    seen = set()
+    for c in computes:
+        r = nearest(scn, c)
+        if r["training_flop"] in seen or not r["feasible"]:
+            continue
+        seen.add(r["training_flop"])
+        pp = f"{r['pp']:.0f}" + (f" ({r['v']:.0f})" if r["v"] > 1 else "")
+        lines.append(
+            f"| {sci(r['training_flop'])} | {sci(r['n_params_total'])} | {r['layers']:.0f} | "
+            f"{sci(r['batch_tokens'])} | {sci(r['n_gpu'])} | {r['tp_model']:.0f} × "
+            f"{r['tp_ff']:.0f} | {pp} | {r['dp']:.0f} | {r['ep']:.0f} | {r['m']:.0f} | "
+            f"{'zero bubble' if r['zero_bubble'] else '1F1B'} | {r['utilization']:.3f} | "
+            f"{search.LOSS_LABELS[r['binding']]} |"
+        )
+    return "\n".join(lines)
+
+
+def choices_table() -> str:
+    """The search's modelling choices: every ``search.*`` key, its default and meaning."""
+    lines = ["| Key | Default | What it decides |", "|---|---|---|"]
+    for key, f in SCHEMA.items():
+        if key.startswith("search."):
+            default = str(f.default).lower() if f.kind == "bool" else f.default
+            lines.append(f"| `{key}` | `{default}` | {f.doc} |")
+    return "\n".join(lines)
+
+
+def analytic_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| Scenario | Critical compute | Linear scaling ends | Ratio | Latency wall (closed form) "
+        "| Last feasible | Ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+
+        def ratio(a: float, b: float) -> str:
+            return f"{b / a:.2f}" if math.isfinite(a) and math.isfinite(b) and a > 0 else "—"
+
+        lines.append(
+            f"| `{r['scenario']}` | {sci(r['t_crit'])} | {sci(r['linear_end'])} | "
+            f"{ratio(r['t_crit'], r['linear_end'])} | {sci(r['t_limit'])} | "
+            f"{sci(r['last_feasible'])} | {ratio(r['t_limit'], r['last_feasible'])} |"
+        )
+    return "\n".join(lines)
+
+
+#: One alternative for each modelling choice of the search whose effect the book shows.
+CHOICE_ALTERNATIVES = {
+    "levels added (`search.level_times=sum`)": {"search.level_times": "sum"},
+    "levels overlapped per collective (`search.level_times=max`)": {"search.level_times": "max"},
+    "gradient all-reduce overlapped (`search.dp_overlap=true`)": {"search.dp_overlap": True},
+    "microbatches of whole sequences (`search.microbatch_unit=sequence`)": {
+        "search.microbatch_unit": "sequence"
+    },
+    "no zero-bubble schedule (`search.zero_bubble=false`)": {"search.zero_bubble": False},
+    "zero bubble needs 2N microbatches (`search.zero_bubble_min=2n`)": {
+        "search.zero_bubble_min": "2n"
+    },
+    "exact 2D split rule (`search.tp_split_rule=exact`)": {"search.tp_split_rule": "exact"},
+}
+
+
+def choice_effects(scn: Scenario) -> list[dict[str, Any]]:
+    """For the scenario and each alternative of :data:`CHOICE_ALTERNATIVES`: where linear
+    scaling ends, the last feasible point and, when the scenario is one the authors printed
+    configurations for (h100 or h100-no-batch-scaling with no other change), how many grid
+    points are within 0.01 utilization of theirs."""
+    from .scenario import resolve_overrides
+
+    reference = _is_reference(scn)
+    out = []
+    for label, changes in {"the defaults": {}, **CHOICE_ALTERNATIVES}.items():
+        variant = resolve_overrides(scn, changes) if changes else scn
+        h = search.headline(variant)
+        row = {
+            "choice": label,
+            "linear_end": h["linear_scaling_end_flop"],
+            "last_feasible": h["last_feasible_flop"],
+            "within": None,
+            "compared": None,
+        }
+        if reference:
+            comp = search.reference_comparison(variant)
+            row["within"] = sum(abs(r["difference"]) <= search.REFERENCE_TOLERANCE for r in comp)
+            row["compared"] = len(comp)
+        out.append(row)
+    return out
+
+
+def _is_reference(scn: Scenario) -> bool:
+    from .scenario import resolve
+
+    return any(dict(scn.values) == dict(resolve(name).values) for name in search.REFERENCE_SETTINGS)
+
+
+def choice_effects_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| Choice | Linear scaling ends (FLOP) | Last feasible (FLOP) "
+        "| Within tolerance of the authors |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        within = f"{r['within']} of {r['compared']}" if r["within"] is not None else "—"
+        lines.append(
+            f"| {r['choice']} | {sci(r['linear_end'])} | {sci(r['last_feasible'])} | {within} |"
+        )
+    return "\n".join(lines)
