@@ -405,3 +405,39 @@ def choice_effects_table(rows: list[dict[str, Any]]) -> str:
             f"| {r['choice']} | {sci(r['linear_end'])} | {sci(r['last_feasible'])} | {within} |"
         )
     return "\n".join(lines)
+
+
+#: Why each loss grows at scale: glued where the book names the cost that binds.
+BINDING_EXPLANATIONS = {
+    "matmul": "each GPU's shard of every matrix is so small that its matmuls run far below the "
+    "effective rate, bound by memory traffic and the fixed cost of a kernel",
+    "bandwidth": "the transfers of tensor, pipeline and expert parallelism outlast the matmuls "
+    "they should hide behind",
+    "bubble": "the pipeline idles while it fills and drains, for lack of microbatches",
+    "latency": "the chain of messages through the layers of a step is longer than the work",
+    "none": "nothing: every loss is under one percent of the step",
+    "infeasible": "no configuration finishes in time",
+}
+
+
+def move_phrase(before: float, after: float, what: str = "it") -> str:
+    """'leaves it at X FLOP' or 'moves it from X to Y FLOP (a factor of Z)', for glued prose."""
+    from .glue import sci as pretty
+
+    if not (math.isfinite(before) and math.isfinite(after)):
+        return f"leaves {what} undefined"
+    if f"{before:.3g}" == f"{after:.3g}":
+        return f"leaves {what} at {pretty(before)} FLOP"
+    factor = after / before
+    how = f"a factor of {factor:.3g}" if factor >= 1 else f"down by a factor of {1 / factor:.3g}"
+    return f"moves {what} from {pretty(before)} to {pretty(after)} FLOP ({how})"
+
+
+def trend_word(first: float, last: float, tolerance: float = 0.05) -> str:
+    """'rises', 'falls' or 'stays about level' between two shares."""
+    if last > first + tolerance:
+        return "rises"
+    if last < first - tolerance:
+        return "falls"
+    return "stays about level"
+
