@@ -157,3 +157,17 @@ def test_substitution_replace_equals_apply():
         assert fast.free_symbols == slow.free_symbols
         point = {x: 1.0 + 0.37 * i for i, x in enumerate(sorted(fast.free_symbols, key=str))}
         assert float(fast.evalf(subs=point)) == pytest.approx(float(slow.evalf(subs=point)))
+
+
+def test_every_equation_reference_in_a_derivation_exists():
+    """A {eq} reference in a step's sentence or a substitution's name names a real label."""
+    import re
+
+    from dmlimits.derivation import all_derivations
+
+    found = all_derivations()
+    labels = {d.label(i) for d in found for i in range(1, len(d.steps) + 1)}
+    for d in found:
+        texts = [s.text for s in d.steps] + [s.using.name for s in d.steps if s.using]
+        for ref in re.findall(r"\{eq\}`([^`]+)`", " ".join(texts)):
+            assert ref in labels, f"{d.name}: {{eq}}`{ref}` is not a label"

@@ -75,7 +75,7 @@ BUSY = Substitution(
     source="erdil2024datamovement",
 )
 FLUSH = Substitution(
-    "the bubble stretches the pipeline's busy time, {eq}`pipeline-flush-time`",
+    "the bubble stretches the pipeline's busy time, {eq}`pipeline-flush-time-2`",
     {ppm.t_flush: t_busy_pipe / (1 - ppm.bubble)},
 )
 PIPE = Substitution(

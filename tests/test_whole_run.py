@@ -1,0 +1,92 @@
+"""Figures and tables of the whole run (dmlimits.whole_run)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from dmlimits import scenario as sc
+from dmlimits import search, whole_run
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return sc.resolve("h100")
+
+
+def test_the_published_curve_is_reproduced(h100):
+    """The companion post's curve, digitized to about a hundredth, against the search."""
+    diff = whole_run.blog_difference(h100)
+    assert diff["points"] >= 15
+    assert diff["median_abs"] < 0.01
+    assert diff["max_abs"] < 0.03
+
+
+def test_blog_difference_sees_a_changed_assumption(h100):
+    moved = whole_run.blog_difference(sc.resolve("h100", ["network.inter_node.bandwidth=25e9"]))
+    assert moved["median_abs"] > whole_run.blog_difference(h100)["median_abs"]
+
+
+def test_strategy_shares_add_up_to_one(h100):
+    st = whole_run.strategy(h100)
+    total = sum(st[name] for name, _ in whole_run.STRATEGY)
+    assert np.allclose(total, 1.0)
+    assert np.all(st["EP"] == 0)  # dense
+    sparse = whole_run.strategy(sc.resolve("h100-sparse"))
+    assert np.all(sparse["EP"] > 0)
+
+
+def test_step_split_adds_up(h100):
+    r = whole_run.nearest(h100, 2e28)
+    parts = whole_run.step_split(h100, r)
+    assert sum(parts.values()) == pytest.approx(r["t_step"])
+    assert parts["ideal"] > 0
+
+
+def test_tables_have_one_row_per_scenario_and_mark(h100):
+    scns = [h100, sc.resolve("a100")]
+    assert whole_run.headline_table(scns).count("\n") == 1 + len(scns)
+    marks = [1e25, 1e27, 1e30]
+    assert whole_run.configs_table(h100, marks).count("\n") == 1 + len(marks)
+    choices = whole_run.choices_table()
+    assert choices.count("`search.") == sum(k.startswith("search.") for k in sc.SCHEMA)
+
+
+def test_choice_effects_compare_with_the_authors_only_in_their_settings(h100):
+    rows = whole_run.choice_effects(h100)
+    assert rows[0]["within"] == rows[0]["compared"] >= 20
+    assert any(r["within"] < rows[0]["within"] for r in rows[1:])
+    other = whole_run.choice_effects(sc.resolve("h100", ["training.months=6"]))
+    assert all(r["within"] is None for r in other)
+
+
+def test_analytic_beside_simulated(h100):
+    (row,) = whole_run.analytic_vs_simulated([h100])
+    assert 0.5 < row["linear_end"] / row["t_crit"] < 2
+    assert 0.5 < row["last_feasible"] / row["t_limit"] < 2
+
+
+def test_move_phrase_and_trend():
+    assert whole_run.move_phrase(1e28, 1e28).startswith("leaves it at")
+    assert "a factor of 10" in whole_run.move_phrase(1e28, 1e29)
+    assert "down by a factor of 10" in whole_run.move_phrase(1e29, 1e28)
+    assert whole_run.move_phrase(math.nan, 1e28) == "leaves it undefined"
+    assert [whole_run.trend_word(0.2, x) for x in (0.5, 0.22, 0.0)] == [
+        "rises", "stays about level", "falls",
+    ]  # fmt: skip
+
+
+def test_figures_draw_what_they_say(h100):
+    fig = whole_run.utilization_figure([h100], published=True, wall_of=h100)
+    ax = fig.axes[0]
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert any("published" in x for x in labels) and any("latency wall" in x for x in labels)
+    comp = whole_run.comparison_figure([("dense", [h100, sc.resolve("a100")])])
+    # Different GPUs: no single threshold line is drawn.
+    assert not [ln for ln in comp.axes[0].get_lines() if ln.get_linestyle() == ":"]
+    assert len(whole_run.strategy_figure([h100, sc.resolve("h100-sparse")]).axes) == 2
+
+
+def test_binding_explanations_cover_every_binding():
+    assert set(whole_run.BINDING_EXPLANATIONS) == set(search.LOSS_LABELS)
