@@ -64,6 +64,7 @@ REFERENCE_WORDS = (
     "part",
     "version",
     "python",
+    "gtx",  # a product name: the GTX 580
 )
 ARXIV = re.compile(r"^\d{4}\.\d{4,5}$")
 

@@ -64,6 +64,28 @@ def test_changed_assumptions_change_the_chapters_numbers(changed_build):
         assert new[key] == old[key], key
 
 
+def test_changed_assumptions_reach_the_whole_run_chapters(changed_build):
+    """The search, reproduction and closed-form chapters move with the assumptions, to the
+    library's values for the changed scenario."""
+    from dmlimits import closed_forms, search
+
+    out, scn, _ = changed_build
+    head = search.headline(scn)
+    for name, key, value in [
+        ("search", "linear_end", head["linear_scaling_end_flop"]),
+        ("reproduction", "last_feasible", head["last_feasible_flop"]),
+        ("closed_forms", "t_crit", closed_forms.values(scn)["t_crit_flop"]),
+        ("closed_forms", "t_limit", closed_forms.values(scn)["t_limit_flop"]),
+    ]:
+        old = read_glued(EXECUTED / f"{name}.ipynb")[key]
+        new = read_glued(out.parent / "executed" / f"{name}.ipynb")[key]
+        assert new == value != old, (name, key, old, new)
+    for name, key in [("reproduction", "fig_headline"), ("closed_forms", "fig_sensitivity")]:
+        assert _figure(out.parent / "executed" / f"{name}.ipynb", key) != _figure(
+            EXECUTED / f"{name}.ipynb", key
+        )
+
+
 def _figure(notebook: Path, key: str) -> bytes:
     import json
 

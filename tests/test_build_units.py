@@ -58,3 +58,15 @@ def test_toc_notebooks_exist():
     names = build.toc_notebooks(ROOT)
     assert "notebooks/model" in names
     assert all((ROOT / f"{n}.md").is_file() for n in names)
+
+
+def test_schedule_starts_the_slowest_first(tmp_path):
+    names = ["notebooks/a", "notebooks/b", "notebooks/c", "notebooks/d"]
+    assert build.schedule(names, tmp_path) == names  # nothing remembered: reading order
+    timings = [build.Timing("notebooks/a", 1.0), build.Timing("notebooks/c", 9.0)]
+    build.remember_seconds(tmp_path, timings)
+    # never timed (b, d) first in reading order, then the remembered ones, slowest first
+    assert build.schedule(names, tmp_path) == ["notebooks/b", "notebooks/d", "notebooks/c",
+                                               "notebooks/a"]  # fmt: skip
+    (tmp_path / build.SECONDS_FILE).write_text("not json")
+    assert build.schedule(names, tmp_path) == names

@@ -336,3 +336,22 @@ def test_intensity_below_balance_is_the_level_binding(kind):
     one = matmul.arithmetic_intensity(scn, 4096, 16384, 512, "forward")
     q = matmul.level_traffic(scn, 4096, 16384, 512, "forward")
     assert one["hbm"] == pytest.approx(2 * 4096 * 16384 * 512 / q["hbm"])
+
+
+@pytest.mark.parametrize("multicast", [False, True])
+@pytest.mark.parametrize("kind", ["forward", "activation-grad", "weight-grad"])
+def test_fast_numeric_path_equals_the_full_expressions(kind, multicast):
+    """The numeric path composes ``total`` and ``efficiency`` from lambdified parts; it must
+    agree with the full sympy expressions of :func:`matmul.cost_expressions`."""
+    import sympy as sp
+
+    exprs = matmul.cost_expressions(kind, multicast)
+    args = (matmul.d1, matmul.d2, matmul.b, *matmul._HARDWARE)
+    full = sp.lambdify(args, [matmul.CONSTANTS.replace(exprs[k]) for k in ("total", "efficiency")])
+    rng = np.random.default_rng(1)
+    x1, x2, nb = (2.0 ** rng.integers(4, 17, size=40) for _ in range(3))
+    scn = scenario.resolve("gtx580" if multicast is False else "h100")
+    hw = matmul._hardware_values(scn)
+    fast = matmul._numeric(kind, multicast, ("total", "efficiency"))(x1, x2, nb, *hw)
+    for got, want in zip(fast, full(x1, x2, nb, *hw), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -76,3 +76,16 @@ def test_scanner_catches_typed_numbers(text, bad):
 )
 def test_scanner_allows_glue_math_code_and_names(text):
     assert hand_typed_numbers(text) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + PAGES, ids=lambda p: p.name)
+def test_roles_are_not_wrapped_in_code(path: Path):
+    """A role inside backticks (`` `{glue:text}`key`` ``) renders as literal text, not a value."""
+    if path.parent.name == "notebooks":
+        text = "\n".join(c.source for c in jupytext.read(path).cells if c.cell_type == "markdown")
+    else:
+        text = path.read_text()
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            continue
+        assert "`{" not in line.replace("``{", ""), f"{path.name}: role inside code: {line}"

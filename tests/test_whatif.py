@@ -96,3 +96,26 @@ def test_resolve_overrides_validates(h100):
         sc.resolve_overrides(h100, {"network.latency": -1.0})
     v = sc.resolve_overrides(h100, {"training.months": 6})
     assert v["training.months"] == 6 and h100["training.months"] == 3
+
+
+def test_moves_and_ranking(tornado):
+    base, rows = tornado
+    row = whatif.TornadoRow("k", "k", 1, 4, base["linear_end"] * 10, base["linear_end"] / 100,
+                            math.nan, base["wall"])  # fmt: skip
+    assert whatif.moves(base, row, "linear_end") == pytest.approx(2.0)
+    assert whatif.moves(base, row, "wall") == math.inf  # a variant with no feasible run
+    ranked = whatif.ranking(base, [*rows, row], "linear_end")
+    assert dict(ranked)["k"] == pytest.approx(2.0)
+    assert [d for _, d in ranked] == sorted((d for _, d in ranked), reverse=True)
+    with pytest.raises(ValueError, match="'plateau'"):
+        whatif.moves(base, row, "plateau")
+
+
+def test_what_the_h100_limits_ignore(tornado):
+    """The paper's H100 run: HBM bandwidth moves neither limit by a grid point, the training
+    duration moves both (a claim of the what-if chapter's prose, computed there)."""
+    base, rows = tornado
+    moved = {what: dict(whatif.ranking(base, rows, what)) for what in ("linear_end", "wall")}
+    assert moved["wall"]["HBM bandwidth"] == 0.0
+    assert moved["linear_end"]["training duration"] > 0
+    assert moved["wall"]["training duration"] > 0

@@ -13,6 +13,8 @@ The order is fixed so that a failure never leaves a half-built book:
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import shutil
@@ -199,17 +201,43 @@ def _describe_failure(name: str, exc: BaseException, stage: Path) -> str:
     return "\n".join(lines)
 
 
+SECONDS_FILE = ".notebook-seconds.json"  # under _build/: each notebook's last execution time
+
+
+def schedule(names: list[str], work: Path) -> list[str]:
+    """The order to start notebooks in: the slowest of the last successful build first (so the
+    workers finish together), notebooks never timed before them in reading order."""
+    try:
+        seconds = json.loads((work / SECONDS_FILE).read_text())
+    except (OSError, ValueError):
+        seconds = {}
+    if not isinstance(seconds, dict):
+        seconds = {}
+
+    def cost(name: str) -> float:
+        value = seconds.get(name)
+        return float(value) if isinstance(value, (int, float)) else math.inf
+
+    return sorted(names, key=lambda n: (-cost(n), names.index(n)))
+
+
+def remember_seconds(work: Path, timings: list[Timing]) -> None:
+    path = work / SECONDS_FILE
+    path.write_text(json.dumps({t.notebook: round(t.seconds, 1) for t in timings}, indent=1))
+
+
 def execute_notebooks(
     root: Path, stage: Path, names: list[str], params: dict, jobs: int
 ) -> list[Timing]:
     total = len(names)
+    order = schedule(names, root / "_build")
     timings: list[Timing] = []
     failures: list[str] = []
     _say(f"executing {total} notebook(s) with {jobs} worker(s)")
     socket_dir = Path(tempfile.mkdtemp(prefix="dmlimits-kernels-"))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_execute_one, root, stage, n, params, socket_dir): n for n in names}
-        for n in names:
+        futures = {pool.submit(_execute_one, root, stage, n, params, socket_dir): n for n in order}
+        for n in order:
             _say(f"  started  {n}.md")
         for done, future in enumerate(as_completed(futures), start=1):
             name = futures[future]
@@ -306,6 +334,7 @@ def build(scn: Scenario, output: str | None = None, jobs: int | None = None) -> 
         (executed / "scenario.yaml").write_text(scn.to_yaml())
         _swap(stage / "_build" / "html", final)
         _swap(executed, final.parent / "executed")
+        remember_seconds(work, timings)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     _say("timings:")

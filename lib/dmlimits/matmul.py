@@ -517,11 +517,49 @@ def _hardware_values(scn: Scenario) -> tuple[float, ...]:
 
 
 # --- Numeric functions, lambdified from the expressions above -----------------------------
+_PARTS = (*LEVELS, "arithmetic", "latency")  # lambdified one by one
+_COMBINED = ("total", "efficiency")  # built from the parts in numpy
+
+
 @cache
-def _numeric(kind: str, multicast: bool, what: tuple[str, ...]):
+def _numeric_parts(kind: str, multicast: bool):
+    """The parts of :func:`cost_expressions`, lambdified together.  ``total`` and
+    ``efficiency`` are not: sympy's ``Max`` of the long level expressions is slow to build
+    (seconds per kind), so :func:`_numeric_combined` composes them from the parts instead."""
     exprs = cost_expressions(kind, multicast)
-    body = [CONSTANTS.replace(exprs[k]) for k in what]
+    body = [CONSTANTS.replace(exprs[k]) for k in _PARTS]
     return sp.lambdify((d1, d2, b, *_HARDWARE), body, "numpy", cse=True)
+
+
+@cache
+def _numeric_combined(kind: str, multicast: bool):
+    """``total`` and ``efficiency`` as functions of the parts: the expressions of
+    :func:`cost_expressions` with each part replaced by a plain symbol (checked in the tests
+    against the full expressions)."""
+    exprs = cost_expressions(kind, multicast)
+    stand_ins = {name: sp.Symbol(f"part_{name}", positive=True) for name in _PARTS}
+    total = sp.Max(*(stand_ins[k] for k in (*LEVELS, "arithmetic"))) + stand_ins["latency"]
+    efficiency = exprs["efficiency"] * exprs["total"] / total
+    body = [CONSTANTS.replace(sp.simplify(e)) for e in (total, efficiency)]
+    return sp.lambdify((*stand_ins.values(), d1, d2, b, *_HARDWARE), body, "numpy")
+
+
+def _numeric(kind: str, multicast: bool, what: tuple[str, ...]):
+    parts_fn = _numeric_parts(kind, multicast)
+
+    def evaluate(x1: Any, x2: Any, nb: Any, *hardware: float) -> list[Any]:
+        shape = np.broadcast_shapes(np.shape(x1), np.shape(x2), np.shape(nb))
+        parts = [
+            np.broadcast_to(np.asarray(v, dtype=float), shape)
+            for v in parts_fn(x1, x2, nb, *hardware)
+        ]
+        values = dict(zip(_PARTS, parts, strict=True))
+        if any(k in _COMBINED for k in what):
+            combined = _numeric_combined(kind, multicast)(*parts, x1, x2, nb, *hardware)
+            values.update(zip(_COMBINED, combined, strict=True))
+        return [values[k] for k in what]
+
+    return evaluate
 
 
 def _evaluate(

@@ -147,6 +147,24 @@ def tornado(
     return {"linear_end": base["linear_scaling_end_flop"], "wall": base["last_feasible_flop"]}, rows
 
 
+def moves(base: dict[str, float], row: TornadoRow, what: str) -> float:
+    """How far, in decades of compute, ``what`` (``"linear_end"`` or ``"wall"``) moves in the
+    wider of the row's two variants; a variant where the limit is undefined (no linear end, no
+    feasible run) while the base has one counts as infinitely far."""
+    if what not in ("linear_end", "wall"):
+        raise ValueError(f"what: got {what!r}; expected 'linear_end' or 'wall'")
+    ref = base[what]
+    sides = (getattr(row, f"{what}_low"), getattr(row, f"{what}_high"))
+    if ref != ref:  # the base has no such limit: count only variants that gain one
+        return math.inf if any(x == x for x in sides) else 0.0
+    return max(math.inf if x != x else abs(math.log10(x / ref)) for x in sides)
+
+
+def ranking(base: dict[str, float], rows: list[TornadoRow], what: str) -> list[tuple[str, float]]:
+    """``(label, decades)`` for every row, the assumption that moves ``what`` farthest first."""
+    return sorted(((r.label, moves(base, r, what)) for r in rows), key=lambda t: -t[1])
+
+
 def samples(scn: Scenario, n: int, seed: int = 0) -> list[dict[str, float]]:
     """``n`` joint draws of the assumptions of :data:`RANGES` (log-uniform, reproducible)."""
     scn = require_scenario(scn)
@@ -209,3 +227,69 @@ def uncertainty(
         "base_compute": np.array([r["training_flop"] for r in base]),
         "linear_end": q(ends), "wall": q(walls), "n": n, "quantiles": quantiles,
     }  # fmt: skip
+
+
+# --- Figures -----------------------------------------------------------------------------------
+def tornado_figure(base: dict[str, float], rows: list[TornadoRow], factor: float = 2.0):
+    """Two tornado charts: how many decades the linear-scaling end and the latency wall move
+    when each assumption is divided or multiplied by ``factor``.  A variant with no linear end
+    or no feasible run is marked "none" at the edge."""
+    import matplotlib.pyplot as plt
+
+    from .figures import PALETTE
+
+    fig, axes = plt.subplots(1, 2, figsize=(7.6, 0.42 * len(rows) + 1.4), sharey=True)
+    labels = [r.label for r in rows][::-1]
+    y = np.arange(len(rows))
+    for ax, what, base_value in (
+        (axes[0], "linear_end", base["linear_end"]),
+        (axes[1], "wall", base["wall"]),
+    ):
+        lows = [getattr(r, f"{what}_low") for r in rows][::-1]
+        highs = [getattr(r, f"{what}_high") for r in rows][::-1]
+        finite = [abs(math.log10(x / base_value)) for x in lows + highs if x == x and x > 0]
+        edge = max([*finite, 1.0]) * 1.1
+        for values, color, sign in ((lows, PALETTE[0], -1), (highs, PALETTE[1], 1)):
+            for yi, x in zip(y, values, strict=True):
+                if x == x and x > 0:
+                    ax.barh([yi], [math.log10(x / base_value)], color=color, alpha=0.8, height=0.7)
+                else:  # no linear end, or no feasible run at all, in this variant
+                    ax.text(sign * 0.97 * edge, yi, "none", ha="right" if sign > 0 else "left",
+                            va="center", fontsize=7, color=color)  # fmt: skip
+        ax.axvline(0, color="0.2", lw=0.8)
+        ax.set_xlim(-edge, edge)
+        ax.set_xlabel("decades of compute moved")
+    axes[0].set_yticks(y, labels, fontsize=8)
+    axes[0].set_title("end of linear scaling", fontsize=10)
+    axes[1].set_title("latency wall (last feasible run)", fontsize=10)
+    from matplotlib.patches import Patch
+
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.legend(
+        handles=[Patch(color=PALETTE[0], alpha=0.8, label=f"halved (÷{factor:g})"),
+                 Patch(color=PALETTE[1], alpha=0.8, label=f"doubled (×{factor:g})")],
+        fontsize=8, loc="lower center", ncol=2, frameon=False,
+    )  # fmt: skip
+    return fig
+
+
+def band_figure(band: dict[str, Any], label: str):
+    """The utilization curve of the scenario with the band of the joint draws around it."""
+    import matplotlib.pyplot as plt
+
+    from .figures import PALETTE, _compute_axis
+
+    fig, ax = plt.subplots()
+    c = band["compute"]
+    ok = np.isfinite(band["low"]) & np.isfinite(band["high"])
+    q_lo, q_hi = band["quantiles"]
+    ax.fill_between(c[ok], band["low"][ok], band["high"][ok], color=PALETTE[0], alpha=0.25,
+                    label=f"{q_lo:.0%}–{q_hi:.0%} of {band['n']} draws")  # fmt: skip
+    ax.plot(c[ok], band["median"][ok], color=PALETTE[0], lw=1, ls="--", label="median of the draws")
+    ax.plot(band["base_compute"], band["base"], "o-", color=PALETTE[1], ms=3, lw=1.2, label=label)
+    _compute_axis(ax)
+    ax.set_ylabel("utilization")
+    ax.set_ylim(0, None)
+    ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    return fig

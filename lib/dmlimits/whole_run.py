@@ -444,3 +444,28 @@ def trend_word(first: float, last: float, tolerance: float = 0.05) -> str:
     if last < first - tolerance:
         return "falls"
     return "stays about level"
+
+
+#: The hardware generations compared, oldest first (the presets of issue #6 and the paper's).
+GENERATIONS = ("gtx580", "v100", "a100", "h100", "h200", "b200", "gb200-nvl72")
+
+
+def generations_table(scns: list[Scenario]) -> str:
+    """One row per GPU: its headline hardware and where its runs stop scaling."""
+    lines = [
+        "| GPU | Peak (FLOP/s) | HBM (byte/s) | NVLink per GPU (byte/s) | GPUs per node "
+        "| Network between nodes per GPU (byte/s) | Plateau | Linear scaling ends (FLOP) "
+        "| GPUs there | Last feasible (FLOP) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for scn in scns:
+        h = search.headline(scn)
+        end = h["linear_scaling_end_flop"]
+        gpus = nearest(scn, end)["n_gpu"] if math.isfinite(end) else math.nan
+        lines.append(
+            f"| {scn.gpu_label} | {sci(scn.peak_flops)} | {sci(scn['hardware.hbm_bandwidth'])} | "
+            f"{sci(scn['network.intra_node.bandwidth'])} | {scn['network.node_size']} | "
+            f"{sci(scn['network.inter_node.bandwidth'])} | {h['plateau_utilization']:.3f} | "
+            f"{sci(end)} | {sci(gpus)} | {sci(h['last_feasible_flop'])} |"
+        )
+    return "\n".join(lines)
