@@ -70,3 +70,36 @@ def test_schedule_starts_the_slowest_first(tmp_path):
                                                "notebooks/a"]  # fmt: skip
     (tmp_path / build.SECONDS_FILE).write_text("not json")
     assert build.schedule(names, tmp_path) == names
+
+
+def test_file_scenario_keeps_its_origin_and_types(tmp_path):
+    """A book built from a file says so on its assumptions page, and every value has the same
+    type whether it came from the file, a GPU preset or the injected overrides (so the page
+    prints it the same way)."""
+    f = tmp_path / "mine.yaml"
+    f.write_text("name: mine\ndescription: my cluster\ngpu: a100\n")
+    scn = resolve(str(f))
+    params = build.notebook_parameters(scn)
+    assert params["scenario_origin"] == scn.origin and str(f) in scn.origin
+    assert params["scenario_description"] == "my cluster"
+    again = resolve(params["scenario"], overrides=params["overrides"])
+    assert {k: type(v) for k, v in again.values.items()} == {
+        k: type(v) for k, v in scn.values.items()
+    }
+
+
+def test_parameters_for_injects_only_what_a_notebook_declares():
+    import jupytext
+
+    params = build.notebook_parameters(resolve("h100"))
+    for name, extra in [
+        ("model", set()),
+        ("assumptions", {"scenario_origin", "scenario_description"}),
+    ]:
+        nb = jupytext.read(ROOT / "notebooks" / f"{name}.md")
+        assert set(build.parameters_for(nb, params)) == {
+            "scenario",
+            "overrides",
+            "scenario_name",
+            *extra,
+        }

@@ -141,3 +141,71 @@ def test_differences():
     diff = b.differences(a)
     assert diff["gpu"] == ("h100", "a100")
     assert "training.months" not in diff
+
+
+# Every bandwidth, latency and duration the issue names, with every kind of impossible value;
+# through --set and through a scenario file, each refused with one line naming key and value.
+POSITIVE_KEYS = [
+    "hardware.hbm_bandwidth", "hardware.l2_bandwidth", "network.intra_node.bandwidth",
+    "network.inter_node.bandwidth", "network.latency", "hardware.kernel_latency",
+    "training.months",
+]  # fmt: skip
+IMPOSSIBLE = ["-1", "0", "nan", "inf", "-inf", "fast"]
+
+
+@pytest.mark.parametrize("value", IMPOSSIBLE)
+@pytest.mark.parametrize("key", POSITIVE_KEYS)
+def test_impossible_values_are_refused_naming_key_and_value(key, value, tmp_path):
+    with pytest.raises(ScenarioError) as info:
+        resolve("h100", [f"{key}={value}"])
+    message = str(info.value)
+    assert "\n" not in message and key in message and value in message.lower(), message
+    head, leaf = key.rsplit(".", 1)
+    f = tmp_path / "s.yaml"
+    f.write_text(f"{head}:\n  {leaf}: {value if value != 'nan' else '.nan'}\n")
+    with pytest.raises(ScenarioError) as info:
+        resolve(str(f))
+    message = str(info.value)
+    assert "\n" not in message and key in message, message
+
+
+@pytest.mark.parametrize("value", ["8.5", "eight", "0", "-8", "true"])
+def test_node_size_must_be_a_positive_whole_number(value):
+    with pytest.raises(ScenarioError) as info:
+        resolve("h100", [f"network.node_size={value}"])
+    message = str(info.value)
+    assert "network.node_size" in message and value in message.lower() and "\n" not in message
+
+
+def test_compared_presets_keep_what_they_are_named_after():
+    from dmlimits.scenario import PAPER_PRESETS, compared
+
+    mine = resolve("h100", ["gpu=a100", "training.months=6", "network.latency=1e-6"])
+    gens = compared(["v100", "h100", "gb200-nvl72"], mine)
+    for name, scn in gens.items():
+        assert scn["gpu"] == name  # the GPU the curve is named after, not the reader's
+        assert scn["hardware.hbm_bandwidth"] == resolve(name)["hardware.hbm_bandwidth"]
+        assert scn["training.months"] == 6  # the reader's other assumptions carry
+        assert scn["network.latency"] == 1e-6
+    assert gens["gb200-nvl72"]["network.node_size"] == resolve("gb200-nvl72")["network.node_size"]
+    paper = compared(PAPER_PRESETS, mine)
+    # the paper's comparison varies latency (its low-latency presets): each keeps its own
+    assert (
+        paper["h100-low-latency"]["network.latency"]
+        == resolve("h100-low-latency")["network.latency"]
+    )
+    assert paper["h100"]["network.latency"] == resolve("h100")["network.latency"]
+    assert all(s["training.months"] == 6 for s in paper.values())
+    # a preset build and a file that names the same GPU compare the same presets
+    assert {
+        n: s.values
+        for n, s in compared(PAPER_PRESETS, resolve("a100", ["training.months=6"])).items()
+    } == {
+        n: s.values
+        for n, s in compared(
+            PAPER_PRESETS, resolve("h100", ["gpu=a100", "training.months=6"])
+        ).items()
+    }
+    assert compared(["h100"], resolve("h100"))["h100"].values == resolve("h100").values
+    with pytest.raises(TypeError, match="expected a Scenario"):
+        compared(["h100"], "h100")

@@ -25,6 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -93,7 +94,13 @@ def notebook_parameters(scn: Scenario) -> dict:
     base = preset if scn.origin.startswith("preset ") else DEFAULT_SCENARIO
     reference = resolve(base)
     overrides = {k: v for k, v in scn.values.items() if reference.values.get(k) != v}
-    return {"scenario": base, "overrides": overrides, "scenario_name": scn.name}
+    return {
+        "scenario": base,
+        "overrides": overrides,
+        "scenario_name": scn.name,
+        "scenario_origin": scn.origin,
+        "scenario_description": scn.description,
+    }
 
 
 def output_dir(root: Path, scn: Scenario, output: str | None) -> Path:
@@ -123,6 +130,16 @@ def _ipc_kernel_manager(socket_dir: Path):
     return IpcKernelManager
 
 
+def parameters_for(nb: Any, params: dict) -> dict:
+    """The parameters a notebook declares in its cell tagged ``parameters``: every notebook
+    takes the scenario, its overrides and its name; a few (the assumptions page) take more."""
+    declared = "\n".join(
+        c.source for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])
+    )
+    names = set(re.findall(r"^(\w+)\s*=", declared, flags=re.M))
+    return {k: v for k, v in params.items() if k in names}
+
+
 def _execute_one(root: Path, stage: Path, name: str, params: dict, socket_dir: Path) -> Timing:
     import jupytext
     import papermill as pm
@@ -145,7 +162,7 @@ def _execute_one(root: Path, stage: Path, name: str, params: dict, socket_dir: P
         pm.execute_notebook(
             str(unexecuted),
             str(target),
-            parameters=params,
+            parameters=parameters_for(nb, params),
             kernel_name="python3",
             cwd=str(target.parent),
             progress_bar=False,

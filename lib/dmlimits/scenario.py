@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -452,7 +453,7 @@ def resolve(
     gpu = dict(set_values).get("gpu", file_values.get("gpu", SCHEMA["gpu"].default))
     values = {k: f.default for k, f in SCHEMA.items()}
     values["gpu"] = gpu
-    values.update(hardware.gpu_values(gpu))
+    values.update({k: coerce(k, v) for k, v in hardware.gpu_values(gpu).items()})
     for k, factor in scale.items():
         values[k] = coerce(k, values[k] * factor)
     values.update(file_values)
@@ -488,6 +489,34 @@ def resolve_overrides(
         origin=scn.origin,
         overrides=scn.overrides + tuple((k, values[k]) for k in overrides),
     )
+
+
+def compared(names: Sequence[str], scn: Scenario) -> dict[str, Scenario]:
+    """The presets ``names`` for a comparison, each carrying the assumptions of ``scn`` that
+    the comparison is not about.
+
+    The comparison varies every key on which one of the presets differs from the default
+    scenario; those keys keep each preset's own values, so every curve keeps the GPU, network
+    or batch law it is named after.  Every other value of ``scn`` (a longer run, another batch
+    anchor, a steeper depth law) is carried to every preset.  When the presets vary the GPU,
+    the values ``scn`` has only because of its GPU are the GPU's, not the reader's, and are
+    not carried either: a book built for A100s compares the same generations as the default
+    book, each with the reader's other assumptions.
+    """
+    if not isinstance(scn, Scenario):
+        raise TypeError(f"scn: got {type(scn).__name__}; expected a Scenario (scenario.resolve)")
+    presets = {name: resolve(name) for name in names}
+    default_scn = resolve(DEFAULT_SCENARIO)
+    varied: set[str] = set()
+    for preset in presets.values():
+        varied |= set(preset.differences(default_scn))
+    baseline = default_scn
+    if "gpu" in varied:
+        baseline = resolve(DEFAULT_SCENARIO, [f"gpu={scn['gpu']}"])
+    carried = {k: v for k, (_, v) in scn.differences(baseline).items() if k not in varied}
+    if not carried:
+        return presets
+    return {name: resolve_overrides(preset, carried, name=name) for name, preset in presets.items()}
 
 
 def default() -> Scenario:
