@@ -103,3 +103,35 @@ def test_parameters_for_injects_only_what_a_notebook_declares():
             "scenario_name",
             *extra,
         }
+
+
+def test_progress_in_a_log_and_on_a_terminal():
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stream in (io.StringIO(), Terminal()):
+        p = build.Progress({"notebooks/a": 2, "notebooks/b": 1}, stream)
+        p.start("notebooks/a")
+        p.cell_done("notebooks/a")
+        p.finish("notebooks/a", "[1/2] notebooks/a.md  1.0 s")
+        p.start("notebooks/b")
+        p.finish("notebooks/b", "[2/2] notebooks/b.md  1.0 s")
+        text = stream.getvalue()
+        assert "started  notebooks/a.md (2 cells)" in text
+        assert build.bar(1.0) + " [2/2] notebooks/b.md" in text
+        # the per-notebook bar is drawn on a terminal only; a log stays one line per event
+        assert ("a █████░░░░░ 1/2" in text) == isinstance(stream, Terminal)
+        if not isinstance(stream, Terminal):
+            assert text.count("\n") == 4 and "\r" not in text
+
+
+def test_code_cells_counts_the_injected_parameters_cell(tmp_path):
+    f = tmp_path / "n.md"
+    f.write_text(
+        "# t\n\n```{code-cell} ipython3\nx = 1\n```\n\ntext\n\n```{code-cell} ipython3\ny\n```\n"
+    )
+    assert build.code_cells(f) == 3
+    assert build.bar(0.5, 8) == "████░░░░" and build.bar(2, 4) == "████"

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -116,6 +117,63 @@ def _say(message: str) -> None:
     print(message, flush=True)
 
 
+def bar(fraction: float, width: int = 20) -> str:
+    """A text progress bar: ``bar(0.5, 8) == "████░░░░"``."""
+    filled = round(max(0.0, min(1.0, fraction)) * width)
+    return "█" * filled + "░" * (width - filled)
+
+
+class Progress:
+    """Progress of the notebooks' execution: every notebook's cells and the whole build.
+
+    On a terminal one status line is redrawn as cells finish (the overall bar, then a bar for
+    each running notebook); in a log (CI, a pipe) a line is printed when a notebook starts and
+    when it ends, with the overall bar, so the log stays short."""
+
+    def __init__(self, cells: dict[str, int], stream: Any = None) -> None:
+        self.stream = stream or sys.stdout
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.cells = cells
+        self.done_cells = dict.fromkeys(cells, 0)
+        self.running: list[str] = []
+        self.finished = 0
+        self.lock = threading.Lock()
+
+    def _status(self) -> str:
+        parts = [f"{bar(self.finished / len(self.cells))} {self.finished}/{len(self.cells)}"]
+        for name in self.running:
+            done, total = self.done_cells[name], max(1, self.cells[name])
+            parts.append(f"{Path(name).name} {bar(done / total, 10)} {done}/{total}")
+        return " | ".join(parts)
+
+    def _write(self, line: str | None) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K")
+        if line is not None:
+            self.stream.write(line + "\n")
+        if self.tty and self.running:
+            self.stream.write(self._status()[:200])
+        self.stream.flush()
+
+    def start(self, name: str) -> None:
+        with self.lock:
+            self.running.append(name)
+            self._write(f"  started  {name}.md ({self.cells[name]} cells)")
+
+    def cell_done(self, name: str) -> None:
+        with self.lock:
+            self.done_cells[name] += 1
+            if self.tty:
+                self._write(None)
+
+    def finish(self, name: str, line: str) -> None:
+        with self.lock:
+            if name in self.running:
+                self.running.remove(name)
+            self.finished += 1
+            self._write(f"  {bar(self.finished / len(self.cells))} {line}")
+
+
 def _ipc_kernel_manager(socket_dir: Path):
     """Kernels talk to papermill over local IPC sockets (in ``socket_dir``, a short path under
     the system's temporary folder: socket paths are limited in length) rather than TCP."""
@@ -140,7 +198,10 @@ def parameters_for(nb: Any, params: dict) -> dict:
     return {k: v for k, v in params.items() if k in names}
 
 
-def _execute_one(root: Path, stage: Path, name: str, params: dict, socket_dir: Path) -> Timing:
+def _execute_one(
+    root: Path, stage: Path, name: str, params: dict, socket_dir: Path,
+    progress: Progress | None = None,
+) -> Timing:  # fmt: skip
     import jupytext
     import papermill as pm
 
@@ -158,6 +219,15 @@ def _execute_one(root: Path, stage: Path, name: str, params: dict, socket_dir: P
     unexecuted = target.with_suffix(".source.ipynb")
     jupytext.write(nb, unexecuted)
     start = time.perf_counter()
+    if progress is not None:
+        progress.start(name)
+    hooks = {}
+    if progress is not None:
+
+        def on_cell_executed(**_: Any) -> None:
+            progress.cell_done(name)
+
+        hooks["on_cell_executed"] = on_cell_executed
     try:
         pm.execute_notebook(
             str(unexecuted),
@@ -169,6 +239,7 @@ def _execute_one(root: Path, stage: Path, name: str, params: dict, socket_dir: P
             log_output=False,
             report_mode=False,
             kernel_manager_class=_ipc_kernel_manager(socket_dir),
+            **hooks,
         )
     finally:
         unexecuted.unlink(missing_ok=True)
@@ -218,6 +289,13 @@ def _describe_failure(name: str, exc: BaseException, stage: Path) -> str:
     return "\n".join(lines)
 
 
+def code_cells(source: Path) -> int:
+    """How many code cells a MyST notebook has (what its progress bar counts; papermill's
+    injected parameters cell adds one)."""
+    text = source.read_text()
+    return len(re.findall(r"^```\{code-cell\}", text, flags=re.M)) + 1
+
+
 SECONDS_FILE = ".notebook-seconds.json"  # under _build/: each notebook's last execution time
 
 
@@ -252,20 +330,22 @@ def execute_notebooks(
     failures: list[str] = []
     _say(f"executing {total} notebook(s) with {jobs} worker(s)")
     socket_dir = Path(tempfile.mkdtemp(prefix="dmlimits-kernels-"))
+    progress = Progress({n: code_cells(root / f"{n}.md") for n in names})
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_execute_one, root, stage, n, params, socket_dir): n for n in order}
-        for n in order:
-            _say(f"  started  {n}.md")
+        futures = {
+            pool.submit(_execute_one, root, stage, n, params, socket_dir, progress): n
+            for n in order
+        }
         for done, future in enumerate(as_completed(futures), start=1):
             name = futures[future]
             try:
                 t = future.result()
             except Exception as exc:  # a notebook raised: report it fully, then fail
                 failures.append(_describe_failure(name, exc, stage))
-                _say(f"  [{done}/{total}] FAILED {name}.md")
+                progress.finish(name, f"[{done}/{total}] FAILED {name}.md")
                 continue
             timings.append(t)
-            _say(f"  [{done}/{total}] {name}.md  {t.seconds:.1f} s")
+            progress.finish(name, f"[{done}/{total}] {name}.md  {t.seconds:.1f} s")
     shutil.rmtree(socket_dir, ignore_errors=True)
     if failures:
         raise BuildError("\n\n".join(failures))
