@@ -219,10 +219,9 @@ def _execute_one(
     unexecuted = target.with_suffix(".source.ipynb")
     jupytext.write(nb, unexecuted)
     start = time.perf_counter()
+    hooks: dict[str, Any] = {}
     if progress is not None:
         progress.start(name)
-    hooks = {}
-    if progress is not None:
 
         def on_cell_executed(**_: Any) -> None:
             progress.cell_done(name)
