@@ -262,8 +262,7 @@ def symbol_values(scn: Scenario, alpha: float | None = None) -> dict[sp.Symbol, 
         q_words: float(HBM_WORDS_PER_WEIGHT),
         s.train_time: scn.train_seconds,
         s.tokens_per_param: v["training.tokens_per_param"],
-        s.macs_per_param_token: 3.0,
-        s.flop_per_mac: 2.0,
+        **{k: float(x) for k, x in model.PASS_COUNTS.mapping.items()},
         rho: v["closed_forms.batch_tokens"] / v["closed_forms.layers"],
         s.compute_anchor: v["batch.anchor_flop"],
         s.alpha_ratio: float(v["closed_forms.alpha"] if alpha is None else alpha),
@@ -300,7 +299,7 @@ def values(scn: Scenario) -> dict[str, float]:
         "t_crit_flop": evaluate("critical_compute", scn),
         "t_limit_flop": evaluate("latency_wall", scn),
         "alpha": float(scn["closed_forms.alpha"]),
-        "latency_s": KERNELS_PER_COMMUNICATION * float(scn["hardware.kernel_latency"]),
+        "latency_s": symbol_values(scn)[t_lam],
     }
 
 

@@ -30,16 +30,14 @@ the tests; the numeric functions are lambdified from those same expressions.
 
 from __future__ import annotations
 
-import csv
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
 import sympy as sp
 
 from . import collectives as co
-from . import model
+from . import model, published
 from . import symbols as s
 from . import units as u
 from .checks import as_output as _out
@@ -813,11 +811,8 @@ def arithmetic_time(scn: Scenario, n_active: Any, batch: Any, n_gpu: Any) -> Any
 
 
 # --- The authors' optimal configurations -------------------------------------------------------
-@cache
 def _reference_rows() -> tuple[dict[str, str], ...]:
-    text = (resources.files("dmlimits") / "data" / "paper1_reference_configs.csv").read_text()
-    lines = [line for line in text.splitlines() if not line.startswith("#")]
-    return tuple(csv.DictReader(lines))
+    return published.data_rows("paper1_reference_configs.csv")
 
 
 def reference_configs(setting: str = "Default scaling") -> dict[str, np.ndarray]:

@@ -172,6 +172,11 @@ def _h100_carried(keys: tuple[str, ...]) -> dict[str, tuple[float | int | bool, 
     return {k: (h100[k].value, f"{CARRIED_H100}: {h100[k].source}") for k in keys}
 
 
+def _paper(gpu: str, key: str) -> float:
+    """A value of one of the paper's GPUs, for the estimates that borrow it."""
+    return GPU_PRESETS[gpu]["values"][key].value
+
+
 _BLACKWELL_PEAK_CLOCK = 1965e6
 _BLACKWELL_SMS = 148
 
@@ -211,8 +216,14 @@ _B200 = {
     ),
     "hardware.hbm_bandwidth": (8000 * GB, NV_DGX_B200),
     "hardware.hbm_capacity": (180 * GB, NV_DGX_B200),
-    "hardware.l2_size": (100 * MiB, f"{ESTIMATE}: two dies of the H100's 50 MiB"),
-    "hardware.l2_bandwidth": (2 * 6441 * GB, f"{ESTIMATE}: two dies of the H100's L2 bandwidth"),
+    "hardware.l2_size": (
+        2 * _paper("h100", "hardware.l2_size"),
+        f"{ESTIMATE}: two dies of the H100's L2",
+    ),
+    "hardware.l2_bandwidth": (
+        2 * _paper("h100", "hardware.l2_bandwidth"),
+        f"{ESTIMATE}: two dies of the H100's L2 bandwidth",
+    ),
     "network.intra_node.bandwidth": (1800 * GB, NV_DGX_B200),
     "network.inter_node.bandwidth": (100 * GB, f"{NV_DGX_B200} (400 Gb/s each way)"),
     "network.node_size": (8, NV_DGX_B200),
@@ -245,12 +256,15 @@ GPU_PRESETS["gtx580"] = _sourced(
         "hardware.flop_per_clock_per_thread": (2, NV_GTX580),
         "hardware.threads_per_sm": (32, NV_GTX580),
         "hardware.effective_utilization": (
-            0.9,
+            _paper("v100", "hardware.effective_utilization"),
             f"{ESTIMATE}: the paper's derate of the V100, the oldest GPU it models",
         ),
         "hardware.hbm_bandwidth": (192.4 * GB, NV_GTX580),
         "hardware.l2_bandwidth": (
-            2.4 * 192.4 * GB,
+            192.4
+            * GB
+            * _paper("v100", "hardware.l2_bandwidth")
+            / _paper("v100", "hardware.hbm_bandwidth"),
             f"{ESTIMATE}: the V100's ratio of L2 to DRAM bandwidth",
         ),
         "hardware.l2_size": (768 * KiB, NV_GTX580),
@@ -258,7 +272,10 @@ GPU_PRESETS["gtx580"] = _sourced(
         "hardware.blocks_per_sm": (2, NV_GTX580),
         "hardware.distributed_shared_memory": (False, NV_GTX580),
         "hardware.hbm_capacity": (3 * GB, ALEXNET),
-        "hardware.kernel_latency": (4.5e-6, f"{ESTIMATE}: the paper's kernel latency"),
+        "hardware.kernel_latency": (
+            _paper("h100", "hardware.kernel_latency"),
+            f"{ESTIMATE}: the paper's kernel latency",
+        ),
         "network.intra_node.bandwidth": (
             16 * GB,
             f"{ALEXNET}; PCIe 2.0 x16 between them, 8 GB/s each way",
@@ -267,7 +284,10 @@ GPU_PRESETS["gtx580"] = _sourced(
             5 * GB,
             f"{ESTIMATE}: 2012 InfiniBand QDR, 40 Gb/s per machine of two GPUs",
         ),
-        "network.latency": (1.125e-6, f"{ESTIMATE}: the paper's network latency"),
+        "network.latency": (
+            _paper("h100", "network.latency"),
+            f"{ESTIMATE}: the paper's network latency",
+        ),
         "network.node_size": (2, ALEXNET),
     },
 )

@@ -13,6 +13,14 @@ from functools import cache
 from importlib import resources
 
 
+@cache
+def data_rows(filename: str) -> tuple[dict[str, str], ...]:
+    """The rows of one of the project's data files (``data/FILENAME``, a CSV whose leading
+    ``#`` lines name its source), as dictionaries of strings."""
+    text = (resources.files("dmlimits") / "data" / filename).read_text()
+    return tuple(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+
+
 @dataclass(frozen=True)
 class Published:
     key: str
@@ -25,10 +33,8 @@ class Published:
 
 @cache
 def table() -> dict[str, Published]:
-    text = (resources.files("dmlimits") / "data" / "published_values.csv").read_text()
-    rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
     out = {}
-    for row in rows:
+    for row in data_rows("published_values.csv"):
         if row["key"] in out:
             raise ValueError(f"published_values.csv: key {row['key']!r} appears twice")
         out[row["key"]] = Published(

@@ -605,14 +605,9 @@ def losses(scn: Scenario, r: dict[str, Any]) -> dict[str, Any]:
     t = r.get("t_step", math.nan)
     if not (t == t and r.get("n_gpu") == r.get("n_gpu")):
         return {f"loss_{k}": math.nan for k in LOSSES} | {"binding": "infeasible"}
-    eff = float(scn["hardware.effective_utilization"])
-    ideal = (
-        6
-        * r["n_params_total"]
-        / r["sparsity"]
-        * r["batch_tokens"]
-        / (r["n_gpu"] * scn.peak_flops * eff)
-    )
+    # The step's useful work at the effective rate: utilization is useful FLOP over the
+    # cluster's peak FLOP in the step (search-utilization), so this is that work's time.
+    ideal = r["utilization"] * t / float(scn["hardware.effective_utilization"])
     busy = max(r["t_matmul"], r["t_network"])
     stretched = busy / (1 - r["bubble"])
     dp_after = 0.0 if Choices.of(scn).dp_overlap else r["t_dp"]
@@ -698,7 +693,9 @@ def reference_comparison(scn: Scenario, setting: str | None = None) -> list[dict
     of tensor parallelism (equal products often tie)."""
     scn = require_scenario(scn)
     setting = setting or ("No scaling" if scn["batch.law"] == "none" else "Default scaling")
-    refs = [r for r in dpm._reference_rows() if r["setting"] == setting]
+    refs = [
+        r for r in published.data_rows("paper1_reference_configs.csv") if r["setting"] == setting
+    ]
     if not refs:
         raise ValueError(f"setting: got {setting!r}; expected one of the reference settings")
     mine = sweep(scn)

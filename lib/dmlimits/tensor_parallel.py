@@ -999,14 +999,10 @@ def reference_shards(setting: str = "Default scaling") -> dict[str, np.ndarray]:
     ``data/paper1_reference_configs.csv``): ``compute``, ``tp_model``, ``tp_ff``, ``rows``,
     ``cols`` (the shard's ``d_model`` and ``d_ff`` sides) and ``side``, the side of the square
     shard of the same area."""
-    import csv
-    from importlib import resources
+    from . import published
 
-    text = (resources.files("dmlimits") / "data" / "paper1_reference_configs.csv").read_text()
     rows = [
-        r
-        for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
-        if r["setting"] == setting
+        r for r in published.data_rows("paper1_reference_configs.csv") if r["setting"] == setting
     ]
     if not rows:
         raise ValueError(f"setting: got {setting!r}; expected 'Default scaling' or 'No scaling'")

@@ -266,8 +266,8 @@ def tornado_figure(base: dict[str, float], rows: list[TornadoRow], factor: float
 
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.legend(
-        handles=[Patch(color=PALETTE[0], alpha=0.8, label=f"halved (÷{factor:g})"),
-                 Patch(color=PALETTE[1], alpha=0.8, label=f"doubled (×{factor:g})")],
+        handles=[Patch(color=PALETTE[0], alpha=0.8, label=f"divided by {factor:g}"),
+                 Patch(color=PALETTE[1], alpha=0.8, label=f"multiplied by {factor:g}")],
         fontsize=8, loc="lower center", ncol=2, frameon=False,
     )  # fmt: skip
     return fig

@@ -7,16 +7,14 @@ data file, with its source.  Tables are returned as Markdown for the notebooks t
 
 from __future__ import annotations
 
-import csv
 import math
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from . import closed_forms, search
+from . import closed_forms, published, search
 from .figures import PALETTE, _compute_axis
 from .scenario import SCHEMA, Scenario
 
@@ -28,8 +26,7 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 def blog_curve() -> tuple[np.ndarray, np.ndarray]:
     """The companion post's H100 curve, digitized (``data/paper1_blog_figure_digitized.csv``;
     Erdil & Schneider-Joseph 2024, epoch.ai): compute (FLOP) and utilization."""
-    text = (resources.files("dmlimits") / "data" / "paper1_blog_figure_digitized.csv").read_text()
-    rows = list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+    rows = published.data_rows("paper1_blog_figure_digitized.csv")
     return (
         np.array([float(r["training_flop"]) for r in rows]),
         np.array([float(r["utilization"]) for r in rows]),
