@@ -185,8 +185,10 @@ def strategy_figure(scns: list[Scenario]) -> plt.Figure:
 
 
 def step_split(scn: Scenario, r: dict[str, Any]) -> dict[str, float]:
-    """A result's step split into the ideal matmul time and the four losses (seconds)."""
-    ideal = r["t_step"] - sum(r[f"loss_{k}"] for k in search.LOSSES)
+    """A result's step split into the ideal matmul time (its useful work at the effective
+    rate) and the four losses (seconds); the parts add up to the step when the losses account
+    for all of it."""
+    ideal = r["utilization"] * r["t_step"] / float(scn["hardware.effective_utilization"])
     return {"ideal": ideal, **{k: r[f"loss_{k}"] for k in search.LOSSES}}
 
 
