@@ -8,7 +8,10 @@ Commands:
 * ``derivations`` list every derivation of the library; ``--verify`` proves each step;
 * ``matmul``      time and efficiency of one matmul on one GPU (the single-GPU model);
 * ``sweep``       the optimal parallelism at every model size, one CSV or JSON row each;
-* ``headline``    a scenario's headline numbers (linear-scaling end, latency wall, ...).
+* ``headline``    a scenario's headline numbers (linear-scaling end, latency wall, ...);
+* ``predict``     step time, throughput and MFU of one training configuration (transformer,
+                  sharded data, tensor, pipeline and context parallelism), or of every row of
+                  a CSV of runs (``--runs FILE.csv``).
 
 Errors in the reader's input print one line, ``error: ...``, and exit with status 2; a failed
 build exits with status 1 and leaves the previous book as it was.
@@ -96,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--scenario", default=DEFAULT_SCENARIO, metavar="NAME|FILE")
     h.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     h.add_argument("--json", action="store_true", help="print JSON for machines")
+    _add_predict(sub)
     return p
 
 
@@ -282,6 +286,130 @@ def _cmd_headline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_predict(sub) -> None:
+    p = sub.add_parser("predict", help="step time, throughput and MFU of a training configuration")
+    p.add_argument(
+        "--runs",
+        metavar="FILE.csv",
+        help="predict every row of a CSV with the columns of published_runs.csv",
+    )
+    p.add_argument(
+        "--format",
+        choices=("csv", "json"),
+        default="csv",
+        help="output of --runs (default: %(default)s)",
+    )
+    p.add_argument("--model", default="llama2-7b", help="a shape preset; default: %(default)s")
+    p.add_argument("--gpu", default="h100", help="a GPU and fabric; default: %(default)s")
+    p.add_argument("--gpus", type=int, default=8, help="GPU count; default: %(default)s")
+    for name in ("tp", "pp", "dp", "ep", "cp"):
+        p.add_argument(
+            f"--{name}",
+            type=int,
+            default=None if name == "dp" else 1,
+            help=f"{name.upper()} degree"
+            + (" (default: the GPUs left)" if name == "dp" else " (default: 1)"),
+        )
+    p.add_argument(
+        "--sharding",
+        default="fsdp",
+        help="none, ddp, zero1, zero2, zero3, fsdp or hsdp; default: %(default)s",
+    )
+    p.add_argument("--shard-group", type=int, default=None, help="HSDP sharding group size")
+    p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch")
+    p.add_argument(
+        "--global-batch-tokens",
+        type=float,
+        default=4 * 2**20,
+        help="tokens per optimizer step; default: %(default)d",
+    )
+    p.add_argument("--seq-len", type=int, default=4096, help="default: %(default)s")
+    p.add_argument("--precision", default="bf16", help="bf16, fp16 or fp8; default: %(default)s")
+    p.add_argument("--recompute", default="none", help="none, selective or full")
+    p.add_argument("--vpp", type=int, default=1, help="model chunks a GPU (interleaved 1F1B)")
+    p.add_argument("--mode", choices=("bound", "calibrated", "both"), default="both")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    import csv
+    import json
+
+    from . import runs, transformer
+
+    if args.runs:
+        try:
+            with open(args.runs, newline="") as fh:
+                # Leading '#' lines (a data file's source) are comments.
+                reader = csv.DictReader(line for line in fh if not line.startswith("#"))
+                rows = [{k: v for k, v in r.items() if k is not None} for r in reader]
+                columns = list(reader.fieldnames or [])
+        except OSError as exc:
+            raise ScenarioError(f"--runs: cannot read {args.runs!r} ({exc.strerror})") from None
+        out = runs.predict_rows(rows)
+        if args.format == "json":
+            print(json.dumps(out, indent=1))
+            return 0
+        fields = columns + [c for c in runs.OUTPUT_COLUMNS if c not in columns]
+        writer = csv.DictWriter(
+            sys.stdout, fieldnames=fields, lineterminator="\n", extrasaction="ignore", restval=""
+        )
+        writer.writeheader()
+        writer.writerows(out)
+        return 0
+    try:
+        shape = transformer.shape(args.model)
+        dp = args.dp
+        if dp is None:
+            rest = args.tp * args.pp * args.cp
+            if args.gpus % rest:
+                raise ValueError(f"--gpus {args.gpus} is not a multiple of tp x pp x cp = {rest}")
+            dp = args.gpus // rest
+        cfg = runs.Config(
+            shape=shape,
+            cluster=runs.cluster(args.gpu),
+            n_gpus=args.gpus,
+            global_batch_tokens=args.global_batch_tokens,
+            seq_len=args.seq_len,
+            tp=args.tp,
+            pp=args.pp,
+            dp=dp,
+            cp=args.cp,
+            ep=args.ep,
+            sharding=args.sharding,
+            shard_group=args.shard_group,
+            mbs=args.micro_batch,
+            vpp=args.vpp,
+            precision=args.precision,
+            recompute=args.recompute,
+        )
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+    modes = {"bound": runs.BOUND, "calibrated": runs.calibrated()}
+    if args.mode != "both":
+        modes = {args.mode: modes[args.mode]}
+    result = {name: runs.predict(cfg, f).as_dict() for name, f in modes.items()}
+    if args.json:
+        print(json.dumps({"config": runs.describe(cfg), **result}, indent=2))
+        return 0
+    print(
+        f"{shape.name} on {cfg.n_gpus} x {cfg.cluster.label}: tp={cfg.tp} pp={cfg.pp} "
+        f"dp={cfg.dp} cp={cfg.cp}, {cfg.sharding}, {cfg.precision}, "
+        f"batch {cfg.global_batch_tokens:.4g} tokens of {cfg.seq_len}"
+    )
+    for name, r in result.items():
+        print(f"\n[{name}]")
+        print(f"  step time              {r['step_time_s']:.4g} s")
+        print(f"  tokens/s per GPU       {r['tokens_per_s_per_gpu']:.4g}")
+        print(f"  MFU                    {r['mfu']:.1%}")
+        print(f"  exposed communication  {r['exposed_comm_s']:.4g} s")
+        print(f"  energy per token       {r['energy_per_token_j']:.4g} J")
+        print("  time by cause (s):")
+        for cause, seconds in r["breakdown"].items():
+            print(f"    {cause:<22} {seconds:.4g}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {
@@ -291,6 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "matmul": _cmd_matmul,
         "sweep": _cmd_sweep,
         "headline": _cmd_headline,
+        "predict": _cmd_predict,
     }[args.command]
     try:
         return handler(args)

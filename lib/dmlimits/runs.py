@@ -1,0 +1,1121 @@
+"""The step time of a real training run: sharded data, tensor, pipeline and context parallelism.
+
+The first paper's model (Erdil & Schneider-Joseph 2024) bounds utilization under ideal
+assumptions: replicated parameters, no attention, perfect overlap, the batch at its critical
+size.  Measured runs (Fernandez et al. 2024, and the published runs in ``published_runs.csv``)
+shard parameters (ZeRO, FSDP), train transformers at a fixed batch, and overlap imperfectly.
+This module extends the accounting just enough to meet them.  Per optimizer step and GPU:
+
+* **Compute.**  ``B F_tok / (N_GPU F_p eta_mm)``: the batch's training FLOP
+  (:mod:`dmlimits.transformer`, recomputation counted) over the cluster's peak at the run's
+  precision, derated by a matmul efficiency ``eta_mm``.  The 1F1B pipeline stretches it by its
+  bubble, ``1 + (N_PP - 1) / (v m)`` with ``m`` micro-batches per pipeline and ``v`` chunks a
+  GPU (the pipeline chapter).
+* **Sharded data parallelism** over the ``g = N_DP N_CP`` ranks that hold the same parameters.
+  A ring all-gather or reduce-scatter of a buffer makes each rank send ``(g - 1) / g`` of it.
+  ZeRO-1 and ZeRO-2 reduce-scatter the gradients and all-gather the updated parameters once a
+  step (the bytes of one all-reduce, as plain data parallelism sends); ZeRO-3 and FSDP gather
+  the parameters for the forward and again for the backward pass: three buffers' worth.
+  Hybrid sharding (HSDP) shards over a group of ``h`` ranks and all-reduces the shards across
+  the ``g / h`` groups.
+* **Tensor parallelism** (Megatron-LM, 1D): two all-reduces of the activations per block
+  forward, two backward, two more when the forward is recomputed; with sequence parallelism
+  each becomes a reduce-scatter and an all-gather of the same total bytes (it saves activation
+  memory, which this model does not track, not time).
+* **Context parallelism** (ring attention): each rank passes its keys and values around the
+  ring of ``N_CP`` ranks, forward, and twice that backward (keys and values, and their
+  gradients).
+* **Pipeline boundaries**: activations forward and their gradients backward, once each.
+* **Links.**  Ranks are laid out tensor-parallel innermost, then context, data and pipeline
+  parallel.  A group inside one node uses NVLink; a group across nodes gets the NICs of its
+  members in each node (a hierarchical collective's bus bandwidth, as the all-reduce
+  measurements of :mod:`dmlimits.nccl` show).
+* **The step.**  ``t = t_pipe + t_ser + max(t_ovl, phi t_pipe) - phi t_pipe``: serial communication
+  adds to the pipeline's time; overlappable communication hides behind up to a fraction ``phi``
+  of it.
+
+Two modes.  The **bound** keeps the paper's ideal assumptions (``eta_mm = 1``, every
+collective at its link's full bandwidth, no latency, all communication overlappable and
+``phi = 1``): no run can beat it in this accounting.  The **calibrated** mode names three
+efficiency factors, fitted on the development rows only (:func:`calibrate`): the matmul
+efficiency ``eta_mm``, the collective efficiency ``eta_c`` (the fraction of a link's bandwidth a
+collective achieves) and the overlap ``phi``; tensor-parallel collectives are serial (they sit
+between a block's matmuls), and network collectives pay the measured latency of the
+all-reduce fit for every call.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field, replace
+from functools import cache
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from . import data_parallel as dpm
+from . import hardware, nccl, published
+from . import pipeline as pl
+from . import symbols as s
+from . import tensor_parallel as tpm
+from . import transformer as tf
+from . import units as u
+from .derivation import Derivation, Step, Substitution, derivation, register
+from .matmul import word
+
+CHAPTER = "diminishing_returns"
+DATA = "published_runs.csv"
+
+_decl = s.REGISTRY.declare
+_S, _B = u.second, u.byte
+
+n_cp = _decl(
+    "N_CP",
+    r"N_{\mathrm{CP}}",
+    "context-parallel degree: GPUs that split one sequence",
+    defined_in=CHAPTER,
+    integer=True,
+)
+g_shard = _decl("g_DP", "g", "ranks holding the same parameters: N_DP N_CP", defined_in=CHAPTER)
+n_ag = _decl(
+    "n_AG", r"n_{\mathrm{AG}}", "parameter all-gathers per step (ZeRO stage)", defined_in=CHAPTER
+)
+n_rs = _decl("n_RS", r"n_{\mathrm{RS}}", "gradient reduce-scatters per step", defined_in=CHAPTER)
+p_shard = _decl(
+    "P_s", r"P_{\mathrm{s}}", "parameters one model-parallel rank holds", defined_in=CHAPTER
+)
+v_dp = _decl(
+    "V_DP",
+    r"V_{\mathrm{DP}}",
+    "bytes one GPU sends for data parallelism per step",
+    _B,
+    defined_in=CHAPTER,
+)
+v_tp = _decl(
+    "V_TP",
+    r"V_{\mathrm{TP}}",
+    "bytes one GPU sends for tensor parallelism per step",
+    _B,
+    defined_in=CHAPTER,
+)
+v_cp = _decl(
+    "V_CP",
+    r"V_{\mathrm{CP}}",
+    "bytes one GPU sends for context parallelism per step",
+    _B,
+    defined_in=CHAPTER,
+)
+n_ar_tp = _decl(
+    "n_TPAR",
+    r"n_{\mathrm{AR}}",
+    "activation all-reduces per block per micro-batch",
+    defined_in=CHAPTER,
+)
+t_rep = _decl(
+    "T_r",
+    r"T_{\mathrm{r}}",
+    "tokens one tensor-parallel group processes per step",
+    defined_in=CHAPTER,
+)
+mfu = _decl("U_MFU", r"U_{\mathrm{MFU}}", "model FLOP utilization", defined_in=CHAPTER)
+peak_p = _decl(
+    "F_p",
+    r"F_{\mathrm{p}}",
+    "peak dense throughput of one GPU at the run's precision",
+    u.flop / _S,
+    defined_in=CHAPTER,
+)
+t_stp = _decl(
+    "t_step_run", r"t_{\mathrm{step}}", "time of one optimizer step", _S, defined_in=CHAPTER
+)
+t_pipe = _decl(
+    "t_pipe_run",
+    r"t_{\mathrm{pipe}}",
+    "compute time of one step, pipeline bubble included",
+    _S,
+    defined_in=CHAPTER,
+)
+t_cmp = _decl(
+    "t_comp_run", r"t_{\mathrm{comp}}", "compute time of one step", _S, defined_in=CHAPTER
+)
+t_ser = _decl(
+    "t_ser",
+    r"t_{\mathrm{ser}}",
+    "communication that cannot overlap compute",
+    _S,
+    defined_in=CHAPTER,
+)
+t_ovl = _decl(
+    "t_ovl", r"t_{\mathrm{ovl}}", "communication that can overlap compute", _S, defined_in=CHAPTER
+)
+eta_mm = _decl(
+    "eta_mm",
+    r"\eta_{\mathrm{mm}}",
+    "matmul efficiency: share of peak compute achieved",
+    defined_in=CHAPTER,
+)
+phi = _decl(
+    "phi_ovl",
+    r"\varphi",
+    "overlap: share of the compute time that hides communication",
+    defined_in=CHAPTER,
+)
+
+L, d = s.n_layers, s.d_model
+RING = (g_shard - 1) / g_shard
+ZERO_COUNTS = {0: (1, 1), 1: (1, 1), 2: (1, 1), 3: (2, 1)}  # (n_AG, n_RS) per ZeRO stage
+
+
+@register
+def dp_traffic_derivation() -> Derivation:
+    e1 = sp.Eq(v_dp, (n_ag + n_rs) * RING * p_shard * word)
+    shard = Substitution(
+        "a model-parallel rank holds its share of the parameters",
+        {p_shard: s.n_params / (tpm.n_tp * pl.n_pp)},
+    )
+    e2 = shard.apply(e1)
+    zero3 = Substitution(
+        "ZeRO-3 and FSDP gather the parameters forward and backward",
+        {n_ag: 2, n_rs: 1},
+        kind="assumption",
+    )
+    e3 = zero3.apply(e2)
+    e4 = sp.Eq(v_dp, 3 * (g_shard - 1) * s.n_params * word / (g_shard * tpm.n_tp * pl.n_pp))
+    return derivation(
+        "sharded-dp-traffic",
+        "Bytes a GPU sends for sharded data parallelism in one step",
+        [
+            Step(
+                "Each parameter all-gather and gradient reduce-scatter of a ring sends all but "
+                "the rank's own share of the buffer",
+                e1,
+            ),
+            Step("The buffer is the rank's share of the model", e2, using=shard),
+            Step("Sharding the parameters too", e3, using=zero3),
+            Step(
+                "Three buffers' worth, against two for ZeRO-1 and 2 (and plain data "
+                "parallelism's all-reduce)",
+                e4,
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+@register
+def tp_traffic_derivation() -> Derivation:
+    e1 = sp.Eq(v_tp, n_ar_tp * 2 * (tpm.n_tp - 1) / tpm.n_tp * t_rep * d * word * L / pl.n_pp)
+    megatron = Substitution(
+        "two all-reduces per block forward, two backward, two more when recomputed",
+        {n_ar_tp: 4 + 2 * tf.rho_b},
+        kind="assumption",
+        source="Shoeybi et al. 2019",
+    )
+    e2 = megatron.apply(e1)
+    share = Substitution(
+        "a tensor-parallel group processes its replica's tokens",
+        {t_rep: s.batch / (dpm.n_dp * n_cp)},
+    )
+    e3 = share.apply(e2)
+    return derivation(
+        "tp-traffic",
+        "Bytes a GPU sends for tensor parallelism in one step",
+        [
+            Step(
+                "Each all-reduce of a block's activations (its tokens by the model width) "
+                "sends twice the ring share",
+                e1,
+            ),
+            Step("Megatron-LM's blocks", e2, using=megatron),
+            Step("Tokens per tensor-parallel group", e3, using=share),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+@register
+def cp_traffic_derivation() -> Derivation:
+    t_local = s.batch / (dpm.n_dp * n_cp)
+    kv = 2 * d * tf.n_kv / tf.n_heads
+    e1 = sp.Eq(v_cp, 3 * (n_cp - 1) * kv * t_rep * word * L / pl.n_pp)
+    share = Substitution(
+        "a context-parallel rank holds its share of each sequence", {t_rep: t_local}
+    )
+    e2 = share.apply(e1)
+    return derivation(
+        "cp-traffic",
+        "Bytes a GPU sends for context parallelism (ring attention) in one step",
+        [
+            Step(
+                "Keys and values of the rank's tokens travel the ring once forward, and keys, "
+                "values and their gradients backward",
+                e1,
+            ),
+            Step("Each rank holds its share of the replica's tokens", e2, using=share),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+@register
+def mfu_derivation() -> Derivation:
+    e1 = sp.Eq(mfu, tf.flop_token_model * s.batch / (s.n_gpu * peak_p * t_stp))
+    overlap = Substitution(
+        "serial communication adds; overlappable communication hides behind a share of compute",
+        {t_stp: t_pipe + t_ser + sp.Max(t_ovl, phi * t_pipe) - phi * t_pipe},
+        kind="assumption",
+    )
+    e2 = overlap.apply(e1)
+    bubble = Substitution(
+        "the 1F1B bubble", {t_pipe: t_cmp * (1 + (pl.n_pp - 1) / (pl.interleave * pl.n_micro))}
+    )
+    e3 = bubble.apply(e2)
+    comp = Substitution(
+        "the batch's training FLOP at the matmul efficiency",
+        {t_cmp: tf.flop_token * s.batch / (s.n_gpu * peak_p * eta_mm)},
+    )
+    e4 = comp.apply(e3)
+    ideal = Substitution(
+        "the paper's ideal: peak compute, perfect overlap",
+        {eta_mm: 1, phi: 1, t_ser: 0},
+        kind="assumption",
+    )
+    e5 = ideal.apply(e4)
+    return derivation(
+        "run-mfu",
+        "Model FLOP utilization of one step",
+        [
+            Step(
+                "MFU: the model FLOP of a step over what the cluster's peak could do in its time",
+                e1,
+            ),
+            Step("The step", e2, using=overlap),
+            Step("The pipeline stretches compute", e3, using=bubble),
+            Step("Compute at the matmul efficiency", e4, using=comp),
+            Step("The bound", e5, using=ideal),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+COST_FORMULAS = {
+    "dp_bytes": (dp_traffic_derivation().steps[1].expr.rhs, _B),
+    "tp_bytes": (tp_traffic_derivation().result.rhs, _B),
+    "cp_bytes": (cp_traffic_derivation().result.rhs, _B),
+    "mfu": (mfu_derivation().steps[3].expr.rhs, u.one),
+}
+
+
+@cache
+def _fns() -> dict[str, Any]:
+    f = {}
+    f["dp"] = sp.lambdify(
+        (n_ag, n_rs, g_shard, s.n_params, tpm.n_tp, pl.n_pp, word),
+        COST_FORMULAS["dp_bytes"][0],
+        "numpy",
+    )
+    f["tp"] = sp.lambdify(
+        (tf.rho_b, tpm.n_tp, s.batch, dpm.n_dp, n_cp, d, word, L, pl.n_pp),
+        COST_FORMULAS["tp_bytes"][0],
+        "numpy",
+    )
+    f["cp"] = sp.lambdify(
+        (n_cp, d, tf.n_kv, tf.n_heads, s.batch, dpm.n_dp, word, L, pl.n_pp),
+        COST_FORMULAS["cp_bytes"][0],
+        "numpy",
+    )
+    return f
+
+
+# --- Clusters: the GPUs and fabrics of measured runs -----------------------------------------
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    label: str
+    peak_16bit: float  # FLOP/s, dense
+    peak_fp8: float | None  # FLOP/s, dense; None when the GPU has no FP8 tensor cores
+    derate: float  # the paper's effective utilization (clock derate) of the GPU
+    nvlink: float  # byte/s per GPU per direction
+    nic: float  # byte/s per GPU per direction
+    node_size: int
+    power_w: float
+    source: str
+
+    def peak(self, precision: str) -> float:
+        if precision == "fp8":
+            if self.peak_fp8 is None:
+                raise ValueError(
+                    f"the {self.label} has no FP8 tensor cores: expected precision bf16 or fp16 "
+                    f"on {self.name}, got fp8"
+                )
+            return self.peak_fp8
+        return self.peak_16bit
+
+
+def _peak(gpu: str) -> float:
+    v = hardware.gpu_values(gpu)
+    return (
+        v["hardware.sms"]
+        * v["hardware.max_clock"]
+        * v["hardware.flop_per_clock_per_thread"]
+        * v["hardware.threads_per_sm"]
+    )
+
+
+def _derate(gpu: str) -> float:
+    return float(hardware.gpu_values(gpu)["hardware.effective_utilization"])
+
+
+CLUSTERS: dict[str, Cluster] = {
+    "a100": Cluster(
+        "a100",
+        "A100 SXM (DGX A100, 8 x 200 Gb/s HDR a node)",
+        _peak("a100"),
+        None,
+        _derate("a100"),
+        300 * GB,
+        25 * GB,
+        8,
+        400,
+        "peak: the A100 preset (NVIDIA A100 whitepaper, 312 TFLOP/s dense BF16); NVLink 3 at "
+        "600 GB/s a GPU both ways; DGX A100 datasheet: 8 ConnectX-6 HDR 200 Gb/s for compute; "
+        "400 W SXM4 TDP",
+    ),
+    "h100": Cluster(
+        "h100",
+        "H100 SXM (8 x 400 Gb/s a node)",
+        _peak("h100"),
+        2 * _peak("h100"),
+        _derate("h100"),
+        450 * GB,
+        50 * GB,
+        8,
+        700,
+        "peak: the H100 preset (989 TFLOP/s dense BF16; FP8 twice that, H100 datasheet); "
+        "NVLink 4 at 900 GB/s a GPU both ways; 400 Gb/s a GPU (Fernandez et al. 2024; the "
+        "Ultra-Scale Playbook's cluster); 700 W SXM5 TDP",
+    ),
+    "h100-500w": Cluster(
+        "h100-500w",
+        "H100 SXM 96 GB at 500 W (Grand Teton, 400 Gb/s a GPU)",
+        _peak("h100"),
+        2 * _peak("h100"),
+        _derate("h100"),
+        450 * GB,
+        50 * GB,
+        8,
+        500,
+        "torchtitan benchmarks/llama3_h100_202412_torchtitan.md: H100 96 GB HBM2e at 500 W, "
+        "400 Gb/s RDMA a GPU; peaks as the H100's",
+    ),
+    "h200": Cluster(
+        "h200",
+        "H200 SXM (400 Gb/s ConnectX-7 a GPU)",
+        _peak("h200"),
+        2 * _peak("h200"),
+        _derate("h200"),
+        450 * GB,
+        50 * GB,
+        8,
+        700,
+        "peak: the H200 preset (the H100's compute); NVLink 900 GB/s both ways; torchtitan "
+        "benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md: 400 Gb/s ConnectX-7 a GPU; "
+        "700 W TDP",
+    ),
+}
+
+
+def cluster(name: str) -> Cluster:
+    try:
+        return CLUSTERS[name]
+    except KeyError:
+        raise ValueError(f"unknown GPU {name!r}; expected one of {', '.join(CLUSTERS)}") from None
+
+
+# --- Calibration factors ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Factors:
+    """The named efficiency factors.  ``serial_tp``: tensor-parallel collectives do not overlap.
+    ``latency``: network collectives pay the all-reduce fit's latency.  ``derate``: compute
+    runs at the GPU's effective utilization, the paper's clock derate of long matmul runs
+    (hardware presets), times ``matmul``."""
+
+    matmul: float = 1.0
+    collective: float = 1.0
+    overlap: float = 1.0
+    serial_tp: bool = False
+    latency: bool = False
+    derate: bool = False
+
+
+BOUND = Factors()
+
+SHARDING = {
+    "none": 0,
+    "ddp": 0,
+    "zero0": 0,
+    "zero1": 1,
+    "zero2": 2,
+    "zero3": 3,
+    "fsdp": 3,
+    "hsdp": 3,
+}
+PRECISIONS = ("bf16", "fp16", "fp8")
+
+
+@dataclass(frozen=True)
+class Config:
+    shape: tf.Shape
+    cluster: Cluster
+    n_gpus: int
+    global_batch_tokens: float
+    seq_len: int
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sharding: str = "fsdp"
+    shard_group: int | None = None  # HSDP: ranks in one sharding group
+    mbs: int = 1  # sequences per micro-batch
+    vpp: int = 1  # model chunks a GPU (interleaved 1F1B)
+    precision: str = "bf16"
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    fp8_allgather: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("n_gpus", "tp", "pp", "dp", "cp", "ep", "mbs", "vpp", "seq_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+        if not (
+            isinstance(self.global_batch_tokens, int | float)
+            and math.isfinite(self.global_batch_tokens)
+            and self.global_batch_tokens > 0
+        ):
+            raise ValueError(
+                f"global_batch_tokens must be a positive number, got {self.global_batch_tokens!r}"
+            )
+        if self.tp * self.pp * self.dp * self.cp != self.n_gpus:
+            raise ValueError(
+                f"tp x pp x dp x cp = {self.tp} x {self.pp} x {self.dp} x {self.cp} = "
+                f"{self.tp * self.pp * self.dp * self.cp}, expected the GPU count {self.n_gpus}"
+            )
+        if self.ep != 1:
+            raise ValueError(
+                f"ep={self.ep}: expert parallelism needs a mixture-of-experts shape and these "
+                "shapes are dense; expected ep=1"
+            )
+        if self.sharding not in SHARDING:
+            raise ValueError(
+                f"sharding must be one of {', '.join(SHARDING)}, got {self.sharding!r}"
+            )
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
+            )
+        self.cluster.peak(self.precision)  # refuses FP8 on a GPU without it
+        if self.recompute not in tf.RECOMPUTE:
+            raise ValueError(
+                f"recompute must be one of {', '.join(tf.RECOMPUTE)}, got {self.recompute!r}"
+            )
+        g = self.dp * self.cp
+        if self.sharding == "hsdp":
+            h = self.shard_group
+            if h is None or h < 1 or g % h:
+                raise ValueError(f"hsdp needs shard_group dividing dp x cp = {g}, got {h!r}")
+        if self.micro_batches < 1:
+            raise ValueError(
+                f"a global batch of {self.sequences:g} sequences gives fewer than one "
+                f"micro-batch of {self.mbs} per data-parallel rank (dp={self.dp}): expected "
+                f"global_batch_tokens of at least {self.dp * self.mbs * self.seq_len}"
+            )
+
+    @property
+    def sequences(self) -> float:
+        return self.global_batch_tokens / self.seq_len
+
+    @property
+    def micro_batches(self) -> float:
+        """Micro-batches per pipeline (and per data-parallel rank) per step."""
+        return self.sequences / (self.dp * self.mbs)
+
+
+def _group_bandwidth(cfg: Config, degree: int, stride: int) -> tuple[float, float]:
+    """(byte/s a member gets at full efficiency, nodes the group spans) for a group of
+    ``degree`` ranks spaced ``stride`` apart."""
+    c = cfg.cluster
+    if degree <= 1:
+        return math.inf, 1.0
+    if degree * stride <= c.node_size:
+        return c.nvlink, 1.0
+    per_node = max(1, min(degree, c.node_size // stride))
+    return min(c.nvlink, per_node * c.nic), degree / per_node
+
+
+def _calls_latency(nodes: float, calls: float) -> float:
+    """Latency of ``calls`` network collectives over ``nodes`` nodes, from the all-reduce fit."""
+    if nodes <= 1:
+        return 0.0
+    return calls * nccl.fit().alpha * math.log2(nodes)
+
+
+PARTS = (
+    "compute",
+    "derate",
+    "bubble_ratio",
+    "dp_bw",
+    "dp_lat",
+    "tp_bw",
+    "tp_lat",
+    "cp_bw",
+    "pp_bw",
+)
+
+
+def components(cfg: Config) -> dict[str, float]:
+    """The parts of a step that do not depend on the efficiency factors: compute time at peak,
+    the bubble's ratio to compute, and each parallelism's bandwidth time (at the links' full
+    bandwidth) and latency (at the all-reduce fit's)."""
+    sh = cfg.shape
+    peak = cfg.cluster.peak(cfg.precision)
+    w = 2.0  # bytes per 16-bit word
+    rb, _ = tf.RECOMPUTE[cfg.recompute]
+    B = cfg.global_batch_tokens
+    m = cfg.micro_batches
+    fns = _fns()
+    layers = sh.layers
+    stage_layers = layers / cfg.pp
+    out = dict.fromkeys(PARTS, 0.0)
+    out["derate"] = cfg.cluster.derate
+    # FP8 runs use FP8 for the linear layers; attention's core stays in 16-bit.
+    attn = sh.attention_flop_per_token(cfg.seq_len, cfg.recompute)
+    linear = sh.flop_per_token(cfg.seq_len, cfg.recompute) - attn
+    out["compute"] = B * (linear / peak + attn / cfg.cluster.peak_16bit) / cfg.n_gpus
+    out["bubble_ratio"] = (cfg.pp - 1) / (cfg.vpp * m)
+
+    # Data parallelism over g = dp x cp ranks, laid out outside tp.
+    g = cfg.dp * cfg.cp
+    stage = SHARDING[cfg.sharding]
+    nag, nrs = ZERO_COUNTS[stage]
+    w_ag = 1.0 if cfg.fp8_allgather else w
+    params = sh.params
+    if g > 1 and cfg.sharding == "hsdp":
+        h = cfg.shard_group
+        r = g // h
+        bw_h, nodes_h = _group_bandwidth(cfg, h, cfg.tp)
+        bw_r, nodes_r = _group_bandwidth(cfg, r, cfg.tp * h)
+        shard = float(fns["dp"](nag, 0, h, params, cfg.tp, cfg.pp, w_ag)) + float(
+            fns["dp"](0, nrs, h, params, cfg.tp, cfg.pp, w)
+        )
+        across = float(fns["dp"](1, 1, r, params / h, cfg.tp, cfg.pp, w)) if r > 1 else 0.0
+        out["dp_bw"] = shard / bw_h + (across / bw_r if r > 1 else 0.0)
+        out["dp_lat"] = _calls_latency(nodes_h, 3 * stage_layers) + _calls_latency(
+            nodes_r, stage_layers
+        )
+    elif g > 1:
+        bw, nodes = _group_bandwidth(cfg, g, cfg.tp)
+        ag = float(fns["dp"](nag, 0, g, params, cfg.tp, cfg.pp, w_ag))
+        rs = float(fns["dp"](0, nrs, g, params, cfg.tp, cfg.pp, w))
+        out["dp_bw"] = (ag + rs) / bw
+        calls = (nag + nrs) * stage_layers if stage == 3 else stage_layers
+        out["dp_lat"] = _calls_latency(nodes, calls)
+    # Tensor parallelism, innermost.
+    if cfg.tp > 1:
+        bw, nodes = _group_bandwidth(cfg, cfg.tp, 1)
+        vol = float(fns["tp"](rb, cfg.tp, B, cfg.dp, cfg.cp, sh.d_model, w, layers, cfg.pp))
+        out["tp_bw"] = vol / bw
+        out["tp_lat"] = _calls_latency(nodes, (4 + 2 * rb) * stage_layers * m)
+    # Context parallelism, inside data parallelism.
+    if cfg.cp > 1:
+        bw, _ = _group_bandwidth(cfg, cfg.cp, cfg.tp)
+        vol = float(
+            fns["cp"](cfg.cp, sh.d_model, sh.kv_heads, sh.heads, B, cfg.dp, w, layers, cfg.pp)
+        )
+        out["cp_bw"] = vol / bw
+    # Pipeline boundaries, outermost: activations forward, gradients backward.
+    if cfg.pp > 1:
+        bw, _ = _group_bandwidth(cfg, cfg.pp, cfg.tp * cfg.cp * cfg.dp)
+        out["pp_bw"] = pl.BOUNDARY_PASSES * B / (cfg.dp * cfg.cp) * sh.d_model * w / cfg.tp / bw
+    return out
+
+
+def combine(parts: dict, factors: Factors) -> dict:
+    """Step time and its split from :func:`components` and the factors; works elementwise on
+    arrays (of rows, or of factor values) as on numbers."""
+    derate = parts["derate"] if factors.derate else 1.0
+    t_comp = parts["compute"] / (factors.matmul * derate)
+    t_bubble = t_comp * parts["bubble_ratio"]
+    lat = 1.0 if factors.latency else 0.0
+    t_dp = parts["dp_bw"] / factors.collective + lat * parts["dp_lat"]
+    t_tp = parts["tp_bw"] / factors.collective + lat * parts["tp_lat"]
+    t_cp = parts["cp_bw"] / factors.collective
+    t_pp = parts["pp_bw"] / factors.collective
+    t_p = t_comp + t_bubble
+    serial = t_tp if factors.serial_tp else 0.0 * t_tp
+    overlappable = t_dp + t_cp + t_pp + (0.0 * t_tp if factors.serial_tp else t_tp)
+    exposed = np.maximum(overlappable, factors.overlap * t_p) - factors.overlap * t_p
+    return {
+        "step": t_p + serial + exposed,
+        "exposed": serial + exposed,
+        "compute": t_comp,
+        "pipeline bubble": t_bubble,
+        "data parallel": t_dp,
+        "tensor parallel": t_tp,
+        "context parallel": t_cp,
+        "pipeline boundaries": t_pp,
+    }
+
+
+@dataclass(frozen=True)
+class Prediction:
+    step_time_s: float
+    mfu: float
+    hfu: float
+    tokens_per_s_per_gpu: float
+    tokens_per_s: float
+    breakdown: dict[str, float] = field(default_factory=dict)  # seconds by cause
+    exposed_comm_s: float = 0.0
+    energy_per_token_j: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def predict(cfg: Config, factors: Factors = BOUND) -> Prediction:
+    """Step time, throughput and utilization of one configuration."""
+    sh = cfg.shape
+    peak = cfg.cluster.peak(cfg.precision)
+    B = cfg.global_batch_tokens
+    res = combine(components(cfg), factors)
+    t_step = float(res["step"])
+    tokens_per_s = B / t_step
+    return Prediction(
+        step_time_s=t_step,
+        mfu=B * sh.model_flop_per_token(cfg.seq_len) / (cfg.n_gpus * peak * t_step),
+        hfu=B * sh.flop_per_token(cfg.seq_len, cfg.recompute) / (cfg.n_gpus * peak * t_step),
+        tokens_per_s_per_gpu=tokens_per_s / cfg.n_gpus,
+        tokens_per_s=tokens_per_s,
+        breakdown={k: float(v) for k, v in res.items() if k not in ("step", "exposed")},
+        exposed_comm_s=float(res["exposed"]),
+        energy_per_token_j=cfg.n_gpus * cfg.cluster.power_w * t_step / B,
+    )
+
+
+# --- Published runs ---------------------------------------------------------------------------
+THROUGHPUT_METRICS = {
+    # metric -> how it counts FLOP ("model" or "hardware")
+    "MFU": "model",
+    "HFU": "hardware",
+    "pct_of_peak_flops": "hardware",
+    "achieved_tflops_per_gpu": "hardware",
+    "aggregate_pflops": "hardware",
+    "tokens_per_s_per_gpu": "model",
+    "iteration_time_full_recompute": "model",
+    "iteration_time_seqpar_selective": "model",
+}
+# The Ultra-Scale Playbook names its models by size only.  Our reading: the Llama 3 shape of that
+# size with untied embeddings (nanotron's default); the 80B model as Llama 3's 70B shape with the
+# MLP widened to 80 billion parameters.  The chapter checks the reading: with it, the MFU the
+# Playbook reports and the MFU its tokens per second give under our FLOP count agree.
+PLAYBOOK_SHAPES = {
+    "1b": ("llama3.2-1b", None),
+    "3b": ("llama3.2-3b", None),
+    "8b": ("llama3-8b", None),
+    "80b": ("llama3-70b", 80e9),
+}
+DEFAULT_SEQ = 8192  # torchtitan's Llama 3 default; its benchmark tables leave it out
+
+
+@dataclass(frozen=True)
+class Interpretation:
+    config: Config
+    counting: str  # "model" or "hardware": the FLOP the row's metric counts
+    reported: float | None  # the row's utilization in its own counting, or None
+    assumed: tuple[str, ...] = ()
+
+
+def _int(row: dict, key: str, default: int | None = None) -> int | None:
+    text = (row.get(key) or "").strip()
+    if not text:
+        return default
+    value = float(text)
+    if value != int(value):
+        raise ValueError(f"column {key} must be a whole number, got {text!r}")
+    return int(value)
+
+
+def _gpu(text: str) -> str:
+    t = text.upper()
+    if t.startswith("A100"):
+        return "a100"
+    if t.startswith("H100") and "500W" in t.replace(" ", ""):
+        return "h100-500w"
+    if t.startswith("H100"):
+        return "h100"
+    if t.startswith("H200"):
+        return "h200"
+    raise ValueError(f"GPU {text!r} is not one of the modelled clusters ({', '.join(CLUSTERS)})")
+
+
+def _shape(row: dict, assumed: list[str]) -> tf.Shape:
+    name = row.get("model", "")
+    layers, width = _int(row, "layers"), _int(row, "d_model")
+    params = float(row["params_b"]) * 1e9 if (row.get("params_b") or "").strip() else None
+    key = name.lower().replace(" ", "")
+    for alias, preset in (
+        ("llama3.18b", "llama3-8b"),
+        ("llama3.170b", "llama3-70b"),
+        ("llama3.1405b", "llama3-405b"),
+        ("llama-27b", "llama2-7b"),
+        ("llama-270b", "llama2-70b"),
+    ):
+        if alias in key:
+            return tf.SHAPES[preset]
+    size = re.search(r"(\d+)b\b", key.replace("(", " ").replace(")", " ") + " ")
+    if "nanotron" in key or key in PLAYBOOK_SHAPES:
+        label = key if key in PLAYBOOK_SHAPES else (size.group(1) + "b" if size else "")
+        if label not in PLAYBOOK_SHAPES:
+            raise ValueError(
+                f"no Playbook shape for {name!r}; expected one of {', '.join(PLAYBOOK_SHAPES)}"
+            )
+        preset, widen = PLAYBOOK_SHAPES[label]
+        out = tf.untied(tf.SHAPES[preset])
+        if widen:
+            out = out.with_params(widen)
+        assumed.append(f"shape: {out.name}")
+        return out
+    if layers and width:
+        if "llama" in key:
+            raise ValueError(f"no Llama preset matches {name!r}")
+        return tf.gpt_shape(name, layers, width)
+    if params and "llama" in key:
+        nearest = min(tf.LLAMA_FAMILY, key=lambda k: abs(math.log(tf.SHAPES[k].params / params)))
+        base = tf.SHAPES[nearest]
+        assumed.append(f"shape of {base.name} with the MLP widened to {params / 1e9:g}B parameters")
+        return base.with_params(params)
+    raise ValueError(
+        f"cannot infer the shape of {name!r}: expected layers and d_model, or a "
+        "Llama-style model with params_b"
+    )
+
+
+PLAYBOOK_COLUMNS = {"gpus", "zero_stage", "micro_batch", "mfu_pct"}
+
+
+def normalize(row: dict) -> tuple[dict, list[str]]:
+    """A row in the layout of published_runs.csv.  Rows of the Ultra-Scale Playbook's benchmark
+    file (columns ``gpus``, ``zero_stage``, ``micro_batch``, ``mfu_pct``, ...) are mapped to it:
+    eight H100s a node and bf16, as the Playbook describes its runs."""
+    if not PLAYBOOK_COLUMNS <= set(row) or row.get("n_gpus"):
+        return row, []
+    model = (row.get("model") or "").strip()
+    return {
+        "model": f"{model} (nanotron)",
+        "gpu": "H100-SXM5-80GB (8/node)",
+        "n_gpus": row.get("gpus", ""),
+        "tp": row.get("tp", ""),
+        "pp": row.get("pp", ""),
+        "dp": row.get("dp", ""),
+        "cp": "1",
+        "ep": "1",
+        "seq_len": row.get("seq_len", ""),
+        "global_batch_tokens": row.get("global_batch_tokens", ""),
+        "mbs": row.get("micro_batch", ""),
+        "sharding": f"ZeRO-{row.get('zero_stage', '')}",
+        "precision": "bf16",
+        "metric": "MFU",
+        "value": row.get("mfu_pct", ""),
+        "source": "Ultra-Scale Playbook benchmarks",
+        "notes": "",
+    }, ["the Ultra-Scale Playbook's layout: H100s, eight a node, bf16"]
+
+
+def interpret(row: dict) -> Interpretation:
+    """A published row as a configuration, with every value the row leaves out assumed and
+    named.  Raises ValueError (with the reason) when the row cannot be modelled."""
+    row, assumed = normalize(row)
+    notes = row.get("notes", "") or ""
+    source = row.get("source", "") or ""
+    shape = _shape(row, assumed)
+    cl = cluster(_gpu(row.get("gpu", "")))
+    n = _int(row, "n_gpus")
+    if n is None:
+        raise ValueError("n_gpus is empty")
+    tp, pp, dp = _int(row, "tp", 1), _int(row, "pp", 1), _int(row, "dp", 1)
+    cp, ep = _int(row, "cp", 1), _int(row, "ep", 1)
+    seq = _int(row, "seq_len")
+    if seq is None:
+        seq = DEFAULT_SEQ
+        assumed.append(f"sequence length {DEFAULT_SEQ} (torchtitan's default)")
+    local = re.search(r"local batch (\d+)", notes)
+    mbs = _int(row, "mbs")
+    if mbs is None:
+        mbs = 1
+        assumed.append("micro-batches of one sequence")
+    tokens = (row.get("global_batch_tokens") or "").strip()
+    if tokens:
+        batch = float(tokens)
+    else:
+        glob = re.search(r"global batch (\d+) sequences", notes)
+        if glob:
+            batch = float(glob.group(1)) * seq
+        elif local:
+            batch = float(local.group(1)) * dp * seq
+            assumed.append("global batch: the notes' local batch on every data-parallel rank")
+        else:
+            batch = float(mbs * dp * seq)
+            assumed.append("global batch: one micro-batch on every data-parallel rank")
+    sharding_text = (row.get("sharding") or "").lower()
+    if "zero-3" in sharding_text or "fsdp" in sharding_text:
+        sharding = "fsdp"
+    elif m := re.search(r"zero-(\d)", sharding_text):
+        sharding = f"zero{m.group(1)}"
+    else:
+        sharding = "none"
+    precision_text = (row.get("precision") or "").lower()
+    precision = (
+        "fp8"
+        if ("float8" in precision_text or "fp8" in precision_text)
+        else ("fp16" if "fp16" in precision_text else "bf16")
+    )
+    metric = row.get("metric", "")
+    text = (notes + " " + metric).lower()
+    if "full ac" in text or "full_recompute" in text or "narayanan" in source.lower():
+        recompute = "full"
+    elif (
+        "selective" in text
+        or "seqpar" in text
+        or (metric in ("MFU", "HFU") and "korthikanti" in source.lower())
+    ):
+        recompute = "selective"
+    else:
+        recompute = "none"
+    vpp = _int(row, "vpp", 1) or 1
+    cfg = Config(
+        shape=shape,
+        cluster=cl,
+        n_gpus=n,
+        global_batch_tokens=batch,
+        seq_len=seq,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        sharding=sharding,
+        mbs=mbs,
+        vpp=vpp,
+        precision=precision,
+        recompute=recompute,
+        sequence_parallel="seqpar" in text or "seq-parallel" in text,
+        fp8_allgather="fp8 all-gather" in precision_text,
+    )
+    counting = THROUGHPUT_METRICS.get(metric)
+    reported = None
+    value_text = (row.get("value") or "").strip()
+    if counting is not None and not value_text:
+        assumed.append("no measured value: nothing to compare")
+    if counting is not None and value_text:
+        value = float(value_text)
+        peak = cl.peak(precision)
+        flop = (
+            shape.model_flop_per_token(seq)
+            if counting == "model"
+            else shape.flop_per_token(seq, recompute)
+        )
+        if metric in ("MFU", "HFU", "pct_of_peak_flops"):
+            reported = value / 100
+            if precision == "fp8":
+                assumed.append("reported percentage taken against the FP8 peak")
+        elif metric == "achieved_tflops_per_gpu":
+            reported = value * 1e12 / peak
+        elif metric == "aggregate_pflops":
+            reported = value * 1e15 / (n * peak)
+        elif metric == "tokens_per_s_per_gpu":
+            reported = value * flop / peak
+        else:  # iteration times
+            reported = batch * flop / (n * peak * value)
+    return Interpretation(cfg, counting or "model", reported, tuple(assumed))
+
+
+def utilization(pred: Prediction, counting: str) -> float:
+    return pred.hfu if counting == "hardware" else pred.mfu
+
+
+OUTPUT_COLUMNS = (
+    "predicted_mfu_bound",
+    "predicted_mfu_calibrated",
+    "predicted_step_time_s",
+    "predicted_tokens_per_s_per_gpu",
+    "reported_utilization",
+    "counting",
+    "prediction_assumed",
+    "prediction_error",
+)
+
+
+def predict_rows(rows, factors: Factors | None = None) -> list[dict]:
+    """Every input row with the prediction columns added; a row that cannot be modelled gets
+    empty predictions and its reason in ``prediction_error`` (never an exception)."""
+    factors = factors or calibrated()
+    out = []
+    for row in rows:
+        new = dict(row)
+        for col in OUTPUT_COLUMNS:
+            new[col] = ""
+        try:
+            it = interpret(row)
+            bound = predict(it.config, BOUND)
+            cal = predict(it.config, factors)
+            new.update(
+                predicted_mfu_bound=f"{utilization(bound, it.counting):.4f}",
+                predicted_mfu_calibrated=f"{utilization(cal, it.counting):.4f}",
+                predicted_step_time_s=f"{cal.step_time_s:.6g}",
+                predicted_tokens_per_s_per_gpu=f"{cal.tokens_per_s_per_gpu:.6g}",
+                reported_utilization="" if it.reported is None else f"{it.reported:.4f}",
+                counting=it.counting,
+                prediction_assumed="; ".join(it.assumed),
+            )
+        except (ValueError, KeyError, ZeroDivisionError, OverflowError) as exc:
+            new["prediction_error"] = str(exc) or type(exc).__name__
+        out.append(new)
+    return out
+
+
+@cache
+def dev_rows() -> tuple[dict[str, str], ...]:
+    return published.data_rows(DATA)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    rows: tuple[dict, ...]
+    interpretations: tuple[Interpretation, ...]
+    reported: np.ndarray
+    bound: np.ndarray
+    calibrated: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.reported)
+
+    @property
+    def below_bound(self) -> np.ndarray:
+        return self.reported <= self.bound
+
+    @property
+    def errors(self) -> np.ndarray:
+        return self.calibrated - self.reported
+
+    @property
+    def median_abs_error_points(self) -> float:
+        return float(np.median(np.abs(self.errors)) * 100)
+
+
+def compare(rows, factors: Factors) -> Comparison:
+    """The rows whose throughput can be modelled, with reported, bound and calibrated
+    utilization in each row's own FLOP counting."""
+    kept, its, rep, bnd, cal = [], [], [], [], []
+    for row in rows:
+        try:
+            it = interpret(row)
+        except ValueError:
+            continue
+        if it.reported is None:
+            continue
+        kept.append(row)
+        its.append(it)
+        rep.append(it.reported)
+        bnd.append(utilization(predict(it.config, BOUND), it.counting))
+        cal.append(utilization(predict(it.config, factors), it.counting))
+    return Comparison(tuple(kept), tuple(its), np.array(rep), np.array(bnd), np.array(cal))
+
+
+CALIBRATION_GRID = {
+    "matmul": np.round(np.arange(0.30, 1.0001, 0.025), 3),
+    "collective": np.round(np.arange(0.20, 1.0001, 0.05), 3),
+    "overlap": np.round(np.arange(0.0, 1.0001, 0.1), 3),
+}
+
+
+def _modelled(rows) -> list[Interpretation]:
+    out = []
+    for row in rows:
+        try:
+            it = interpret(row)
+        except ValueError:
+            continue
+        if it.reported is not None:
+            out.append(it)
+    return out
+
+
+def calibrate(rows=None, grid: dict | None = None) -> Factors:
+    """The factors minimising the median absolute error of utilization over ``rows`` (the
+    development rows by default), by exhaustive search over :data:`CALIBRATION_GRID`; ties go
+    to the smaller mean absolute error."""
+    its = _modelled(dev_rows() if rows is None else rows)
+    if not its:
+        raise ValueError("no row with a throughput metric to calibrate on")
+    grid = grid or CALIBRATION_GRID
+    reported = np.array([it.reported for it in its])
+    # Utilization = ideal time (the row's FLOP at peak) over the modelled step time.
+    ideal = np.array(
+        [
+            it.config.global_batch_tokens
+            * (
+                it.config.shape.model_flop_per_token(it.config.seq_len)
+                if it.counting == "model"
+                else it.config.shape.flop_per_token(it.config.seq_len, it.config.recompute)
+            )
+            / (it.config.n_gpus * it.config.cluster.peak(it.config.precision))
+            for it in its
+        ]
+    )
+    comps = [components(it.config) for it in its]
+    mm, cc, ov = np.meshgrid(grid["matmul"], grid["collective"], grid["overlap"], indexing="ij")
+    shape = (*mm.shape, 1)
+    parts = {k: np.array([c[k] for c in comps]) for k in PARTS}
+    f = Factors(
+        mm.reshape(shape),
+        cc.reshape(shape),
+        ov.reshape(shape),
+        serial_tp=True,
+        latency=True,
+        derate=True,
+    )
+    step = combine(parts, f)["step"]
+    err = np.abs(ideal / step - reported)
+    median = np.round(np.median(err, axis=-1), 6)
+    mean = np.mean(err, axis=-1)
+    order = np.lexsort((mean.ravel(), median.ravel()))
+    i = np.unravel_index(order[0], median.shape)
+    return Factors(
+        float(mm[i]), float(cc[i]), float(ov[i]), serial_tp=True, latency=True, derate=True
+    )
+
+
+@cache
+def calibrated() -> Factors:
+    return calibrate()
+
+
+def with_factors(**values: float) -> Factors:
+    return replace(calibrated(), **values)
+
+
+def describe(cfg: Config) -> dict:
+    """A configuration as plain values (for JSON)."""
+    out = {k: v for k, v in asdict(cfg).items() if k not in ("shape", "cluster")}
+    out["model"] = cfg.shape.name
+    out["params"] = cfg.shape.params
+    out["gpu"] = cfg.cluster.name
+    out["micro_batches"] = cfg.micro_batches
+    return out

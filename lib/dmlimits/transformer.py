@@ -1,0 +1,332 @@
+"""Transformer blocks with attention: parameters and FLOP per token of Llama- and GPT-style models.
+
+The first paper's model (Erdil & Schneider-Joseph 2024) is a stack of MLP blocks: every
+parameter is a matmul weight and no cost grows with the sequence.  Measured runs (Fernandez et
+al. 2024; the published runs of :mod:`dmlimits.runs`) train transformers, whose blocks add
+attention.  This module derives, in sympy, what that adds:
+
+* **Parameters of one block.**  The query and output projections hold ``d²`` weights each; the
+  key and value projections ``d · d_kv`` each, where grouped-query attention shares each key and
+  value head among ``n_h / n_kv`` query heads, ``d_kv = d n_kv / n_h``.  A gated MLP (SwiGLU, as
+  in Llama) has three ``d × d_ff`` matrices, a plain one two (``g`` below).  Norms and biases are
+  left out (under a thousandth of the parameters).
+* **FLOP per token.**  Each matmul weight costs one multiply-accumulate per token forward and two
+  backward (``m_pass`` of the model chapter); the output projection to the vocabulary is a
+  matmul too, the input embedding a lookup.  Attention adds, per block and token, the scores
+  ``Q K^T`` and their product with ``V``: ``2 s d`` multiply-accumulates forward over the
+  sequence length ``s``, the convention of PaLM (Chowdhery et al. 2022) and torchtitan, which
+  does not halve them for the causal mask.
+* **Recomputation.**  Activation checkpointing recomputes forward work in the backward pass:
+  ``full`` recomputes each block's forward (``rho_b = rho_a = 1``), ``selective`` only attention's
+  core (``rho_a = 1``, Korthikanti et al. 2022).  Model FLOPs (for MFU) never count it; hardware
+  FLOPs (HFU, and Megatron's published TFLOP/s) do.
+
+Shapes of named models are in :data:`SHAPES`, each with its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cache
+
+import numpy as np
+import sympy as sp
+
+from . import model
+from . import symbols as s
+from . import units as u
+from .derivation import Derivation, Step, Substitution, derivation, register
+
+CHAPTER = "diminishing_returns"
+
+_decl = s.REGISTRY.declare
+_F = u.flop
+
+n_heads = _decl("n_h", r"n_{\mathrm{h}}", "attention (query) heads per block", defined_in=CHAPTER)
+n_kv = _decl(
+    "n_kv",
+    r"n_{\mathrm{kv}}",
+    "key and value heads per block (grouped-query attention)",
+    defined_in=CHAPTER,
+)
+vocab = _decl("V_voc", "V", "vocabulary size", defined_in=CHAPTER)
+seq = _decl("s_seq", "s", "sequence length in tokens", defined_in=CHAPTER)
+mlp_mats = _decl(
+    "g_mlp", "g", "weight matrices of one MLP: 3 gated (SwiGLU), 2 plain", defined_in=CHAPTER
+)
+p_attn = _decl("P_attn", r"P_{\mathrm{attn}}", "attention weights of one block", defined_in=CHAPTER)
+p_mlp = _decl("P_mlp", r"P_{\mathrm{mlp}}", "MLP weights of one block", defined_in=CHAPTER)
+n_matmul = _decl(
+    "N_mm",
+    r"N_{\mathrm{mm}}",
+    "matmul parameters: every block's weights and the output projection",
+    defined_in=CHAPTER,
+)
+rho_b = _decl(
+    "rho_b",
+    r"\rho_{\mathrm{b}}",
+    "block forwards recomputed in the backward pass (0 or 1)",
+    defined_in=CHAPTER,
+)
+rho_a = _decl(
+    "rho_a",
+    r"\rho_{\mathrm{a}}",
+    "attention cores recomputed in the backward pass (0 or 1)",
+    defined_in=CHAPTER,
+)
+flop_token = _decl(
+    "F_tok",
+    r"F_{\mathrm{tok}}",
+    "training FLOP per token, recomputation included",
+    _F,
+    defined_in=CHAPTER,
+)
+flop_token_model = _decl(
+    "F_tok_model",
+    r"F_{\mathrm{tok}}^{\mathrm{model}}",
+    "model FLOP per token: training FLOP without recomputation (the numerator of MFU)",
+    _F,
+    defined_in=CHAPTER,
+)
+
+d, L, dff = s.d_model, s.n_layers, s.d_ff
+RECOMPUTE = {"none": (0, 0), "selective": (0, 1), "full": (1, 1)}
+
+NO_RECOMPUTE = Substitution(
+    "model FLOPs count no recomputation", {rho_b: 0, rho_a: 0}, kind="definition"
+)
+
+
+@register
+def flop_derivation() -> Derivation:
+    attn_core = 2 * L * seq * d  # multiply-accumulates of Q K^T and A V, per token, forward
+    block_w = p_attn + p_mlp
+    e1 = s.flop_per_mac * (
+        (s.macs_per_param_token + rho_b) * L * block_w
+        + s.macs_per_param_token * vocab * d
+        + (s.macs_per_param_token + rho_a) * attn_core
+    )
+    shapes = Substitution(
+        "Llama-style block",
+        {p_attn: 2 * d**2 + 2 * d * (d * n_kv / n_heads), p_mlp: mlp_mats * d * dff},
+        kind="definition",
+        source="Touvron et al. 2023",
+    )
+    e2 = shapes.apply(e1)
+    e3 = model.PASS_COUNTS.apply(e2)
+    e4 = NO_RECOMPUTE.apply(e3)
+    e5 = 6 * (L * d * (2 * d * (1 + n_kv / n_heads) + mlp_mats * dff) + vocab * d) + (
+        12 * L * seq * d
+    )
+    return derivation(
+        "transformer-flop",
+        "Training FLOP per token of a transformer",
+        [
+            Step(
+                "Every matmul weight costs a multiply-accumulate per token in each of the three "
+                "passes, plus one more when its block's forward is recomputed; attention's scores "
+                "and their product with the values cost two multiply-accumulates per token, "
+                "block and position of the sequence",
+                sp.Eq(flop_token, e1),
+            ),
+            Step(
+                "A block's weights: query and output projections, keys and values shared among "
+                "the query heads, and the MLP's matrices",
+                sp.Eq(flop_token, e2),
+                using=shapes,
+            ),
+            Step(
+                "Counting FLOP as the model chapter does",
+                sp.Eq(flop_token, e3),
+                using=model.PASS_COUNTS,
+            ),
+            Step(
+                "Without recomputation, the model FLOP per token",
+                sp.Eq(flop_token, e4),
+                using=NO_RECOMPUTE,
+            ),
+            Step(
+                "Gathered: six FLOP per matmul parameter, and an attention term that grows with "
+                "the sequence",
+                sp.Eq(flop_token, e5),
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+def _final_rhs() -> tuple[sp.Expr, sp.Expr]:
+    """Hardware FLOP per token with the pass counts symbolic (for the unit check), and the
+    same counted (recomputation symbols kept), from the derivation's steps."""
+    steps = flop_derivation().steps
+    return steps[1].expr.rhs, steps[2].expr.rhs
+
+
+_ARGS = (L, d, dff, n_heads, n_kv, vocab, mlp_mats, seq, rho_b, rho_a)
+
+
+@cache
+def _flop_fn():
+    _, counted = _final_rhs()
+    return sp.lambdify(_ARGS, counted, "numpy")
+
+
+@cache
+def _param_fns():
+    pa = 2 * d**2 + 2 * d * (d * n_kv / n_heads)
+    block = pa + mlp_mats * d * dff
+    return (
+        sp.lambdify((L, d, dff, n_heads, n_kv, mlp_mats), L * block, "numpy"),
+        sp.lambdify((d, n_heads, n_kv), pa, "numpy"),
+    )
+
+
+COST_FORMULAS = {
+    "flop_per_token": (_final_rhs()[0], _F),
+    "model_flop_per_token": (NO_RECOMPUTE.apply(_final_rhs()[0]), _F),
+}
+
+
+# --- Shapes -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Shape:
+    """A transformer's shape.  ``tied`` embeddings share the input and output matrices."""
+
+    name: str
+    layers: int
+    d_model: int
+    heads: int
+    kv_heads: int
+    d_ff: int
+    vocab: int
+    gated: bool = True
+    tied: bool = False
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for field in ("layers", "d_model", "heads", "kv_heads", "d_ff", "vocab"):
+            value = getattr(self, field)
+            if not isinstance(value, int | np.integer) or value < 1:
+                raise ValueError(
+                    f"shape {self.name!r}: {field} must be a positive whole number, got {value!r}"
+                )
+        if self.heads % self.kv_heads:
+            raise ValueError(
+                f"shape {self.name!r}: kv_heads={self.kv_heads} must divide heads={self.heads}"
+            )
+
+    @property
+    def mlp_mats(self) -> int:
+        return 3 if self.gated else 2
+
+    @property
+    def block_params(self) -> float:
+        """Weights of all blocks."""
+        blocks, _ = _param_fns()
+        return float(
+            blocks(self.layers, self.d_model, self.d_ff, self.heads, self.kv_heads, self.mlp_mats)
+        )
+
+    @property
+    def params(self) -> float:
+        """Every parameter: blocks, input embedding and (unless tied) output projection."""
+        return self.block_params + self.vocab * self.d_model * (1 if self.tied else 2)
+
+    @property
+    def kv_width(self) -> float:
+        return self.d_model * self.kv_heads / self.heads
+
+    def flop_per_token(self, seq_len: float, recompute: str = "none") -> float:
+        """Training FLOP per token (hardware FLOP: recomputation counted)."""
+        if recompute not in RECOMPUTE:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+        rb, ra = RECOMPUTE[recompute]
+        return float(
+            _flop_fn()(
+                self.layers,
+                self.d_model,
+                self.d_ff,
+                self.heads,
+                self.kv_heads,
+                self.vocab,
+                self.mlp_mats,
+                seq_len,
+                rb,
+                ra,
+            )
+        )
+
+    def attention_flop_per_token(self, seq_len: float, recompute: str = "none") -> float:
+        """The part of :meth:`flop_per_token` that attention's scores and values cost."""
+        return self.flop_per_token(seq_len, recompute) - self.flop_per_token(0, recompute)
+
+    def model_flop_per_token(self, seq_len: float) -> float:
+        """Model FLOP per token, the numerator of MFU."""
+        return self.flop_per_token(seq_len, "none")
+
+    def with_params(self, params: float) -> Shape:
+        """The same shape with the MLP width set so that the parameter count is ``params``."""
+        embed = self.vocab * self.d_model * (1 if self.tied else 2)
+        _, attn = _param_fns()
+        per_block = (params - embed) / self.layers - float(
+            attn(self.d_model, self.heads, self.kv_heads)
+        )
+        d_ff = round(per_block / (self.mlp_mats * self.d_model))
+        if d_ff < 1:
+            raise ValueError(
+                f"no {self.name} shape has {params:.3g} parameters: expected more than "
+                f"{embed + self.layers * float(attn(self.d_model, self.heads, self.kv_heads)):.3g}"
+            )
+        return replace(self, name=f"{self.name} (MLP width {d_ff})", d_ff=d_ff)
+
+
+LLAMA2 = "Touvron et al. 2023, Llama 2 (arXiv:2307.09288), Table 1 and the released configs"
+LLAMA3 = "Llama Team 2024, The Llama 3 Herd of Models (arXiv:2407.21783), Table 3"
+LLAMA32 = "Meta, Llama 3.2 model card and released config.json (2024)"
+
+SHAPES: dict[str, Shape] = {
+    "llama2-7b": Shape("Llama 2 7B", 32, 4096, 32, 32, 11008, 32000, source=LLAMA2),
+    "llama2-13b": Shape("Llama 2 13B", 40, 5120, 40, 40, 13824, 32000, source=LLAMA2),
+    "llama2-70b": Shape("Llama 2 70B", 80, 8192, 64, 8, 28672, 32000, source=LLAMA2),
+    "llama3.2-1b": Shape("Llama 3.2 1B", 16, 2048, 32, 8, 8192, 128256, tied=True, source=LLAMA32),
+    "llama3.2-3b": Shape("Llama 3.2 3B", 28, 3072, 24, 8, 8192, 128256, tied=True, source=LLAMA32),
+    "llama3-8b": Shape("Llama 3.1 8B", 32, 4096, 32, 8, 14336, 128256, source=LLAMA3),
+    "llama3-70b": Shape("Llama 3.1 70B", 80, 8192, 64, 8, 28672, 128256, source=LLAMA3),
+    "llama3-405b": Shape("Llama 3.1 405B", 126, 16384, 128, 8, 53248, 128256, source=LLAMA3),
+}
+LLAMA_FAMILY = ("llama3.2-1b", "llama3.2-3b", "llama3-8b", "llama3-70b", "llama3-405b")
+
+GPT_VOCAB = 51200  # Narayanan et al. 2021, section 5.1 (and the published rows' notes)
+GPT_HEAD_WIDTH = 128  # heads do not change the FLOP count of multi-head attention
+
+
+def untied(base: Shape) -> Shape:
+    """The same shape with separate input and output embeddings."""
+    return replace(base, name=f"{base.name}, untied embeddings", tied=False)
+
+
+def gpt_shape(name: str, layers: int, d_model: int) -> Shape:
+    """A GPT-style block (multi-head attention, plain MLP four times as wide), as Megatron-LM's
+    published runs train (Narayanan et al. 2021)."""
+    heads = max(1, d_model // GPT_HEAD_WIDTH)
+    return Shape(
+        name,
+        layers,
+        d_model,
+        heads,
+        heads,
+        4 * d_model,
+        GPT_VOCAB,
+        gated=False,
+        source="Narayanan et al. 2021 (GPT-style: plain MLP of width 4 d, vocabulary 51200)",
+    )
+
+
+def shape(name: str) -> Shape:
+    """A named shape, or a clear error listing the names."""
+    try:
+        return SHAPES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown model shape {name!r}; expected one of {', '.join(SHAPES)}"
+        ) from None
