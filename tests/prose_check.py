@@ -65,6 +65,7 @@ REFERENCE_WORDS = (
     "version",
     "python",
     "gtx",  # a product name: the GTX 580
+    "llama",  # a product name: Llama 2
 )
 ARXIV = re.compile(r"^\d{4}\.\d{4,5}$")
 

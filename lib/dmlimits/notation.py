@@ -17,6 +17,8 @@ CHAPTER_TITLES = {
     "search": "The best parallelism at every scale",
     "reproduction": "Reproducing the paper's results",
     "closed_forms": "Critical compute and the latency wall",
+    "diminishing_returns": "Diminishing returns at a fixed batch",
+    "real_runs": "How close is the bound to real runs",
 }
 
 

@@ -195,7 +195,7 @@ def dp_traffic_derivation() -> Derivation:
             Step("The buffer is the rank's share of the model", e2, using=shard),
             Step("Sharding the parameters too", e3, using=zero3),
             Step(
-                "Three buffers' worth, against two for ZeRO-1 and 2 (and plain data "
+                "Three buffers' worth, against two for ZeRO-1 and ZeRO-2 (and plain data "
                 "parallelism's all-reduce)",
                 e4,
             ),
@@ -340,6 +340,7 @@ class Cluster:
     peak_16bit: float  # FLOP/s, dense
     peak_fp8: float | None  # FLOP/s, dense; None when the GPU has no FP8 tensor cores
     derate: float  # the paper's effective utilization (clock derate) of the GPU
+    hop_latency: float  # s, one step of a ring across nodes: the paper's network latency
     nvlink: float  # byte/s per GPU per direction
     nic: float  # byte/s per GPU per direction
     node_size: int
@@ -367,6 +368,10 @@ def _peak(gpu: str) -> float:
     )
 
 
+def _hop(gpu: str) -> float:
+    return float(hardware.gpu_values(gpu)["network.latency"])
+
+
 def _derate(gpu: str) -> float:
     return float(hardware.gpu_values(gpu)["hardware.effective_utilization"])
 
@@ -378,6 +383,7 @@ CLUSTERS: dict[str, Cluster] = {
         _peak("a100"),
         None,
         _derate("a100"),
+        _hop("a100"),
         300 * GB,
         25 * GB,
         8,
@@ -392,6 +398,7 @@ CLUSTERS: dict[str, Cluster] = {
         _peak("h100"),
         2 * _peak("h100"),
         _derate("h100"),
+        _hop("h100"),
         450 * GB,
         50 * GB,
         8,
@@ -406,6 +413,7 @@ CLUSTERS: dict[str, Cluster] = {
         _peak("h100"),
         2 * _peak("h100"),
         _derate("h100"),
+        _hop("h100"),
         450 * GB,
         50 * GB,
         8,
@@ -419,6 +427,7 @@ CLUSTERS: dict[str, Cluster] = {
         _peak("h200"),
         2 * _peak("h200"),
         _derate("h200"),
+        _hop("h200"),
         450 * GB,
         50 * GB,
         8,
@@ -566,6 +575,16 @@ def _calls_latency(nodes: float, calls: float) -> float:
     return calls * nccl.fit().alpha * math.log2(nodes)
 
 
+def _ring_latency(cfg: Config, ranks: int, nodes: float, calls: float) -> float:
+    """Latency of ``calls`` ring all-gathers or reduce-scatters over ``ranks`` ranks spanning
+    ``nodes`` nodes: a ring takes ``ranks - 1`` steps, each waiting one network latency (NCCL
+    runs these collectives as rings only, so their latency grows with the rank count, not its
+    logarithm)."""
+    if nodes <= 1:
+        return 0.0
+    return calls * (ranks - 1) * cfg.cluster.hop_latency
+
+
 PARTS = (
     "compute",
     "derate",
@@ -616,7 +635,7 @@ def components(cfg: Config) -> dict[str, float]:
         )
         across = float(fns["dp"](1, 1, r, params / h, cfg.tp, cfg.pp, w)) if r > 1 else 0.0
         out["dp_bw"] = shard / bw_h + (across / bw_r if r > 1 else 0.0)
-        out["dp_lat"] = _calls_latency(nodes_h, 3 * stage_layers) + _calls_latency(
+        out["dp_lat"] = _ring_latency(cfg, h, nodes_h, 3 * stage_layers) + _calls_latency(
             nodes_r, stage_layers
         )
     elif g > 1:
@@ -624,8 +643,10 @@ def components(cfg: Config) -> dict[str, float]:
         ag = float(fns["dp"](nag, 0, g, params, cfg.tp, cfg.pp, w_ag))
         rs = float(fns["dp"](0, nrs, g, params, cfg.tp, cfg.pp, w))
         out["dp_bw"] = (ag + rs) / bw
-        calls = (nag + nrs) * stage_layers if stage == 3 else stage_layers
-        out["dp_lat"] = _calls_latency(nodes, calls)
+        if stage == 3:  # per-layer all-gathers and reduce-scatters: rings
+            out["dp_lat"] = _ring_latency(cfg, g, nodes, (nag + nrs) * stage_layers)
+        else:  # one all-reduce per layer's gradients: NCCL's tree, the fit's latency
+            out["dp_lat"] = _calls_latency(nodes, stage_layers)
     # Tensor parallelism, innermost.
     if cfg.tp > 1:
         bw, nodes = _group_bandwidth(cfg, cfg.tp, 1)
@@ -1119,3 +1140,72 @@ def describe(cfg: Config) -> dict:
     out["gpu"] = cfg.cluster.name
     out["micro_batches"] = cfg.micro_batches
     return out
+
+
+# --- Strong scaling at a fixed batch (Fernandez et al. 2024) ------------------------------------
+GPU_COUNTS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+SEQ_LEN = 4096  # Llama 2's context
+# The fixed global batch: the smallest batch of whole sequences that still gives each of 2048
+# GPUs one sequence under FSDP alone (Fernandez et al. do not state theirs).
+FIXED_BATCH_TOKENS = max(GPU_COUNTS) * SEQ_LEN
+STRATEGIES = {
+    "FSDP": {},
+    "FSDP + TP 2": {"tp": 2},
+    "FSDP + TP 4": {"tp": 4},
+    "FSDP + PP 2": {"pp": 2},
+    "FSDP + PP 4": {"pp": 4},
+}
+
+
+def scaling_config(
+    shape: str, gpu: str, n_gpus: int, strategy: str, batch_tokens: float = FIXED_BATCH_TOKENS
+) -> Config:
+    try:
+        extra = STRATEGIES[strategy]
+    except KeyError:
+        raise ValueError(
+            f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}"
+        ) from None
+    tp, pp = extra.get("tp", 1), extra.get("pp", 1)
+    return Config(
+        shape=tf.shape(shape),
+        cluster=cluster(gpu),
+        n_gpus=n_gpus,
+        global_batch_tokens=batch_tokens,
+        seq_len=SEQ_LEN,
+        tp=tp,
+        pp=pp,
+        dp=n_gpus // (tp * pp),
+        sharding="fsdp",
+    )
+
+
+def strong_scaling(
+    shape: str,
+    gpu: str,
+    strategy: str,
+    factors: Factors | None = None,
+    counts: tuple[int, ...] = GPU_COUNTS,
+    batch_tokens: float = FIXED_BATCH_TOKENS,
+) -> dict[str, np.ndarray]:
+    """Per-GPU and overall throughput, MFU and exposed communication against the GPU count."""
+    factors = factors or calibrated()
+    preds = [
+        predict(scaling_config(shape, gpu, n, strategy, batch_tokens), factors) for n in counts
+    ]
+    return {
+        "gpus": np.array(counts, dtype=float),
+        "tokens_per_s_per_gpu": np.array([p.tokens_per_s_per_gpu for p in preds]),
+        "tokens_per_s": np.array([p.tokens_per_s for p in preds]),
+        "mfu": np.array([p.mfu for p in preds]),
+        "exposed_s": np.array([p.exposed_comm_s for p in preds]),
+        "comm_s": np.array(
+            [
+                sum(v for k, v in p.breakdown.items() if k not in ("compute", "pipeline bubble"))
+                for p in preds
+            ]
+        ),
+        "compute_s": np.array([p.breakdown["compute"] for p in preds]),
+        "step_s": np.array([p.step_time_s for p in preds]),
+        "energy_per_token_j": np.array([p.energy_per_token_j for p in preds]),
+    }

@@ -1,0 +1,293 @@
+"""What the chapters on measured runs compute: strong scaling at a fixed batch (Fernandez et al.
+2024) and the published runs against the bound and the calibrated mode.
+
+Every number these chapters print comes from here or from :mod:`dmlimits.runs`; the published
+values they set beside them come from ``published_values.csv``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from . import nccl, published, runs
+from .figures import PALETTE
+
+SHAPES = ("llama2-7b", "llama2-70b")
+# "Communication-bound": exposed communication takes at least this share of the step, where
+# it starts to show in throughput.
+COMM_BOUND_SHARE = 0.1
+# The A100 against the H100: one configuration for both (Fernandez et al. do not state theirs):
+# the 7B shape with FSDP at the GPU count where the paper places the onset of communication.
+COMMON = ("llama2-7b", "FSDP", 128)
+DROP_RANGE = (128, 2048)
+
+
+def scaling(gpu: str = "h100") -> dict:
+    """Every shape and strategy of the chapter, calibrated, on one GPU."""
+    return {
+        (shape, strategy): runs.strong_scaling(shape, gpu, strategy)
+        for shape in SHAPES
+        for strategy in runs.STRATEGIES
+    }
+
+
+def per_gpu_drop(curve: dict, lo: int = DROP_RANGE[0], hi: int = DROP_RANGE[1]) -> float:
+    """Fractional drop of tokens per second per GPU from ``lo`` to ``hi`` GPUs."""
+    g = list(curve["gpus"])
+    t = curve["tokens_per_s_per_gpu"]
+    return float(1 - t[g.index(hi)] / t[g.index(lo)])
+
+
+def comm_bound_onset(curve: dict, share: float = COMM_BOUND_SHARE) -> float | None:
+    """The first GPU count whose exposed communication is at least ``share`` of the step."""
+    hit = np.nonzero(curve["exposed_s"] / curve["step_s"] >= share)[0]
+    return float(curve["gpus"][hit[0]]) if hit.size else None
+
+
+def crossover(curves: dict, shape: str) -> tuple[float | None, str | None]:
+    """The first GPU count at which some model-parallel strategy's overall throughput beats
+    FSDP alone, and that strategy."""
+    base = curves[(shape, "FSDP")]
+    for i, n in enumerate(base["gpus"]):
+        best = max(
+            (s for s in runs.STRATEGIES if s != "FSDP"),
+            key=lambda s: curves[(shape, s)]["tokens_per_s"][i],
+        )
+        if curves[(shape, best)]["tokens_per_s"][i] > base["tokens_per_s"][i]:
+            return float(n), best
+    return None, None
+
+
+def common_mfu(gpu: str) -> float:
+    shape, strategy, n = COMMON
+    cfg = runs.scaling_config(shape, gpu, n, strategy)
+    return runs.predict(cfg, runs.calibrated()).mfu
+
+
+def scaling_figure(curves: dict):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(11, 6.4), sharex=True)
+    for row, shape in enumerate(SHAPES):
+        for k, strategy in enumerate(runs.STRATEGIES):
+            c = curves[(shape, strategy)]
+            style = dict(color=PALETTE[k % len(PALETTE)], marker="o", ms=3, lw=1.3, label=strategy)
+            axes[row, 0].plot(c["gpus"], c["tokens_per_s_per_gpu"], **style)
+            axes[row, 1].plot(c["gpus"], c["tokens_per_s"], **style)
+            axes[row, 2].plot(c["gpus"], 100 * c["exposed_s"] / c["step_s"], **style)
+        name = runs.tf.shape(shape).name
+        axes[row, 0].set_ylabel(f"{name}\ntokens/s per GPU")
+        axes[row, 1].set_ylabel("tokens/s, whole cluster")
+        axes[row, 2].set_ylabel("exposed communication (% of step)")
+        axes[row, 1].set_yscale("log")
+    for ax in axes[1]:
+        ax.set_xlabel("H100 GPUs")
+    for ax in axes.ravel():
+        ax.set_xscale("log", base=2)
+    axes[0, 2].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def mfu_figure(curves_by_gpu: dict):
+    """MFU against GPU count, FSDP alone, for each GPU and shape."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.2, 4.0))
+    k = 0
+    for gpu, curves in curves_by_gpu.items():
+        for shape in SHAPES:
+            c = curves[(shape, "FSDP")]
+            ax.plot(
+                c["gpus"],
+                100 * c["mfu"],
+                marker="o",
+                ms=3,
+                color=PALETTE[k % len(PALETTE)],
+                label=f"{runs.tf.shape(shape).name}, {runs.cluster(gpu).label}",
+            )
+            k += 1
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("MFU (%), calibrated, FSDP")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def fit_summary() -> dict:
+    f = nccl.fit()
+    m = nccl.measurements()
+    return {
+        "alpha_us": f.alpha * 1e6,
+        "bus_GBps": f.bus_bandwidth / nccl.GB,
+        "median_err_pct": 100 * f.median_abs_error,
+        "max_err_pct": 100 * f.max_abs_error,
+        "n_points": len(m.busbw),
+        "node_counts": sorted({int(n) for n in m.nodes}),
+        "half_small_MiB": f.half_peak_message(min(m.nodes)) / 2**20,
+        "half_large_MiB": f.half_peak_message(max(m.nodes)) / 2**20,
+        "nic_efficiency": f.bus_bandwidth / (8 * runs.cluster("h100").nic),
+    }
+
+
+# --- The published runs against the model ----------------------------------------------------
+def source_label(row: dict) -> str:
+    src = row.get("source", "")
+    for key, label in (
+        ("Narayanan et al. 2021 (SC21) Table 1", "Megatron-LM weak scaling"),
+        ("Narayanan et al. 2021 Table 2", "Megatron-LM against ZeRO-3"),
+        ("Korthikanti", "Megatron-LM, sequence parallelism"),
+        ("torchtitan", "torchtitan"),
+        ("Ultra-Scale", "Ultra-Scale Playbook"),
+    ):
+        if key in src:
+            return label
+    return "other"
+
+
+def comparison() -> runs.Comparison:
+    return runs.compare(runs.dev_rows(), runs.calibrated())
+
+
+def summary(cmp: runs.Comparison) -> dict:
+    rows = runs.dev_rows()
+    err = np.abs(cmp.errors) * 100
+    return {
+        "n_rows": len(rows),
+        "n_modelled": cmp.n,
+        "n_other_metric": len(rows) - cmp.n,
+        "other_metrics": ", ".join(
+            sorted({r["metric"] for r in rows} - {r["metric"] for r in cmp.rows})
+        ),
+        "n_below": int(cmp.below_bound.sum()),
+        "share_below": float(cmp.below_bound.mean()),
+        "n_exceptions": int((~cmp.below_bound).sum()),
+        "median_err": float(np.median(err)),
+        "mean_err": float(np.mean(err)),
+        "within5": float(np.mean(err <= 5)),
+        "median_bias": float(np.median(cmp.errors) * 100),
+        "median_ratio_to_bound": float(np.median(cmp.reported / cmp.bound)),
+        "min_ratio_to_bound": float(np.min(cmp.reported / cmp.bound)),
+    }
+
+
+def by_source(cmp: runs.Comparison) -> list[dict]:
+    groups: dict[str, list[int]] = {}
+    for i, row in enumerate(cmp.rows):
+        groups.setdefault(source_label(row), []).append(i)
+    out = []
+    for label, idx in groups.items():
+        idx = np.array(idx)
+        out.append(
+            {
+                "source": label,
+                "rows": len(idx),
+                "reported": float(np.median(cmp.reported[idx])),
+                "bound": float(np.median(cmp.bound[idx])),
+                "calibrated": float(np.median(cmp.calibrated[idx])),
+                "median_err": float(np.median(np.abs(cmp.errors[idx])) * 100),
+            }
+        )
+    return out
+
+
+def by_source_markdown(cmp: runs.Comparison) -> str:
+    lines = [
+        "| Source | Rows | Reported (median) | Bound (median) | Calibrated (median) | "
+        "Median error (points) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for g in by_source(cmp):
+        lines.append(
+            f"| {g['source']} | {g['rows']} | {g['reported']:.1%} | {g['bound']:.1%} | "
+            f"{g['calibrated']:.1%} | {g['median_err']:.1f} |"
+        )
+    return "\n".join(lines).replace("%", "\\%")
+
+
+def worst_markdown(cmp: runs.Comparison, n: int = 8) -> str:
+    order = np.argsort(-np.abs(cmp.errors))[:n]
+    lines = [
+        "| Run | GPUs | Parallelism | Metric | Reported | Calibrated | Bound |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i in order:
+        r, c = cmp.rows[i], cmp.interpretations[i].config
+        par = f"TP {c.tp}, PP {c.pp}, DP {c.dp}" + (f", CP {c.cp}" if c.cp > 1 else "")
+        lines.append(
+            f"| {r['model']} ({source_label(r)}) | {c.n_gpus} | {par}, {c.sharding} | "
+            f"{r['metric']} | {cmp.reported[i]:.1%} | {cmp.calibrated[i]:.1%} | "
+            f"{cmp.bound[i]:.1%} |"
+        )
+    return "\n".join(lines).replace("%", "\\%")
+
+
+def exceptions_markdown(cmp: runs.Comparison) -> str:
+    idx = np.nonzero(~cmp.below_bound)[0]
+    if not idx.size:
+        return "No row reports more than its bound."
+    lines = ["| Run | GPUs | Metric | Reported | Bound | Counting |", "|---|---|---|---|---|---|"]
+    for i in idx:
+        r = cmp.rows[i]
+        lines.append(
+            f"| {r['model']} ({source_label(r)}) | {r['n_gpus']} | {r['metric']} | "
+            f"{cmp.reported[i]:.1%} | {cmp.bound[i]:.1%} | "
+            f"{cmp.interpretations[i].counting} |"
+        )
+    return "\n".join(lines).replace("%", "\\%")
+
+
+def playbook_agreement(cmp: runs.Comparison) -> float:
+    """Median ratio of the MFU the Playbook reports to the MFU its tokens per second give
+    under this book's FLOP count, over the configurations that report both."""
+    mfu, tok = {}, {}
+    for i, r in enumerate(cmp.rows):
+        if source_label(r) != "Ultra-Scale Playbook":
+            continue
+        key = (r["model"], r["n_gpus"], r["tp"], r["pp"], r["dp"])
+        (mfu if r["metric"] == "MFU" else tok)[key] = cmp.reported[i]
+    ratios = [mfu[k] / tok[k] for k in mfu if k in tok]
+    return float(np.median(ratios))
+
+
+def scatter_figure(cmp: runs.Comparison):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.6), sharey=True)
+    labels = [source_label(r) for r in cmp.rows]
+    kinds = list(dict.fromkeys(labels))
+    for ax, pred, title in (
+        (axes[0], cmp.bound, "ideal bound"),
+        (axes[1], cmp.calibrated, "calibrated"),
+    ):
+        for k, kind in enumerate(kinds):
+            sel = np.array([lab == kind for lab in labels])
+            ax.plot(
+                100 * pred[sel],
+                100 * cmp.reported[sel],
+                "o",
+                ms=4,
+                alpha=0.8,
+                color=PALETTE[k % len(PALETTE)],
+                label=kind,
+            )
+        ax.plot([0, 100], [0, 100], color="0.4", lw=0.8, ls="--")
+        ax.set_xlim(0, 105)
+        ax.set_ylim(0, 70)
+        ax.set_xlabel(f"predicted utilization (%), {title}")
+        ax.set_title(title)
+    axes[0].set_ylabel("reported utilization (%)")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def counting_counts(cmp: runs.Comparison) -> Counter:
+    return Counter(it.counting for it in cmp.interpretations)
+
+
+def published_drop() -> float:
+    return published.value("paper2.per_gpu_throughput_drop_pct")

@@ -1,0 +1,402 @@
+"""Measured runs: transformer FLOP, sharded parallelism, the all-reduce fit, the bound and the
+calibrated mode against published runs, and the ``predict`` command."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+from conftest import SHARED
+from dmlimits import confront, nccl, published, runs, transformer
+from dmlimits import units as u
+from dmlimits.cli import main
+from dmlimits.derivation import derivations_of
+from dmlimits.symbols import REGISTRY
+
+HF_BULK = SHARED / "data" / "hf_ultrascale_benchmarks.csv"
+FORMULAS = {
+    **{f"transformer.{k}": v for k, v in transformer.COST_FORMULAS.items()},
+    **{f"nccl.{k}": v for k, v in nccl.COST_FORMULAS.items()},
+    **{f"runs.{k}": v for k, v in runs.COST_FORMULAS.items()},
+}
+
+
+@pytest.mark.parametrize("module", ["transformer", "nccl", "runs"])
+def test_every_derivation_step_follows(module):
+    found = derivations_of(module)
+    assert found
+    for d in found:
+        d.verify()
+
+
+@pytest.mark.parametrize("name", sorted(FORMULAS))
+def test_cost_formulas_have_their_units(name):
+    expr, unit = FORMULAS[name]
+    u.check_unit(expr, REGISTRY.units, unit)
+
+
+def test_a_wrong_unit_is_caught():
+    expr, _ = runs.COST_FORMULAS["dp_bytes"]
+    with pytest.raises(u.DimensionError):
+        u.check_unit(expr, REGISTRY.units, u.second)
+
+
+# --- Transformer shapes -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "published_b"),
+    # Parameter counts the model cards state (Touvron et al. 2023; Llama 3 herd; Llama 3.2).
+    [
+        ("llama2-7b", 6.74),
+        ("llama2-13b", 13.0),
+        ("llama2-70b", 69.0),
+        ("llama3-8b", 8.03),
+        ("llama3-70b", 70.6),
+        ("llama3-405b", 405.8),
+        ("llama3.2-1b", 1.24),
+        ("llama3.2-3b", 3.21),
+    ],
+)
+def test_shapes_have_their_published_parameter_counts(name, published_b):
+    assert transformer.SHAPES[name].params / 1e9 == pytest.approx(published_b, rel=0.01)
+
+
+def test_flop_per_token_is_six_per_parameter_plus_attention():
+    sh = transformer.SHAPES["llama2-7b"]
+    matmul_params = sh.block_params + sh.vocab * sh.d_model  # the output projection
+    expected = 6 * matmul_params + 12 * sh.layers * 4096 * sh.d_model
+    assert sh.model_flop_per_token(4096) == pytest.approx(expected, rel=1e-12)
+    # Full recomputation adds one forward of every block, attention included.
+    extra = sh.flop_per_token(4096, "full") - sh.model_flop_per_token(4096)
+    assert extra == pytest.approx(2 * sh.block_params + 4 * sh.layers * 4096 * sh.d_model)
+    sel = sh.flop_per_token(4096, "selective") - sh.model_flop_per_token(4096)
+    assert sel == pytest.approx(4 * sh.layers * 4096 * sh.d_model)
+
+
+def test_gpt3_shape_is_175b():
+    assert transformer.gpt_shape("GPT-3", 96, 12288).params / 1e9 == pytest.approx(175, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"layers": 0}, "layers must be a positive whole number, got 0"),
+        ({"kv_heads": 3}, "kv_heads=3 must divide heads=32"),
+    ],
+)
+def test_bad_shapes_are_refused(kwargs, message):
+    base = dict(name="x", layers=2, d_model=64, heads=32, kv_heads=8, d_ff=128, vocab=10)
+    with pytest.raises(ValueError, match=message):
+        transformer.Shape(**{**base, **kwargs})
+
+
+def test_with_params_reaches_the_count():
+    widened = transformer.SHAPES["llama3-70b"].with_params(80e9)
+    assert widened.params == pytest.approx(80e9, rel=1e-3)
+
+
+# --- Traffic ------------------------------------------------------------------------------------
+def _cfg(**kw):
+    base = dict(
+        shape=transformer.SHAPES["llama2-7b"],
+        cluster=runs.cluster("h100"),
+        n_gpus=64,
+        global_batch_tokens=64 * 4096,
+        seq_len=4096,
+        dp=64,
+    )
+    return runs.Config(**{**base, **kw})
+
+
+def test_fsdp_moves_three_halves_of_zero1():
+    z1 = runs.components(_cfg(sharding="zero1"))["dp_bw"]
+    z3 = runs.components(_cfg(sharding="fsdp"))["dp_bw"]
+    assert z3 / z1 == pytest.approx(1.5)
+
+
+def test_fsdp_bytes_match_the_ring_count():
+    cfg = _cfg(sharding="fsdp")
+    g = cfg.dp
+    bw, _ = runs._group_bandwidth(cfg, g, 1)
+    expected = 3 * (g - 1) / g * cfg.shape.params * 2 / bw
+    assert runs.components(cfg)["dp_bw"] == pytest.approx(expected)
+
+
+def test_a_group_inside_a_node_uses_nvlink_and_across_nodes_the_nics():
+    cfg = _cfg()
+    assert runs._group_bandwidth(cfg, 8, 1) == (cfg.cluster.nvlink, 1.0)
+    bw, nodes = runs._group_bandwidth(cfg, 64, 1)
+    assert bw == 8 * cfg.cluster.nic and nodes == 8
+    bw, nodes = runs._group_bandwidth(cfg, 16, 8)  # one member a node (TP 8 inside)
+    assert bw == cfg.cluster.nic and nodes == 16
+
+
+def test_hsdp_keeps_all_gathers_in_the_node():
+    fsdp = runs.predict(
+        _cfg(n_gpus=2048, dp=2048, global_batch_tokens=2048 * 4096), runs.calibrated()
+    )
+    hsdp = runs.predict(
+        _cfg(n_gpus=2048, dp=2048, global_batch_tokens=2048 * 4096, sharding="hsdp", shard_group=8),
+        runs.calibrated(),
+    )
+    assert hsdp.breakdown["data parallel"] < fsdp.breakdown["data parallel"]
+
+
+def test_bound_is_never_below_calibrated():
+    for n in (8, 128, 2048):
+        cfg = runs.scaling_config("llama2-7b", "h100", n, "FSDP + TP 2")
+        assert runs.predict(cfg).mfu >= runs.predict(cfg, runs.calibrated()).mfu
+
+
+def test_fp8_is_refused_on_the_a100():
+    with pytest.raises(ValueError, match=r"no FP8 tensor cores.*got fp8"):
+        _cfg(cluster=runs.cluster("a100"), precision="fp8")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tp": 3}, "tp x pp x dp x cp = 3 x 1 x 64 x 1 = 192, expected the GPU count 64"),
+        ({"ep": 2, "dp": 32, "tp": 2}, "expert parallelism needs a mixture-of-experts shape"),
+        ({"sharding": "zero4"}, "sharding must be one of"),
+        ({"precision": "int4"}, "precision must be one of"),
+        ({"global_batch_tokens": 4096.0}, "fewer than one micro-batch"),
+        ({"global_batch_tokens": math.nan}, "global_batch_tokens must be a positive number"),
+        ({"sharding": "hsdp", "shard_group": 5}, "hsdp needs shard_group dividing"),
+    ],
+)
+def test_bad_configurations_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _cfg(**kwargs)
+
+
+# --- The all-reduce fit --------------------------------------------------------------------------
+def test_allreduce_fit_within_ten_percent():
+    fit = nccl.fit()
+    assert fit.median_abs_error <= 0.10
+    assert len(fit.relative_errors) == len(nccl.measurements().busbw)
+
+
+def test_half_peak_message_grows_with_nodes():
+    fit = nccl.fit()
+    sizes = [fit.half_peak_message(n) for n in (4, 64, 512)]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+    # At that size the model gives half the peak.
+    n = 64
+    assert fit.busbw(sizes[1], n) == pytest.approx(fit.bus_bandwidth / 2)
+
+
+def test_project_data_is_the_shared_data_when_present():
+    shared = SHARED / "data" / "paper2_nccl_allreduce_busbw.csv"
+    if not shared.exists():
+        pytest.skip("../shared is not beside the project")
+    theirs = list(csv.DictReader(shared.open()))
+    assert [dict(r) for r in published.data_rows(nccl.DATA)] == theirs
+    dev = SHARED / "data" / "published_runs_dev.csv"
+    assert [dict(r) for r in published.data_rows(runs.DATA)] == list(csv.DictReader(dev.open()))
+
+
+# --- Published runs ------------------------------------------------------------------------------
+def test_reported_utilization_is_at_or_below_the_bound_for_nine_in_ten_rows():
+    cmp = runs.compare(runs.dev_rows(), runs.calibrated())
+    assert cmp.n >= 100
+    assert cmp.below_bound.mean() >= 0.9
+
+
+def test_calibrated_median_error_at_most_five_points():
+    cmp = runs.compare(runs.dev_rows(), runs.calibrated())
+    assert cmp.median_abs_error_points <= 5.0
+
+
+def test_calibration_beats_the_bound_and_the_uncalibrated_factors():
+    cmp = runs.compare(runs.dev_rows(), runs.calibrated())
+    bound_err = np.median(np.abs(cmp.bound - cmp.reported)) * 100
+    assert cmp.median_abs_error_points < bound_err
+    raw = runs.Factors(serial_tp=True, latency=True, derate=True)
+    assert cmp.median_abs_error_points < runs.compare(runs.dev_rows(), raw).median_abs_error_points
+
+
+def test_calibration_recovers_known_factors():
+    """Rows made by the model itself with known factors give those factors back."""
+    truth = runs.Factors(0.7, 0.6, 0.4, serial_tp=True, latency=True, derate=True)
+    rows = []
+    for row in runs.dev_rows():
+        try:
+            it = runs.interpret(row)
+        except ValueError:
+            continue
+        if it.reported is None or row["metric"] != "MFU":
+            continue
+        made = dict(row)
+        made["value"] = str(100 * runs.predict(it.config, truth).mfu)
+        rows.append(made)
+    got = runs.calibrate(rows)
+    assert (got.matmul, got.collective) == (pytest.approx(0.7), pytest.approx(0.6))
+
+
+def test_every_row_is_interpreted_and_memory_rows_have_no_reported_value():
+    for row in runs.dev_rows():
+        it = runs.interpret(row)
+        assert (it.reported is None) == (row["metric"] == "peak_memory")
+
+
+def test_megatron_row_reads_as_its_table():
+    # Narayanan et al. 2021 Table 1: 1008B on 3072 A100s at 163 TFLOP/s, 52% of peak.
+    row = next(
+        r
+        for r in runs.dev_rows()
+        if r["model"].startswith("GPT 1008.0B") and r["metric"] == "achieved_tflops_per_gpu"
+    )
+    it = runs.interpret(row)
+    assert it.counting == "hardware" and it.config.recompute == "full"
+    assert it.reported == pytest.approx(0.52, abs=0.005)
+
+
+def test_predict_rows_never_raise_and_name_errors():
+    rows = [
+        {"model": "mystery", "gpu": "TPU v5", "n_gpus": "8"},
+        {"n_gpus": ""},
+        {
+            "model": "GPT x",
+            "layers": "2",
+            "d_model": "64",
+            "gpu": "A100",
+            "n_gpus": "8",
+            "tp": "3",
+            "dp": "1",
+            "seq_len": "128",
+            "metric": "MFU",
+            "value": "40",
+        },
+    ]
+    out = runs.predict_rows(rows)
+    assert all(r["prediction_error"] for r in out)
+    assert "tp x pp x dp x cp" in out[2]["prediction_error"]
+    assert all(r["predicted_mfu_bound"] == "" for r in out)
+
+
+# --- Strong scaling (Fernandez et al. 2024) ------------------------------------------------------
+def test_fixed_batch_gives_diminishing_returns():
+    c = runs.strong_scaling("llama2-7b", "h100", "FSDP")
+    per_gpu = c["tokens_per_s_per_gpu"]
+    assert np.all(np.diff(per_gpu) < 0)  # every doubling gains less than double
+    assert np.all(np.diff(c["tokens_per_s"]) > 0)  # but still gains
+
+
+def test_model_parallelism_overtakes_fsdp_at_scale_for_7b():
+    curves = confront.scaling("h100")
+    n, strategy = confront.crossover(curves, "llama2-7b")
+    assert n is not None and n >= 512 and strategy.startswith("FSDP + TP")
+
+
+def test_a100_reaches_a_higher_mfu_than_the_h100():
+    assert confront.common_mfu("a100") > confront.common_mfu("h100")
+
+
+# --- The command line ----------------------------------------------------------------------------
+def test_predict_one_configuration_json(capsys):
+    args = ["predict", "--model", "llama2-70b", "--gpus", "256", "--tp", "4", "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["dp"] == 64
+    for mode in ("bound", "calibrated"):
+        assert set(out[mode]["breakdown"]) >= {"compute", "data parallel", "tensor parallel"}
+        assert 0 < out[mode]["mfu"] <= 1
+    assert out["bound"]["mfu"] >= out["calibrated"]["mfu"]
+
+
+def test_predict_table(capsys):
+    assert main(["predict", "--gpus", "16"]) == 0
+    text = capsys.readouterr().out
+    assert "tokens/s per GPU" in text and "time by cause" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--gpus", "12", "--tp", "8"], "not a multiple"),
+        (["--gpu", "a100", "--precision", "fp8"], "no FP8"),
+        (["--model", "llama9"], "unknown model shape 'llama9'"),
+        (["--gpu", "tpu"], "unknown GPU 'tpu'"),
+        (["--runs", "/nonexistent.csv"], "cannot read"),
+    ],
+)
+def test_predict_bad_input_is_one_line_and_exit_2(capsys, args, needle):
+    assert main(["predict", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and needle in err
+
+
+def _predict_runs(capsys, path) -> list[dict]:
+    assert main(["predict", "--runs", str(path), "--format", "csv"]) == 0
+    return list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+
+
+def test_predict_runs_on_the_project_data(capsys, tmp_path):
+    src = published.data_rows(runs.DATA)
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(src[0]))
+        w.writeheader()
+        w.writerows(src)
+    out = _predict_runs(capsys, path)
+    assert len(out) == len(src)
+    for col in (
+        "predicted_mfu_bound",
+        "predicted_mfu_calibrated",
+        "predicted_step_time_s",
+        "predicted_tokens_per_s_per_gpu",
+        "prediction_error",
+    ):
+        assert col in out[0]
+    assert all(r["predicted_mfu_bound"] and not r["prediction_error"] for r in out)
+    assert [r["value"] for r in out] == [r["value"] for r in src]  # input kept as it was
+
+
+def test_predict_runs_reads_the_data_file_with_its_comment_lines(capsys):
+    from importlib import resources
+
+    path = resources.files("dmlimits") / "data" / runs.DATA
+    out = _predict_runs(capsys, path)
+    assert len(out) == len(runs.dev_rows())
+
+
+@pytest.mark.skipif(not HF_BULK.exists(), reason="../shared/data is not beside the project")
+def test_predict_runs_handles_every_row_of_the_bulk_file(capsys):
+    out = _predict_runs(capsys, HF_BULK)
+    with HF_BULK.open() as fh:
+        n = sum(1 for _ in fh) - 1
+    assert len(out) == n
+    assert sum(1 for r in out if r["prediction_error"]) == 0
+
+
+@pytest.mark.skipif(not HF_BULK.exists(), reason="../shared/data is not beside the project")
+def test_calibrated_mode_on_runs_it_was_not_fitted_to():
+    """The Playbook's full sweep (3,287 runs, never seen by the calibration): the bound holds,
+    and the calibrated mode predicts better than the bound does."""
+    with HF_BULK.open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r["status"] == "ok"]
+    cmp = runs.compare(rows, runs.calibrated())
+    assert cmp.n == len(rows)
+    assert cmp.below_bound.mean() >= 0.9
+    bound_err = np.median(np.abs(cmp.bound - cmp.reported)) * 100
+    assert cmp.median_abs_error_points < bound_err
+    assert cmp.median_abs_error_points <= 15  # measured: about 12.6 points
+
+
+def test_bound_without_communication_is_the_flop_ratio_over_the_bubble():
+    """The derivation's last step (what the book renders), with no communication, is the
+    share of model FLOP in the hardware FLOP, shrunk by the pipeline bubble."""
+    from dmlimits import pipeline as pl
+
+    d = runs.mfu_derivation()
+    assert "label: run-mfu-5" in d.markdown()
+    no_comm = d.result.rhs.subs(runs.t_ovl, 0)
+    expected = transformer.flop_token_model / (
+        transformer.flop_token * (1 + (pl.n_pp - 1) / (pl.interleave * pl.n_micro))
+    )
+    assert sp.simplify(no_comm - expected) == 0
