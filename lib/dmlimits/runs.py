@@ -40,8 +40,10 @@ collective at its link's full bandwidth, no latency, all communication overlappa
 efficiency factors, fitted on the development rows only (:func:`calibrate`): the matmul
 efficiency ``eta_mm``, the collective efficiency ``eta_c`` (the fraction of a link's bandwidth a
 collective achieves) and the overlap ``phi``; tensor-parallel collectives are serial (they sit
-between a block's matmuls), and network collectives pay the measured latency of the
-all-reduce fit for every call.
+between a block's matmuls), and network collectives pay a latency for every call: all-reduces
+the latency of the all-reduce fit (:mod:`dmlimits.nccl`, growing with log2 of the nodes),
+FSDP's all-gathers and reduce-scatters, which NCCL runs as rings, one step of the paper's
+network latency per rank.
 """
 
 from __future__ import annotations
@@ -450,7 +452,7 @@ def cluster(name: str) -> Cluster:
 @dataclass(frozen=True)
 class Factors:
     """The named efficiency factors.  ``serial_tp``: tensor-parallel collectives do not overlap.
-    ``latency``: network collectives pay the all-reduce fit's latency.  ``derate``: compute
+    ``latency``: network collectives pay their latency (all-reduce fit; rings).  ``derate``: compute
     runs at the GPU's effective utilization, the paper's clock derate of long matmul runs
     (hardware presets), times ``matmul``."""
 
@@ -908,6 +910,8 @@ def interpret(row: dict) -> Interpretation:
     )
     metric = row.get("metric", "")
     text = (notes + " " + metric).lower()
+    # Megatron-LM's runs of Narayanan et al. (2021) recompute every block (their notes: FLOP
+    # counted with activation recomputation).
     if "full ac" in text or "full_recompute" in text or "narayanan" in source.lower():
         recompute = "full"
     elif (
