@@ -120,6 +120,7 @@ def mfu_figure(curves_by_gpu: dict):
 def fit_summary() -> dict:
     f = nccl.fit()
     m = nccl.measurements()
+    h100 = runs.cluster("h100")
     return {
         "alpha_us": f.alpha * 1e6,
         "bus_GBps": f.bus_bandwidth / nccl.GB,
@@ -129,7 +130,8 @@ def fit_summary() -> dict:
         "node_counts": sorted({int(n) for n in m.nodes}),
         "half_small_MiB": f.half_peak_message(min(m.nodes)) / 2**20,
         "half_large_MiB": f.half_peak_message(max(m.nodes)) / 2**20,
-        "nic_efficiency": f.bus_bandwidth / (8 * runs.cluster("h100").nic),
+        # The fit's bus bandwidth over the node's network ports (one a GPU).
+        "nic_efficiency": f.bus_bandwidth / (h100.node_size * h100.nic),
     }
 
 

@@ -118,8 +118,20 @@ COST_FORMULAS = {
 
 
 @cache
-def _busbw_fn():
-    return sp.lambdify((msg, nodes, ranks, alpha_node, bw_bus), COST_FORMULAS["busbw"][0], "numpy")
+def _fns() -> dict:
+    """The numeric forms of the derivation's expressions: bus bandwidth, half-peak size, and the
+    two terms of the all-reduce time (latency per unit of alpha, bytes each rank sends)."""
+    time = ALPHA_BETA.mapping[t_ar]
+    return {
+        "busbw": sp.lambdify(
+            (msg, nodes, ranks, alpha_node, bw_bus), COST_FORMULAS["busbw"][0], "numpy"
+        ),
+        "half": sp.lambdify(
+            (nodes, ranks, alpha_node, bw_bus), COST_FORMULAS["half_peak_message"][0], "numpy"
+        ),
+        "hops": sp.lambdify((nodes,), sp.diff(time, alpha_node), "numpy"),
+        "sent": sp.lambdify((msg, ranks), sp.expand(time.subs(alpha_node, 0) * bw_bus), "numpy"),
+    }
 
 
 @dataclass(frozen=True)
@@ -160,7 +172,7 @@ class Fit:
     def busbw(self, message_bytes, n_nodes, gpus_per_node=8):
         """Modelled bus bandwidth (byte/s)."""
         n = np.asarray(n_nodes, dtype=float)
-        return _busbw_fn()(
+        return _fns()["busbw"](
             np.asarray(message_bytes, dtype=float),
             n,
             n * gpus_per_node,
@@ -168,20 +180,17 @@ class Fit:
             self.bus_bandwidth,
         )
 
-    def time(self, message_bytes, n_nodes, gpus_per_node=8):
-        """Modelled all-reduce time (s)."""
-        p = np.asarray(n_nodes, dtype=float) * gpus_per_node
-        return (
-            2
-            * (p - 1)
-            / p
-            * np.asarray(message_bytes, dtype=float)
-            / self.busbw(message_bytes, n_nodes, gpus_per_node)
-        )
+    def latency(self, n_nodes) -> float:
+        """Latency of one all-reduce over ``n_nodes`` nodes (s)."""
+        return float(self.alpha * _fns()["hops"](float(n_nodes)))
 
     def half_peak_message(self, n_nodes, gpus_per_node=8) -> float:
-        p = n_nodes * gpus_per_node
-        return self.alpha * self.bus_bandwidth * np.log2(n_nodes) / (2 * (p - 1) / p)
+        """Message size (bytes) at which the bus bandwidth is half its peak."""
+        return float(
+            _fns()["half"](
+                float(n_nodes), float(n_nodes * gpus_per_node), self.alpha, self.bus_bandwidth
+            )
+        )
 
 
 @cache
@@ -189,9 +198,9 @@ def fit() -> Fit:
     """Least squares on the relative error of the time: minimise
     sum(((alpha log2 n + f M / B) - t) / t)^2 over alpha and 1/B (linear in both)."""
     m = measurements()
-    f = 2 * (m.ranks - 1) / m.ranks
-    t = f * m.message_bytes / m.busbw
-    design = np.column_stack([np.log2(m.nodes), f * m.message_bytes]) / t[:, None]
+    sent = _fns()["sent"](m.message_bytes, m.ranks)  # f M: bytes each rank sends
+    t = sent / m.busbw  # measured time, from the definition of bus bandwidth
+    design = np.column_stack([_fns()["hops"](m.nodes), sent]) / t[:, None]
     (alpha, inv_b), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
     if alpha <= 0 or inv_b <= 0:
         raise ValueError(f"all-reduce fit gave non-physical values alpha={alpha}, 1/B={inv_b}")

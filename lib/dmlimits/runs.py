@@ -66,9 +66,11 @@ from . import transformer as tf
 from . import units as u
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .matmul import word
+from .scenario import SCHEMA
 
 CHAPTER = "diminishing_returns"
 DATA = "published_runs.csv"
+WORD_BYTES = float(SCHEMA["model.word_bytes"].default)  # a 16-bit word, as the paper's model
 
 _decl = s.REGISTRY.declare
 _S, _B = u.second, u.byte
@@ -574,7 +576,7 @@ def _calls_latency(nodes: float, calls: float) -> float:
     """Latency of ``calls`` network collectives over ``nodes`` nodes, from the all-reduce fit."""
     if nodes <= 1:
         return 0.0
-    return calls * nccl.fit().alpha * math.log2(nodes)
+    return calls * nccl.fit().latency(nodes)
 
 
 def _ring_latency(cfg: Config, ranks: int, nodes: float, calls: float) -> float:
@@ -606,7 +608,7 @@ def components(cfg: Config) -> dict[str, float]:
     bandwidth) and latency (at the all-reduce fit's)."""
     sh = cfg.shape
     peak = cfg.cluster.peak(cfg.precision)
-    w = 2.0  # bytes per 16-bit word
+    w = WORD_BYTES
     rb, _ = tf.RECOMPUTE[cfg.recompute]
     B = cfg.global_batch_tokens
     m = cfg.micro_batches
@@ -711,18 +713,45 @@ class Prediction:
         return asdict(self)
 
 
-def predict(cfg: Config, factors: Factors = BOUND) -> Prediction:
-    """Step time, throughput and utilization of one configuration."""
-    sh = cfg.shape
-    peak = cfg.cluster.peak(cfg.precision)
+@cache
+def _ideal_fn():
+    """The MFU derivation's first step times the step time: the step's FLOP at peak."""
+    e1 = mfu_derivation().steps[0].expr
+    return sp.lambdify((tf.flop_token_model, s.batch, s.n_gpu, peak_p), e1.rhs * t_stp, "numpy")
+
+
+def flop_per_token(cfg: Config, counting: str) -> float:
+    """FLOP per token as a metric counts them: ``model`` (MFU) or ``hardware`` (HFU, with
+    recomputation)."""
+    if counting == "model":
+        return cfg.shape.model_flop_per_token(cfg.seq_len)
+    return cfg.shape.flop_per_token(cfg.seq_len, cfg.recompute)
+
+
+def ideal_time(cfg: Config, counting: str) -> float:
+    """Seconds the step's FLOP (in the given counting) take at the cluster's peak: the
+    utilization of a step is this over its time."""
+    return float(
+        _ideal_fn()(
+            flop_per_token(cfg, counting),
+            cfg.global_batch_tokens,
+            cfg.n_gpus,
+            cfg.cluster.peak(cfg.precision),
+        )
+    )
+
+
+def predict(cfg: Config, factors: Factors = BOUND, parts: dict | None = None) -> Prediction:
+    """Step time, throughput and utilization of one configuration (``parts``: its
+    :func:`components`, when already computed)."""
     B = cfg.global_batch_tokens
-    res = combine(components(cfg), factors)
+    res = combine(components(cfg) if parts is None else parts, factors)
     t_step = float(res["step"])
     tokens_per_s = B / t_step
     return Prediction(
         step_time_s=t_step,
-        mfu=B * sh.model_flop_per_token(cfg.seq_len) / (cfg.n_gpus * peak * t_step),
-        hfu=B * sh.flop_per_token(cfg.seq_len, cfg.recompute) / (cfg.n_gpus * peak * t_step),
+        mfu=ideal_time(cfg, "model") / t_step,
+        hfu=ideal_time(cfg, "hardware") / t_step,
         tokens_per_s_per_gpu=tokens_per_s / cfg.n_gpus,
         tokens_per_s=tokens_per_s,
         breakdown={k: float(v) for k, v in res.items() if k not in ("step", "exposed")},
@@ -950,11 +979,6 @@ def interpret(row: dict) -> Interpretation:
     if counting is not None and value_text:
         value = float(value_text)
         peak = cl.peak(precision)
-        flop = (
-            shape.model_flop_per_token(seq)
-            if counting == "model"
-            else shape.flop_per_token(seq, recompute)
-        )
         if metric in ("MFU", "HFU", "pct_of_peak_flops"):
             reported = value / 100
             if precision == "fp8":
@@ -964,9 +988,9 @@ def interpret(row: dict) -> Interpretation:
         elif metric == "aggregate_pflops":
             reported = value * 1e15 / (n * peak)
         elif metric == "tokens_per_s_per_gpu":
-            reported = value * flop / peak
+            reported = value * flop_per_token(cfg, counting) / peak
         else:  # iteration times
-            reported = batch * flop / (n * peak * value)
+            reported = ideal_time(cfg, counting) / value
     return Interpretation(cfg, counting or "model", reported, tuple(assumed))
 
 
@@ -997,8 +1021,9 @@ def predict_rows(rows, factors: Factors | None = None) -> list[dict]:
             new[col] = ""
         try:
             it = interpret(row)
-            bound = predict(it.config, BOUND)
-            cal = predict(it.config, factors)
+            parts = components(it.config)
+            bound = predict(it.config, BOUND, parts)
+            cal = predict(it.config, factors, parts)
             new.update(
                 predicted_mfu_bound=f"{utilization(bound, it.counting):.4f}",
                 predicted_mfu_calibrated=f"{utilization(cal, it.counting):.4f}",
@@ -1058,8 +1083,9 @@ def compare(rows, factors: Factors) -> Comparison:
         kept.append(row)
         its.append(it)
         rep.append(it.reported)
-        bnd.append(utilization(predict(it.config, BOUND), it.counting))
-        cal.append(utilization(predict(it.config, factors), it.counting))
+        parts = components(it.config)
+        bnd.append(utilization(predict(it.config, BOUND, parts), it.counting))
+        cal.append(utilization(predict(it.config, factors, parts), it.counting))
     return Comparison(tuple(kept), tuple(its), np.array(rep), np.array(bnd), np.array(cal))
 
 
@@ -1092,18 +1118,7 @@ def calibrate(rows=None, grid: dict | None = None) -> Factors:
     grid = grid or CALIBRATION_GRID
     reported = np.array([it.reported for it in its])
     # Utilization = ideal time (the row's FLOP at peak) over the modelled step time.
-    ideal = np.array(
-        [
-            it.config.global_batch_tokens
-            * (
-                it.config.shape.model_flop_per_token(it.config.seq_len)
-                if it.counting == "model"
-                else it.config.shape.flop_per_token(it.config.seq_len, it.config.recompute)
-            )
-            / (it.config.n_gpus * it.config.cluster.peak(it.config.precision))
-            for it in its
-        ]
-    )
+    ideal = np.array([ideal_time(it.config, it.counting) for it in its])
     comps = [components(it.config) for it in its]
     mm, cc, ov = np.meshgrid(grid["matmul"], grid["collective"], grid["overlap"], indexing="ij")
     shape = (*mm.shape, 1)

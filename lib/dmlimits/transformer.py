@@ -92,6 +92,15 @@ flop_token_model = _decl(
 d, L, dff = s.d_model, s.n_layers, s.d_ff
 RECOMPUTE = {"none": (0, 0), "selective": (0, 1), "full": (1, 1)}
 
+# A block's weights: query and output projections (d x d each), keys and values (d x d_kv each,
+# d_kv = d n_kv / n_h) and the MLP's g matrices.  The derivation and the parameter counts of
+# :class:`Shape` both use this one substitution.
+LLAMA_BLOCK = Substitution(
+    "Llama-style block",
+    {p_attn: 2 * d**2 + 2 * d * (d * n_kv / n_heads), p_mlp: mlp_mats * d * dff},
+    kind="definition",
+    source="Touvron et al. 2023",
+)
 NO_RECOMPUTE = Substitution(
     "model FLOPs count no recomputation", {rho_b: 0, rho_a: 0}, kind="definition"
 )
@@ -106,13 +115,7 @@ def flop_derivation() -> Derivation:
         + s.macs_per_param_token * vocab * d
         + (s.macs_per_param_token + rho_a) * attn_core
     )
-    shapes = Substitution(
-        "Llama-style block",
-        {p_attn: 2 * d**2 + 2 * d * (d * n_kv / n_heads), p_mlp: mlp_mats * d * dff},
-        kind="definition",
-        source="Touvron et al. 2023",
-    )
-    e2 = shapes.apply(e1)
+    e2 = LLAMA_BLOCK.apply(e1)
     e3 = model.PASS_COUNTS.apply(e2)
     e4 = NO_RECOMPUTE.apply(e3)
     e5 = 6 * (L * d * (2 * d * (1 + n_kv / n_heads) + mlp_mats * dff) + vocab * d) + (
@@ -133,7 +136,7 @@ def flop_derivation() -> Derivation:
                 "A block's weights: query and output projections, keys and values shared among "
                 "the query heads, and the MLP's matrices",
                 sp.Eq(flop_token, e2),
-                using=shapes,
+                using=LLAMA_BLOCK,
             ),
             Step(
                 "Counting FLOP as the model chapter does",
@@ -173,8 +176,8 @@ def _flop_fn():
 
 @cache
 def _param_fns():
-    pa = 2 * d**2 + 2 * d * (d * n_kv / n_heads)
-    block = pa + mlp_mats * d * dff
+    pa = LLAMA_BLOCK.mapping[p_attn]
+    block = LLAMA_BLOCK.apply(p_attn + p_mlp)
     return (
         sp.lambdify((L, d, dff, n_heads, n_kv, mlp_mats), L * block, "numpy"),
         sp.lambdify((d, n_heads, n_kv), pa, "numpy"),
