@@ -37,3 +37,11 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 600) -> subprocess.Co
         text=True,
         timeout=timeout,
     )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that reads the built book is marked ``book``, so that ``-m "not book"`` (make
+    check) runs the library tests without a build."""
+    for item in items:
+        if "built_book" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.book)

@@ -56,9 +56,13 @@ def test_headline_json(capsys):
     assert main(["headline", "--scenario", "h100", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert set(result) == {
-        "linear_scaling_end_flop", "plateau_utilization", "last_feasible_flop",
-        "t_crit_flop", "t_limit_flop",
+        "linear_scaling_end_flop", "linear_scaling_before_flop", "linear_scaling_crossing_flop",
+        "plateau_utilization", "last_feasible_flop", "t_crit_flop", "t_limit_flop",
+        "t_crit_own_flop", "t_limit_own_flop",
     }  # fmt: skip
+    # The crossing lies between the grid point before the end and the end.
+    assert result["linear_scaling_before_flop"] < result["linear_scaling_crossing_flop"]
+    assert result["linear_scaling_crossing_flop"] <= result["linear_scaling_end_flop"]
     assert f"{result['t_crit_flop']:.3g}" == "1.92e+28"
     assert f"{result['t_limit_flop']:.3g}" == "2.31e+31"
     assert f"{result['linear_scaling_end_flop']:.3g}" == "2.05e+28"

@@ -15,6 +15,7 @@ notebook's reading of a constant is ours, the docstring of the constant says so.
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from typing import Any
 
@@ -248,11 +249,27 @@ COST_FORMULAS = {
 }
 
 
-def symbol_values(scn: Scenario, alpha: float | None = None) -> dict[sp.Symbol, float]:
-    """The value of every symbol of the closed forms in a scenario (``alpha`` overrides the
-    scenario's ``closed_forms.alpha``)."""
+def symbol_values(
+    scn: Scenario, alpha: float | None = None, laws: str = "paper"
+) -> dict[sp.Symbol, float]:
+    """The value of every symbol of the closed forms in a scenario.
+
+    ``laws="paper"``: the batch-to-depth ratio as the paper's closed forms take it, the
+    ``closed_forms.*`` keys (``b0 / L0`` at the anchor compute, exponent ``closed_forms.alpha``;
+    ``alpha`` overrides the exponent).  ``laws="own"``: the ratio the scenario's own batch and
+    depth laws give (the unrounded laws at the anchor compute, and the exponent they imply,
+    :func:`implied_alpha`), so that each batch law has its own limits."""
     scn = require_scenario(scn)
+    if laws not in ("paper", "own"):
+        raise ValueError(f"laws: got {laws!r}; expected 'paper' or 'own'")
     v = scn.values
+    if laws == "own":
+        at = model.along_compute(scn, np.array([float(v["batch.anchor_flop"])]))
+        ratio = float(at["batch"][0] / at["layers"][0])
+        exponent = implied_alpha(scn) if alpha is None else alpha
+    else:
+        ratio = v["closed_forms.batch_tokens"] / v["closed_forms.layers"]
+        exponent = v["closed_forms.alpha"] if alpha is None else alpha
     return {
         s.peak_flops: scn.peak_flops,
         matmul.bw_hbm: v["hardware.hbm_bandwidth"],
@@ -263,9 +280,9 @@ def symbol_values(scn: Scenario, alpha: float | None = None) -> dict[sp.Symbol, 
         s.train_time: scn.train_seconds,
         s.tokens_per_param: v["training.tokens_per_param"],
         **{k: float(x) for k, x in model.PASS_COUNTS.mapping.items()},
-        rho: v["closed_forms.batch_tokens"] / v["closed_forms.layers"],
+        rho: ratio,
         s.compute_anchor: v["batch.anchor_flop"],
-        s.alpha_ratio: float(v["closed_forms.alpha"] if alpha is None else alpha),
+        s.alpha_ratio: float(exponent),
         t_lam: KERNELS_PER_COMMUNICATION * v["hardware.kernel_latency"],
     }
 
@@ -277,10 +294,11 @@ def _numeric(name: str):
     return free, sp.lambdify(free, expr, "numpy")
 
 
-def evaluate(name: str, scn: Scenario, alpha: Any = None) -> Any:
+def evaluate(name: str, scn: Scenario, alpha: Any = None, laws: str = "paper") -> Any:
     """One closed form (a key of :data:`COST_FORMULAS`) in a scenario; ``alpha`` may be an
-    array of batch-to-depth exponents.  An infinite bandwidth gives an infinite limit."""
-    values = symbol_values(scn, 0.0 if alpha is not None else None)
+    array of batch-to-depth exponents; ``laws`` as in :func:`symbol_values`.  An infinite
+    bandwidth gives an infinite limit."""
+    values = symbol_values(scn, 0.0 if alpha is not None else None, laws)
     if alpha is not None:
         values[s.alpha_ratio] = np.asarray(alpha, dtype=float)
     free, fn = _numeric(name)
@@ -290,15 +308,33 @@ def evaluate(name: str, scn: Scenario, alpha: Any = None) -> Any:
     return float(out) if out.ndim == 0 else out
 
 
+def applies(scn: Scenario) -> bool:
+    """Whether the closed forms apply: they are derived for dense models (a run of ``N``
+    parameters does ``6 k_D N^2`` FLOP), not for mixtures of experts."""
+    return not bool(require_scenario(scn)["model.sparse"])
+
+
 def values(scn: Scenario) -> dict[str, float]:
-    """The closed forms of a scenario: the smallest nanobatch and shard side, the largest
-    model sizes and the two limits in FLOP."""
+    """The closed forms of a scenario: the smallest nanobatch and shard side, and the two
+    limits in FLOP, both as the paper takes the batch-to-depth ratio (``t_crit_flop``,
+    ``t_limit_flop``, at ``alpha``) and under the scenario's own laws (``t_crit_own_flop``,
+    ``t_limit_own_flop``, at ``alpha_own``; NaN for a sparse scenario, where the closed forms
+    do not apply)."""
+    dense = applies(scn)
+    own = {
+        key: evaluate(name, scn, laws="own") if dense else math.nan
+        for key, name in (("t_crit_own_flop", "critical_compute"),
+                          ("t_limit_own_flop", "latency_wall"))
+    }  # fmt: skip
     return {
         "nanobatch_tokens": evaluate("nanobatch", scn),
         "shard_side": evaluate("shard", scn),
         "t_crit_flop": evaluate("critical_compute", scn),
         "t_limit_flop": evaluate("latency_wall", scn),
         "alpha": float(scn["closed_forms.alpha"]),
+        **own,
+        "alpha_own": implied_alpha(scn),
+        "rho_own": float(symbol_values(scn, laws="own")[rho]),
         "latency_s": symbol_values(scn)[t_lam],
     }
 

@@ -18,14 +18,10 @@ PAPER = "Erdil & Schneider-Joseph (2024), model code gpu/gpu_model.py"
 NV_V100 = "NVIDIA Tesla V100 GPU Architecture whitepaper (2017)"
 NV_A100 = "NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020)"
 NV_H100 = "NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022)"
-# The version of the authors' code that printed the paper's results and its matmul table
-# (commit b1f771c, October 2024) describes the H100 by its 1980 MHz boost clock and 29.58 16-bit
-# FLOP per clock per thread: 989.6 TFLOP/s, the datasheet's dense BF16 peak of 989.4 TFLOP/s.
-PAPER_H100_RUN = (
-    "Erdil & Schneider-Joseph (2024), gpu/gpu_model.py at commit b1f771c (the version that "
-    "printed the paper's results); NVIDIA H100 Tensor Core GPU datasheet (1980 MHz boost clock, "
-    "989.4 TFLOP/s dense BF16)"
-)
+# The authors' final code (commit b1f771c, October 2024) describes the H100 by its 1830 MHz
+# maximum clock and 32 16-bit FLOP per clock per thread (989.6 TFLOP/s, the datasheet's dense
+# BF16 peak to within 0.1 %); the book's h100 preset carries those values, as every other preset
+# of the paper's GPUs carries that code's values.
 
 
 @dataclass(frozen=True)
@@ -64,6 +60,7 @@ GPU_PRESETS: dict[str, dict] = {
             "hardware.distributed_shared_memory": False,
             "hardware.hbm_capacity": 32 * GB,
             "hardware.kernel_latency": 4.5e-6,
+            "model.word_bytes": 2,
             "network.intra_node.bandwidth": 300 * GB,
             "network.inter_node.bandwidth": 12.5 * GB,
             "network.latency": 1.125e-6,
@@ -87,6 +84,7 @@ GPU_PRESETS: dict[str, dict] = {
             "hardware.distributed_shared_memory": False,
             "hardware.hbm_capacity": 40 * GB,
             "hardware.kernel_latency": 4.5e-6,
+            "model.word_bytes": 2,
             "network.intra_node.bandwidth": 600 * GB,
             "network.inter_node.bandwidth": 50 * GB,
             "network.latency": 1.125e-6,
@@ -98,8 +96,8 @@ GPU_PRESETS: dict[str, dict] = {
         NV_H100,
         **{
             "hardware.sms": 132,
-            "hardware.max_clock": 1980e6,
-            "hardware.flop_per_clock_per_thread": 29.58,
+            "hardware.max_clock": 1830e6,
+            "hardware.flop_per_clock_per_thread": 32,
             "hardware.threads_per_sm": 128,
             "hardware.effective_utilization": 0.7,
             "hardware.hbm_bandwidth": 3352 * GB,
@@ -110,27 +108,13 @@ GPU_PRESETS: dict[str, dict] = {
             "hardware.distributed_shared_memory": True,
             "hardware.hbm_capacity": 80 * GB,
             "hardware.kernel_latency": 4.5e-6,
+            "model.word_bytes": 2,
             "network.intra_node.bandwidth": 900 * GB,
             "network.inter_node.bandwidth": 100 * GB,
             "network.latency": 1.125e-6,
             "network.node_size": 8,
         },
     ),
-}
-
-
-GPU_PRESETS["h100"]["values"]["hardware.max_clock"] = Sourced(1980e6, PAPER_H100_RUN)
-GPU_PRESETS["h100"]["values"]["hardware.flop_per_clock_per_thread"] = Sourced(29.58, PAPER_H100_RUN)
-
-# Constants a preset could equally carry, with where they come from: the later version of the
-# authors' code, followed by the reference notes (section 3), describes the H100 by 1830 MHz and
-# 32 FLOP per clock per thread; same peak, lower shared-memory bandwidth.
-ALTERNATIVES: dict[str, dict] = {
-    "h100": {
-        "label": "1830 MHz and 32 FLOP per clock per thread (later gpu_model.py, reference notes)",
-        "sets": ("hardware.max_clock=1830e6", "hardware.flop_per_clock_per_thread=32"),
-        "source": PAPER,
-    }
 }
 
 
@@ -190,12 +174,13 @@ _H200_AS_H100 = (
     "hardware.threads_per_sm", "hardware.effective_utilization", "hardware.l2_bandwidth",
     "hardware.l2_size", "hardware.register_file_per_block", "hardware.blocks_per_sm",
     "hardware.distributed_shared_memory", "hardware.kernel_latency", "network.latency",
-    "network.node_size", "network.inter_node.bandwidth",
+    "network.node_size", "network.inter_node.bandwidth", "model.word_bytes",
 )  # fmt: skip
 _B200_AS_H100 = (
     "hardware.threads_per_sm", "hardware.effective_utilization",
     "hardware.register_file_per_block", "hardware.blocks_per_sm",
     "hardware.distributed_shared_memory", "hardware.kernel_latency", "network.latency",
+    "model.word_bytes",
 )  # fmt: skip
 GPU_PRESETS["h200"] = _sourced(
     "H200 SXM",
@@ -272,6 +257,8 @@ GPU_PRESETS["gtx580"] = _sourced(
         "hardware.blocks_per_sm": (2, NV_GTX580),
         "hardware.distributed_shared_memory": (False, NV_GTX580),
         "hardware.hbm_capacity": (3 * GB, ALEXNET),
+        # Fermi has no 16-bit arithmetic: its words, and the FLOP its peak counts, are 32-bit.
+        "model.word_bytes": (4, f"{NV_GTX580} (32-bit arithmetic only)"),
         "hardware.kernel_latency": (
             _paper("h100", "hardware.kernel_latency"),
             f"{ESTIMATE}: the paper's kernel latency",
@@ -300,7 +287,8 @@ def gpu_names() -> list[str]:
 
 
 def gpu_values(name: str) -> dict[str, float | int | bool]:
-    """The scenario values a GPU preset supplies (``hardware.*`` and ``network.*``)."""
+    """The scenario values a GPU preset supplies: ``hardware.*``, ``network.*`` and the word
+    size of its arithmetic, ``model.word_bytes``."""
     return {key: s.value for key, s in GPU_PRESETS[name]["values"].items()}
 
 

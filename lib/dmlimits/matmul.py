@@ -239,14 +239,22 @@ def weight_traffic(kind: str) -> sp.Expr:
     return 2 * weights if check_kind(kind) == "weight-grad" else weights
 
 
-def multicast_traffic(rows: sp.Expr, cols: sp.Expr) -> sp.Expr:
+def multicast_traffic(kind: str, rows: sp.Expr, cols: sp.Expr) -> sp.Expr:
     """Bytes moved between SMs over distributed shared memory, counted at both ends.
 
-    With ``rows x cols`` per-SM tiles, each input value goes to every row of tiles after the
-    first holding it, and each ``d1 x b`` value (a partial output to reduce, or a weight-gradient
-    operand to share) crosses once per column after the first.  Both kinds have this form.
+    With ``rows x cols`` per-SM tiles, every SM of a column of tiles needs the same input
+    values.  A multicast sends each value once and every other SM of the column receives it:
+    ``rows`` transfers, one send and ``rows - 1`` receives (none when there is one row).  The
+    weight gradient's ``d1 x b`` operand is shared along a row of tiles the same way: ``cols``
+    transfers.  The forward and activation-gradient outputs are instead reduced: each of the
+    ``cols - 1`` SMs that do not own a partial output sends it to the one that does, which
+    receives it, two transfers each.
     """
-    return 2 * ((rows - 1) * word * d2 * b + (cols - 1) * word * d1 * b)
+    kind = check_kind(kind)
+    inputs = sp.Piecewise((rows, rows > 1), (0, True)) * word * d2 * b
+    if kind == "weight-grad":
+        return inputs + sp.Piecewise((cols, cols > 1), (0, True)) * word * d1 * b
+    return inputs + 2 * (cols - 1) * word * d1 * b
 
 
 def padded(x: sp.Expr) -> sp.Expr:
@@ -299,7 +307,7 @@ def traffic_expressions(kind: str, multicast: bool) -> dict[str, sp.Expr]:
     l2_sm = boundary_traffic(kind, rows, cols, streamed(room["registers-resident"]))
     if multicast:
         _, rows, cols = tile_grid(room["sm-sm"])
-        between_sms = multicast_traffic(rows, cols)
+        between_sms = multicast_traffic(kind, rows, cols)
     else:
         between_sms = sp.Integer(0)
     # Shared memory-registers: each processing block holds a tile.

@@ -452,7 +452,8 @@ def batch_tokens(
     )
     seq = v["model.sequence_length"]
     raw = np.broadcast_to(raw, np.shape(compute))
-    return round_to_grid(np.maximum(raw / seq, 1.0)) * seq
+    per_expert = np.maximum(raw / (seq * np.asarray(experts, float)), 1.0)
+    return round_to_grid(per_expert) * np.asarray(experts, float) * seq
 
 
 def shapes(scn: Scenario, law: str | None = None) -> Shapes:

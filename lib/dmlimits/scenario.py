@@ -86,7 +86,9 @@ SCHEMA: dict[str, Field] = {
     "hardware.sms": _int(_H100["hardware.sms"], "streaming multiprocessors"),
     "hardware.max_clock": _pos(_H100["hardware.max_clock"], "maximum clock", "Hz"),
     "hardware.flop_per_clock_per_thread": _pos(
-        _H100["hardware.flop_per_clock_per_thread"], "16-bit FLOP per clock per thread"
+        _H100["hardware.flop_per_clock_per_thread"],
+        "FLOP per clock per thread, at the word size of model.word_bytes (16-bit on the paper's "
+        "GPUs)",
     ),
     "hardware.threads_per_sm": _int(_H100["hardware.threads_per_sm"], "threads per SM"),
     "hardware.effective_utilization": _pos(
@@ -131,11 +133,22 @@ SCHEMA: dict[str, Field] = {
     # training.*
     "training.months": _pos(3.0, "wall-clock duration of the training run", "months"),
     "training.tokens_per_param": _pos(20.0, "training tokens per parameter (Chinchilla)"),
+    "training.year_seconds": _pos(
+        SECONDS_PER_YEAR,
+        "seconds in a year, to turn months into seconds: 365.25 days (the reference notes and "
+        "the authors' closed-form notebook); the authors' search notebook uses 3.154e7",
+        "s",
+    ),
     # model.*
     "model.sparse": Field("bool", False, "mixture of experts (sparsity law) instead of dense"),
     "model.ff_ratio": _pos(4.0, "d_ff / d_model"),
     "model.sequence_length": _int(2048, "tokens per sequence", "tokens"),
-    "model.word_bytes": _pos(2.0, "bytes per word (16-bit arithmetic)", "byte"),
+    "model.word_bytes": _pos(
+        2.0,
+        "bytes per word of weights, activations and gradients: 16-bit arithmetic (2); a GPU "
+        "preset without 16-bit arithmetic sets its own",
+        "byte",
+    ),
     # depth.*: L = coefficient * (d_model d_ff)^exponent
     "depth.coefficient": _pos(0.10056, "coefficient of the depth law"),
     "depth.exponent": _pos(0.3751, "exponent of the depth law", maximum=10.0),
@@ -161,22 +174,25 @@ SCHEMA: dict[str, Field] = {
     "search.level_times": Field(
         "choice",
         "links",
-        "how bandwidth times on the two network levels combine: links (NVLink and InfiniBand "
-        "work at once, each carrying all the traffic on its level; reproduces the paper's "
-        "results), max (each collective's two levels overlap) or sum (all added, as the stored "
-        "versions of the authors' notebook do)",
-        choices=("links", "max", "sum"),
+        "how bandwidth times on the two network levels combine (chapter 'The best parallelism at "
+        "every scale'): links (NVLink and InfiniBand work at once, each carrying the sum of "
+        "every transfer on its level; derived there), authors (each all-reduce family's levels "
+        "overlap, point-to-point levels add, and the families add: the authors' final code), "
+        "max (each parallelism's two levels overlap, parallelisms add) or sum (everything adds)",
+        choices=("links", "authors", "max", "sum"),
     ),
     "search.dp_overlap": Field(
         "bool",
         False,
         "the gradient all-reduce overlaps the pipeline's compute (false: it follows the pipeline, "
-        "as the reference notes say and the paper's results need)",
+        "as the paper and the authors' final code have it)",
     ),
     "search.microbatch_unit": Field(
         "choice",
         "token",
-        "what microbatches are whole numbers of: token (the authors' code) or sequence",
+        "what microbatches are whole numbers of (chapter 'Pipeline parallelism'): token (the "
+        "model has no attention, so any tokens can form a microbatch; the authors' final code) "
+        "or sequence",
         choices=("token", "sequence"),
     ),
     "search.microbatch_candidates": _int(
@@ -188,21 +204,27 @@ SCHEMA: dict[str, Field] = {
     "search.zero_bubble": Field("bool", True, "try zero-bubble pipelining (Qi et al. 2023)"),
     "search.zero_bubble_min": Field(
         "choice",
-        "2n-1",
-        "fewest microbatches zero-bubble needs: 2n-1 (the authors' code) or 2n (the notes)",
-        choices=("2n-1", "2n"),
+        "2n",
+        "fewest microbatches a zero-bubble schedule needs (chapter 'Pipeline parallelism'): 2n "
+        "(two per stage, which hides the pipeline's latency; the authors' final code) or 2n-1 "
+        "(the fewest the ZB-H2 schedule itself runs with; earlier versions of the authors' code)",
+        choices=("2n", "2n-1"),
     ),
     "search.expert_latency": Field(
         "choice",
-        "expected",
-        "expert latency per interface: expected over the levels (authors' code) or at the "
-        "highest level the group spans (the notes)",
-        choices=("expected", "highest"),
+        "highest",
+        "expert latency per interface (chapter 'Expert parallelism'): highest (every interface "
+        "waits for the highest level the expert group spans; the authors' final code) or "
+        "expected (the levels' latencies weighted by how often a token crosses each; earlier "
+        "versions of the authors' code)",
+        choices=("highest", "expected"),
     ),
     "search.tp_split_rule": Field(
         "choice",
         "isqrt",
-        "2D split rule sqrt(N_TP) <= N_TP,ff <= 4 sqrt(N_TP): isqrt (authors' code) or exact",
+        "2D split rule of tensor parallelism (chapter 'Tensor parallelism'): isqrt "
+        "(floor(sqrt(N_TP)) <= N_TP,ff <= 4 floor(sqrt(N_TP)); the authors' final code) or exact "
+        "(sqrt(N_TP) <= N_TP,ff <= 4 sqrt(N_TP), the rule as the paper states it)",
         choices=("isqrt", "exact"),
     ),
     # closed_forms.*: the power laws of the closed forms (reference notes, section 7)
@@ -377,7 +399,7 @@ class Scenario:
 
     @property
     def train_seconds(self) -> float:
-        return self.values["training.months"] / 12 * SECONDS_PER_YEAR
+        return self.values["training.months"] / 12 * self.values["training.year_seconds"]
 
     @property
     def gpu_label(self) -> str:

@@ -336,16 +336,29 @@ def _costs(
     return out
 
 
-def _network_time(parts: list[tuple[np.ndarray, np.ndarray]], rule: str) -> np.ndarray:
+def _network_time(parts: dict[str, tuple[np.ndarray, np.ndarray]], rule: str) -> np.ndarray:
     """Bandwidth time of several parallelisms' traffic, given each one's time on the level-0
-    and level-1 links: ``sum`` adds everything; ``max`` lets each collective's two levels
-    overlap; ``links`` lets the two kinds of links work at once, each busy with the sum of
-    everyone's traffic on it."""
+    and level-1 links (keys among ``dp``, ``tp_model``, ``tp_ff`` and ``pp_ep``).
+
+    ``links`` (the default, derived as ``search-network-time``): the two kinds of links work
+    at once, each busy with the sum of everyone's traffic on it.  ``authors`` (the authors'
+    final code): the two tensor-parallel all-reduces share each level and their levels
+    overlap, as do the gradient all-reduce's; point-to-point transfers at different levels add;
+    the families add.  ``max``: each parallelism's two levels overlap and parallelisms add.
+    ``sum``: everything adds."""
     if rule == "sum":
-        return sum(a + b for a, b in parts)
+        return sum(a + b for a, b in parts.values())
     if rule == "max":
-        return sum(np.maximum(a, b) for a, b in parts)
-    return np.maximum(sum(a for a, _ in parts), sum(b for _, b in parts))
+        return sum(np.maximum(a, b) for a, b in parts.values())
+    if rule == "authors":
+        tp = [parts[k] for k in ("tp_model", "tp_ff") if k in parts]
+        out = np.maximum(sum(a for a, _ in tp), sum(b for _, b in tp)) if tp else 0.0
+        if "dp" in parts:
+            out = out + np.maximum(*parts["dp"])
+        if "pp_ep" in parts:
+            out = out + sum(parts["pp_ep"])
+        return out
+    return np.maximum(sum(a for a, _ in parts.values()), sum(b for _, b in parts.values()))
 
 
 # --- The search ------------------------------------------------------------------------------
@@ -406,12 +419,12 @@ def best_on(
         name: (pick(name, "level0"), pick(name, "level1"))
         for name in ("dp", "tp_model", "tp_ff", "pp_ep")
     }
-    hidden = [levels[k] for k in ("tp_model", "tp_ff", "pp_ep")]
+    hidden = {k: levels[k] for k in ("tp_model", "tp_ff", "pp_ep")}
     if ch.dp_overlap:
-        hidden.append(levels["dp"])
+        hidden["dp"] = levels["dp"]
         t_dp_after = np.zeros_like(levels["dp"][0])
     else:
-        t_dp_after = _network_time([levels["dp"]], ch.level_times)
+        t_dp_after = _network_time({"dp": levels["dp"]}, ch.level_times)
     t_net = _network_time(hidden, ch.level_times)
     lat_pipe = pick("tp_model", "latency") + pick("tp_ff", "latency") + pick("pp_ep", "latency")
     lat_dp = pick("dp", "latency")
@@ -485,10 +498,13 @@ def optimal(scn: Scenario, pt: Point, ch: Choices | None = None) -> dict[str, An
             best = found
         if stale >= PATIENCE:
             break
-    if best is None:
-        return _finish(scn, pt, {"feasible": False, "n_gpu": math.nan, "t_step": math.nan})
-    best["feasible"] = False
-    return _finish(scn, pt, best)
+    # No cluster trains the model in time: no configuration and no utilization (the fastest step
+    # the search saw depends on where it gave up, so it is kept only as a diagnostic).
+    fastest = best["t_step"] if best is not None else math.nan
+    return _finish(
+        scn, pt, {"feasible": False, "n_gpu": math.nan, "t_step": math.nan,
+                  "fastest_step_seen": fastest},
+    )  # fmt: skip
 
 
 def _finish(scn: Scenario, pt: Point, found: dict[str, Any]) -> dict[str, Any]:
@@ -662,65 +678,145 @@ def linear_end_threshold(scn: Scenario) -> float:
 
 def headline(scn: Scenario) -> dict[str, float]:
     """The scenario's headline numbers: where linear scaling ends (the first feasible grid
-    point at or below :func:`linear_end_threshold`), the utilization of the plateau before it
-    (the largest), the last feasible grid point, and the two closed forms."""
+    point at or below :func:`linear_end_threshold`), the feasible grid point before it and the
+    crossing interpolated between the two in log compute (the grid's spacing sets the end to
+    within that bracket), the utilization of the plateau before it (the largest), the last
+    feasible grid point, and the closed forms: the paper's (``t_crit_flop``, ``t_limit_flop``)
+    and those of the scenario's own laws (``t_crit_own_flop``, ``t_limit_own_flop``)."""
     scn = require_scenario(scn)
     results = sweep(scn)
     feasible = [r for r in results if r["feasible"]]
     limit = linear_end_threshold(scn)
-    end = next((r for r in feasible if r["utilization"] <= limit), None)
+    k = next((i for i, r in enumerate(feasible) if r["utilization"] <= limit), None)
+    end = feasible[k] if k is not None else None
+    before = feasible[k - 1] if k else None
+    crossing = end["training_flop"] if end else math.nan
+    if end and before:
+        u0, u1 = before["utilization"], end["utilization"]
+        x0, x1 = math.log(before["training_flop"]), math.log(end["training_flop"])
+        crossing = math.exp(x0 + (x1 - x0) * (u0 - limit) / (u0 - u1)) if u0 > u1 else crossing
     cf = closed_forms.values(scn)
     return {
         "linear_scaling_end_flop": end["training_flop"] if end else math.nan,
+        "linear_scaling_before_flop": before["training_flop"] if before else math.nan,
+        "linear_scaling_crossing_flop": crossing,
         "plateau_utilization": max((r["utilization"] for r in feasible), default=math.nan),
         "last_feasible_flop": feasible[-1]["training_flop"] if feasible else math.nan,
         "t_crit_flop": cf["t_crit_flop"],
         "t_limit_flop": cf["t_limit_flop"],
+        "t_crit_own_flop": cf["t_crit_own_flop"],
+        "t_limit_own_flop": cf["t_limit_own_flop"],
     }
 
 
 # --- The authors' configurations ---------------------------------------------------------------
-REFERENCE_SETTINGS = {"h100": "Default scaling", "h100-no-batch-scaling": "No scaling"}
-#: Utilization within this of the authors' printed value counts as agreement (issue #4).
+#: The settings whose sweeps the authors' final code was run for (data/paper1_reference_sweeps.csv).
+REFERENCE_FILE = "paper1_reference_sweeps.csv"
+#: Utilization within this of the authors' value counts as agreement (issue #12).
 REFERENCE_TOLERANCE = 0.01
 
 
+def reference_rows(setting: str) -> list[dict[str, Any]]:
+    """The authors' final code's result at every model of one setting's sweep (a preset name of
+    :data:`dmlimits.scenario.PAPER_PRESETS`), from ``data/paper1_reference_sweeps.csv``: numbers
+    as floats, ``feasible`` as a bool, an empty configuration as NaN."""
+    from .scenario import PAPER_PRESETS
+
+    if setting not in PAPER_PRESETS:
+        raise ValueError(
+            f"setting: got {setting!r}; expected one of the paper's presets: "
+            + ", ".join(PAPER_PRESETS)
+        )
+    out = []
+    for r in published.data_rows(REFERENCE_FILE):
+        if r["setting"] != setting:
+            continue
+        row: dict[str, Any] = {"setting": setting, "feasible": r["feasible"] == "True"}
+        for k, v in r.items():
+            if k not in ("setting", "feasible") and not k.endswith("_levels"):
+                row[k] = float(v) if v != "" else math.nan
+        out.append(row)
+    return out
+
+
+def reference_setting(scn: Scenario) -> str:
+    """The paper's preset a scenario is compared with: its own name, or the preset it was
+    built from (``h100+training.months=6`` is compared with ``h100``)."""
+    from .scenario import PAPER_PRESETS
+
+    for name in (scn.name, scn.name.split("+")[0], scn.origin.removeprefix("preset ")):
+        if name in PAPER_PRESETS:
+            return name
+    raise ValueError(
+        f"scenario {scn.name!r}: not one of the paper's settings; expected one of "
+        + ", ".join(PAPER_PRESETS)
+    )
+
+
 def reference_comparison(scn: Scenario, setting: str | None = None) -> list[dict[str, Any]]:
-    """The search's result beside every reference configuration of ``setting`` (the
-    authors' code as rerun, ``data/paper1_reference_configs.csv``): compute, the two
-    utilizations and their difference, and whether the configurations are the same (GPUs and
-    the TP, PP and DP degrees; three significant figures, as printed) and so is the 2D split
-    of tensor parallelism (equal products often tie)."""
+    """The search's result beside the authors' at every model of ``setting`` (default: the
+    scenario's own preset) for which their code found a configuration: compute, the two
+    utilizations and their difference (NaN where this search finds none), whether the
+    configurations are the same (GPUs and the TP, PP, DP and EP degrees) and so is the 2D
+    split of tensor parallelism (equal products often tie), and the cost that binds."""
     scn = require_scenario(scn)
-    setting = setting or ("No scaling" if scn["batch.law"] == "none" else "Default scaling")
-    refs = [
-        r for r in published.data_rows("paper1_reference_configs.csv") if r["setting"] == setting
-    ]
-    if not refs:
-        raise ValueError(f"setting: got {setting!r}; expected one of the reference settings")
+    setting = setting or reference_setting(scn)
     mine = sweep(scn)
     out = []
-    for ref in refs:
-        c = float(ref["training_flop_16bit"])
+    for ref in reference_rows(setting):
+        if not ref["feasible"]:
+            continue
+        c = ref["training_flop_16bit"]
         match = min(mine, key=lambda r: abs(math.log(r["training_flop"] / c)))
-        if abs(match["training_flop"] / c - 1) > 0.01:
-            raise ValueError(f"no grid point of {scn.name} at the reference compute {c:.3g}")
-        if not match["feasible"]:
-            same = split = False
-        else:
-
-            def agree(k: str, x: float, ref: dict[str, str] = ref) -> bool:
-                return float(f"{x:.3g}") == float(f"{float(ref[k]):.3g}")
-
-            tp = float(ref["tp_model"]) * float(ref["tp_ff"])
-            same = all(agree(k, match[k]) for k in ("n_gpu", "pp", "dp")) and float(
-                f"{match['tp_model'] * match['tp_ff']:.3g}"
-            ) == float(f"{tp:.3g}")
-            split = same and all(agree(k, match[k]) for k in ("tp_model", "tp_ff"))
-        u_ref = float(ref["utilization"])
+        if abs(match["training_flop"] / c - 1) > 1e-4:
+            raise ValueError(f"no grid point of {scn.name} at the reference compute {c:.6g}")
+        found = bool(match["feasible"])
+        same = (
+            found
+            and all(float(match[k]) == ref[k] for k in ("n_gpu", "pp", "dp", "ep"))
+            and match["tp_model"] * match["tp_ff"] == ref["tp_model"] * ref["tp_ff"]
+        )
+        split = same and all(float(match[k]) == ref[k] for k in ("tp_model", "tp_ff"))
+        u = match["utilization"] if found else math.nan
         out.append({
-            "training_flop": match["training_flop"], "utilization_reference": u_ref,
-            "utilization": match["utilization"], "difference": match["utilization"] - u_ref,
-            "same_configuration": same, "same_split": split, "binding": match["binding"],
+            "training_flop": match["training_flop"], "found": found,
+            "utilization_reference": ref["utilization"], "utilization": u,
+            "difference": u - ref["utilization"], "same_configuration": same,
+            "same_split": split, "binding": match["binding"],
+            "n_gpu": match.get("n_gpu", math.nan), "n_gpu_reference": ref["n_gpu"],
         })  # fmt: skip
     return out
+
+
+def reference_linear_end(scn: Scenario, setting: str | None = None) -> float:
+    """Where linear scaling ends in the authors' sweep of ``setting``, by the same rule as
+    :func:`headline` (the threshold of the scenario's GPU)."""
+    setting = setting or reference_setting(scn)
+    limit = linear_end_threshold(scn)
+    rows = [r for r in reference_rows(setting) if r["feasible"]]
+    return next((r["training_flop_16bit"] for r in rows if r["utilization"] <= limit), math.nan)
+
+
+def reference_summary(scn: Scenario, setting: str | None = None) -> dict[str, Any]:
+    """How closely the search reproduces the authors' sweep of ``setting``: grid points they
+    found a configuration for, how many of those this search finds, how many are within
+    :data:`REFERENCE_TOLERANCE` in utilization, the largest difference, how many have the same
+    configuration, and both linear-scaling ends with their ratio."""
+    scn = require_scenario(scn)
+    setting = setting or reference_setting(scn)
+    rows = reference_comparison(scn, setting)
+    diffs = [abs(r["difference"]) for r in rows if r["found"]]
+    ours = headline(scn)["linear_scaling_end_flop"]
+    theirs = reference_linear_end(scn, setting)
+    return {
+        "setting": setting,
+        "points": len(rows),
+        "found": sum(r["found"] for r in rows),
+        "within": sum(d <= REFERENCE_TOLERANCE for d in diffs),
+        "max_difference": max(diffs, default=math.nan),
+        "same_configuration": sum(r["same_configuration"] for r in rows),
+        "same_split": sum(r["same_split"] for r in rows),
+        "linear_end": ours,
+        "linear_end_reference": theirs,
+        "linear_end_ratio": ours / theirs,
+    }

@@ -347,27 +347,35 @@ def analytic_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-#: One alternative for each modelling choice of the search whose effect the book shows.
+#: One alternative for each modelling choice of the search whose effect the book shows: each
+#: default is the rule its chapter derives (tests/test_choices.py); these are the others.
 CHOICE_ALTERNATIVES = {
+    "the authors' level rule (`search.level_times=authors`)": {"search.level_times": "authors"},
+    "levels overlapped per parallelism (`search.level_times=max`)": {"search.level_times": "max"},
     "levels added (`search.level_times=sum`)": {"search.level_times": "sum"},
-    "levels overlapped per collective (`search.level_times=max`)": {"search.level_times": "max"},
     "gradient all-reduce overlapped (`search.dp_overlap=true`)": {"search.dp_overlap": True},
     "microbatches of whole sequences (`search.microbatch_unit=sequence`)": {
         "search.microbatch_unit": "sequence"
     },
     "no zero-bubble schedule (`search.zero_bubble=false`)": {"search.zero_bubble": False},
-    "zero bubble needs 2N microbatches (`search.zero_bubble_min=2n`)": {
-        "search.zero_bubble_min": "2n"
+    "zero bubble with 2N - 1 microbatches (`search.zero_bubble_min=2n-1`)": {
+        "search.zero_bubble_min": "2n-1"
+    },
+    "expected expert latency (`search.expert_latency=expected`)": {
+        "search.expert_latency": "expected"
     },
     "exact 2D split rule (`search.tp_split_rule=exact`)": {"search.tp_split_rule": "exact"},
+    "the authors' search year of 3.154e7 s (`training.year_seconds=3.154e7`)": {
+        "training.year_seconds": 3.154e7
+    },
 }
 
 
 def choice_effects(scn: Scenario) -> list[dict[str, Any]]:
     """For the scenario and each alternative of :data:`CHOICE_ALTERNATIVES`: where linear
-    scaling ends, the last feasible point and, when the scenario is one the authors printed
-    configurations for (h100 or h100-no-batch-scaling with no other change), how many grid
-    points are within 0.01 utilization of theirs."""
+    scaling ends, the last feasible point and, when the scenario is one of the paper's
+    settings as published (no other change), how many of the authors' grid points are within
+    :data:`search.REFERENCE_TOLERANCE` utilization of theirs."""
     from .scenario import resolve_overrides
 
     reference = _is_reference(scn)
@@ -383,17 +391,20 @@ def choice_effects(scn: Scenario) -> list[dict[str, Any]]:
             "compared": None,
         }
         if reference:
-            comp = search.reference_comparison(variant)
-            row["within"] = sum(abs(r["difference"]) <= search.REFERENCE_TOLERANCE for r in comp)
-            row["compared"] = len(comp)
+            summary = search.reference_summary(variant, reference)
+            row["within"] = summary["within"]
+            row["compared"] = summary["points"]
         out.append(row)
     return out
 
 
-def _is_reference(scn: Scenario) -> bool:
-    from .scenario import resolve
+def _is_reference(scn: Scenario) -> str | None:
+    """The paper's preset the scenario is, unchanged, or None."""
+    from .scenario import PAPER_PRESETS, resolve
 
-    return any(dict(scn.values) == dict(resolve(name).values) for name in search.REFERENCE_SETTINGS)
+    return next(
+        (name for name in PAPER_PRESETS if dict(scn.values) == dict(resolve(name).values)), None
+    )
 
 
 def choice_effects_table(rows: list[dict[str, Any]]) -> str:
