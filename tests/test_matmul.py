@@ -372,3 +372,14 @@ def test_fast_numeric_path_equals_the_full_expressions(kind, multicast):
     fast = matmul._numeric(kind, multicast, ("total", "efficiency"))(x1, x2, nb, *hw)
     for got, want in zip(fast, full(x1, x2, nb, *hw), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_multicast_traffic_is_its_derivation():
+    """What the model charges between SMs is the derivation the chapter shows (for more than
+    one row of tiles; with one row the input stays where it is)."""
+    d = matmul.multicast_derivation().verify()
+    r, c = matmul.tile_rows, matmul.tile_cols
+    charged = matmul.multicast_traffic("forward", r, c)
+    for rows_ in (2, 3, sp.Rational(7, 2)):
+        assert sp.simplify((d.result.rhs - charged).subs(r, rows_)) == 0
+    assert charged.subs(r, 1) == d.result.rhs.subs(r, 1) - matmul.word * matmul.d2 * matmul.b

@@ -476,15 +476,24 @@ def test_valid_microbatches_examples():
 
 
 def test_valid_microbatches_against_brute_force():
-    for n_pp, seqs, zb in product(range(1, 9), range(1, 65), (False, True)):
-        least = 2 * n_pp if zb else n_pp
-        want = [d for d in range(1, seqs + 1) if seqs % d == 0 and d >= least][:4]
-        got = pipeline.valid_microbatches(n_pp, seqs, zero_bubble=zb)
-        assert got == tuple(want), (n_pp, seqs, zb)
+    for n_pp, n, zb, rule in product(range(1, 9), range(1, 65), (False, True), ("2n", "2n-1")):
+        least = 2 * n_pp - (rule == "2n-1") if zb else n_pp
+        want = [d for d in range(1, n + 1) if n % d == 0 and d >= least][:4]
+        got = pipeline.valid_microbatches(n_pp, n, zero_bubble=zb, rule=rule)
+        assert got == tuple(want), (n_pp, n, zb, rule)
         for m in got:
-            assert seqs % m == 0  # whole sequences per microbatch
-            if zb:
+            assert n % m == 0  # whole units per microbatch
+            if zb and rule == "2n":
                 assert pipeline.bubble_fraction(n_pp, m, zero_bubble=True) == 0.0
+
+
+def test_microbatch_units():
+    assert pipeline.unit_tokens("token", 2048) == 1
+    assert pipeline.unit_tokens("sequence", 2048) == 2048
+    with pytest.raises(ValueError, match=r"unit: got 'sequences'; expected one of token"):
+        pipeline.unit_tokens("sequences", 2048)
+    with pytest.raises(ValueError, match=r"rule: got '2N'; expected one of 2n, 2n-1"):
+        pipeline.least_microbatches(4, True, "2N")
 
 
 # --- Errors name the bad value -----------------------------------------------------------------
@@ -496,8 +505,8 @@ def test_valid_microbatches_against_brute_force():
         (lambda: pipeline.bubble_fraction(4, [4, -1]), r"m: got -1; expected whole numbers"),
         (lambda: pipeline.bubble_fraction(4, 4, v=0), r"v: got 0; expected whole numbers"),
         (lambda: pipeline.bubble_fraction("four", 4), r"n_pp: got 'four'"),
-        (lambda: pipeline.valid_microbatches(4, 0), r"batch_sequences: got 0"),
-        (lambda: pipeline.valid_microbatches(4, 96.5), r"batch_sequences: got 96\.5"),
+        (lambda: pipeline.valid_microbatches(4, 0), r"units: got 0"),
+        (lambda: pipeline.valid_microbatches(4, 96.5), r"units: got 96\.5"),
         (lambda: pipeline.valid_microbatches(4, 96, count=0), r"count: got 0"),
         (lambda: pipeline.valid_microbatches(True, 96), r"n_pp: got True"),
         (lambda: pipeline.valid_microbatches(4, 96, zero_bubble=1), r"zero_bubble: got 1"),

@@ -231,7 +231,9 @@ def test_paper_presets_are_the_sixteen_of_the_issue():
 # --- The step-time derivations ---------------------------------------------------------------
 def test_step_derivations_verify():
     found = derivations_of("step")
-    assert {d.name for d in found} == {"search-step-time", "search-utilization"}
+    assert {d.name for d in found} == {
+        "search-step-time", "search-network-time", "search-utilization"
+    }
     for d in found:
         d.verify()
 
@@ -266,4 +268,4 @@ def test_the_search_tries_the_pipeline_chapters_microbatch_counts(h100):
     from dmlimits import pipeline
 
     assert search.Choices.of(h100).microbatch_candidates == pipeline.SEARCH_MICROBATCH_COUNT
-    assert search.smallest_divisors(64, 8, 4) == (8, 16, 32, 64)
+    assert pipeline.valid_microbatches(8, 64) == (8, 16, 32, 64)

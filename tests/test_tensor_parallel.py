@@ -127,12 +127,16 @@ def test_split_rule_against_brute_force(rule):
 
 def test_split_rule_facts():
     for n in (2**k for k in range(0, 21)):
-        splits = tp.tp_splits(n)
+        splits = tp.tp_splits(n, "exact")
         assert splits, n
         for m, f in splits:
             assert m * f == n and f >= m and f <= 16 * m
+        # Rounding the root down: at most twice the model degree above the ff degree.
+        for m, f in tp.tp_splits(n):
+            assert m * f == n and 2 * f >= m and f <= 16 * m
     assert (1, 16) in tp.tp_splits(16) and (1, 32) not in tp.tp_splits(32)
-    assert (4, 2) in tp.tp_splits(8, "isqrt") and (4, 2) not in tp.tp_splits(8)
+    assert (4, 2) in tp.tp_splits(8) and (4, 2) not in tp.tp_splits(8, "exact")
+    assert tp.tp_splits(8) == tp.tp_splits(8, "isqrt")  # the chapter's rule is the default
     assert tp.tp_splits(np.int64(8)) == tp.tp_splits(8.0)
 
 

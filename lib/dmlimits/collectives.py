@@ -577,8 +577,8 @@ def two_level_allreduce_derivation() -> Derivation:
         chapter=CHAPTER,
         notes=(
             "Adding the bandwidth times instead (no overlap between levels) bounds the time from "
-            "above; the versions of the authors' code read for this book add them, while the "
-            "reference notes take the larger: overlap_levels=False gives the sum.",
+            "above; earlier versions of the authors' code added them, while their final code "
+            "and the reference notes take the larger: overlap_levels=False gives the sum.",
         ),
     )
 

@@ -12,11 +12,12 @@ This module derives that cost itself, in sympy, from the collectives module's ex
   with ``n_w = N``, one repetition, spread over the ``N_GPU`` GPUs of the cluster (each GPU
   all-reduces the gradients of its own shard of the model, ``N N_DP / N_GPU`` words).
 * **Two explicit choices.**  ``overlap_levels`` (default ``True``): the bandwidth times of the
-  two levels overlap and the larger binds, as the reference notes say; ``False`` adds them, as
-  the stored versions of the authors' notebook do.  ``overlap_compute`` (default ``False``): the
-  all-reduce waits for the step's last gradients and is not hidden behind compute (nor stretched
-  by the pipeline bubble), as the reference notes say; ``True`` hides its bandwidth time behind
-  the rest of the step, the default of the authors' notebook.  Latency is never hidden.
+  two levels overlap and the larger binds, as the reference notes say and the authors' final
+  code does; ``False`` adds them, as earlier versions of their code did.  ``overlap_compute``
+  (default ``False``): the all-reduce waits for the step's last gradients and is not hidden
+  behind compute (nor stretched by the pipeline bubble), as the reference notes say and the
+  authors' notebook runs it (``overlap_DP = 0``); ``True`` hides its bandwidth time behind the
+  rest of the step, the default of their function's signature.  Latency is never hidden.
 * **Memory.**  Parameters are replicated across the ``N_DP`` replicas; the optimizer state, four
   times the parameter bytes, is sharded across them.  The cluster fits the run when
   ``N_GPU M_HBM >= N w N_DP + k_opt N w`` (activations are not modelled); solved for ``N_DP``
@@ -310,8 +311,9 @@ def allreduce_derivation() -> Derivation:
         ],
         chapter=CHAPTER,
         notes=(
-            "The stored versions of the authors' notebook add the two levels' bandwidth times "
-            "instead of taking the larger; overlap_levels=False gives the sum.",
+            "Earlier versions of the authors' code added the two levels' bandwidth times "
+            "instead of taking the larger, as their final code does; overlap_levels=False gives "
+            "the sum.",
         ),
     )
 
@@ -596,8 +598,8 @@ def dp_bytes_per_gpu(scn: Scenario, n_params: Any, n_dp: Any, n_gpu: Any = None)
 
 def step_time(rest: Any, comm: CommTime, overlap_compute: bool = False) -> Any:
     """Seconds of one optimizer step: ``rest`` (the step without the all-reduce) plus the
-    all-reduce ``comm``.  Not overlapped (default, the reference notes): ``rest + bandwidth +
-    latency``; ``overlap_compute=True`` (the authors' notebook's default): ``max(rest,
+    all-reduce ``comm``.  Not overlapped (default: the reference notes, and the authors'
+    notebook as run): ``rest + bandwidth + latency``; ``overlap_compute=True``: ``max(rest,
     bandwidth) + latency``."""
     overlap_compute = _flag("overlap_compute", overlap_compute)
     if not isinstance(comm, CommTime):

@@ -18,8 +18,8 @@ public code).  This module derives that part of the model in sympy:
   paid in bandwidth only for tokens whose expert lives elsewhere, at the level where it lives.
   The expected bandwidth times of the two levels add, as in the paper.  Latency: every interface
   pays one message latency each way at the highest level the group spans (with many tokens some
-  token always goes there); ``latency="expected"`` weights it by the probabilities instead, as
-  the stored version of the authors' notebook does.
+  token always goes there), as the authors' final code does; ``latency="expected"`` weights it
+  by the probabilities instead, as earlier versions of their code did.
 * **With a pipeline.**  A layer interface that is also a stage boundary is crossed once, over the
   higher of the pipeline's level and the expert's level; the other ``L - v N_PP`` interfaces
   carry expert traffic only.
@@ -49,6 +49,9 @@ from .scenario import Scenario
 
 CHAPTER = "expert_parallel"
 LATENCY_RULES = ("highest", "expected")
+#: The rules of the search that this chapter derives and calls the default (the scenario
+#: schema's defaults are these; tests/test_choices.py checks both and that the search follows).
+CHAPTER_RULES = {"search.expert_latency": "highest"}
 
 _decl = s.REGISTRY.declare
 _S = u.second
@@ -756,16 +759,17 @@ def ep_time(
     ep_inter: Any,
     interfaces: Any = 1,
     n_gpu: Any = None,
-    latency: str = "highest",
+    latency: str = CHAPTER_RULES["search.expert_latency"],
 ) -> c.CommTime:
     """Seconds of the expert traffic of ``interfaces`` layer interfaces in a row, each crossed
     forward and backward by ``tokens`` tokens spread over ``n_gpu`` GPUs (default: the group).
 
     Bandwidth: the expected point-to-point time at each level, the levels added (the
-    ``expert-parallel-interface`` derivation).  Latency: ``latency="highest"`` (default, the
-    reference notes) charges one message each way per interface at the highest level the group
-    spans, nothing for a group of one GPU; ``"expected"`` weights the levels' latencies by their
-    probabilities, as the stored version of the authors' notebook does.  Returns
+    ``expert-parallel-interface`` derivation).  Latency: ``latency="highest"`` (default: the
+    reference notes and the authors' final code) charges one message each way per interface at
+    the highest level the group spans, nothing for a group of one GPU; ``"expected"`` weights
+    the levels' latencies by their probabilities, as earlier versions of the authors' code did.
+    Returns
     :class:`~dmlimits.collectives.CommTime`; arguments broadcast as numpy arrays.
     """
     scn = c._check_scenario(scn)

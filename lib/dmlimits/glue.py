@@ -155,6 +155,17 @@ def glue(key: str, value: Any, *, digits: int = 3) -> Any:
     return number
 
 
+def glue_latex(key: str, latex: str) -> str:
+    """Glue LaTeX that the library wrote (a rule that is not an equation, say) as math, for
+    ``{glue}`key``` inline or ``{glue:math}`` as display math."""
+    if not isinstance(key, str) or not key or ":" in key:
+        raise GlueError(f"glue key {key!r}: expected a non-empty name without ':'")
+    if not isinstance(latex, str) or not latex.strip():
+        raise GlueError(f"glue {key!r}: got {latex!r}; expected a non-empty LaTeX string")
+    _paste(key, _Math(latex))
+    return latex
+
+
 def read_glued(notebook: str | Path) -> dict[str, Any]:
     """Every glued key of an executed notebook and its value (numbers as numbers)."""
     nb = json.loads(Path(notebook).read_text())

@@ -145,6 +145,17 @@ q_shared = _decl(
     _B,
     defined_in=CHAPTER,
 )
+q_mc = _decl(
+    "Q_mc",
+    r"Q_{\mathrm{mc}}",
+    "bytes one matmul moves between SMs over distributed shared memory",
+    _B,
+    defined_in=CHAPTER,
+)
+n_tx = _decl("n_tx", r"n_{\mathrm{tx}}", "sends of one input value between SMs", defined_in=CHAPTER)
+n_rx = _decl(
+    "n_rx", r"n_{\mathrm{rx}}", "receives of one input value between SMs", defined_in=CHAPTER
+)
 t_hbm = _decl("t_HBM", r"t_{\mathrm{HBM}}", "HBM time of one matmul", _S, defined_in=CHAPTER)
 t_l2 = _decl("t_L2", r"t_{\mathrm{L2}}", "L2 time of one matmul", _S, defined_in=CHAPTER)
 t_shared = _decl(
@@ -392,6 +403,46 @@ def min_nanobatch_derivation() -> Derivation:
         notes=(
             "Erdil & Schneider-Joseph (2024) state the same threshold per 8-GPU node at the peak "
             "rate (eta = 1); min_nanobatch(scn, derated=False) gives that number.",
+        ),
+    )
+
+
+MULTICAST = Substitution(
+    "a multicast sends each value once, and each of the other SMs of the row of tiles receives it",
+    {n_tx: 1, n_rx: tile_rows - 1},
+    kind="assumption",
+    source="erdil2024datamovement",
+)
+
+
+@register
+def multicast_derivation() -> Derivation:
+    """Shared-memory traffic between SMs in a forward pass with distributed shared memory."""
+    m1 = sp.Eq(q_mc, (n_tx + n_rx) * word * d2 * b + 2 * (tile_cols - 1) * word * d1 * b)
+    m2 = MULTICAST.apply(m1)
+    return derivation(
+        "matmul-multicast",
+        "What distributed shared memory moves between SMs",
+        [
+            Step(
+                "With $r \times c$ per-SM tiles, every SM of a row of $r$ tiles needs the same "
+                "input values, and transfers between SMs are counted at both ends: each value "
+                "costs its sends and receives. Each of the $c - 1$ SMs that does not own a "
+                "partial output sends it, and the owner receives it: two transfers each.",
+                m1,
+            ),
+            Step(
+                "A multicast reaches all the SMs that need a value with one send, the input "
+                "crossing $r$ times (none at all when $r = 1$: the value stays where it is).",
+                m2,
+                using=MULTICAST,
+            ),
+        ],
+        chapter=CHAPTER,
+        notes=(
+            "The weight gradient's d1 x b operand is multicast along the c columns the same "
+            "way: c transfers.  Counting a separate send for every receiver (n_tx = r - 1) "
+            "would double the input's traffic to 2 (r - 1) w d2 b.",
         ),
     )
 

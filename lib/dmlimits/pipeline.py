@@ -2,7 +2,7 @@
 
 Erdil & Schneider-Joseph (2024, "Data movement limits to frontier model training",
 arXiv:2411.01137) split the ``L`` blocks of the model into ``N_PP`` pipeline stages (``N_PP``
-divides ``L``) and each step's batch, per pipeline, into ``m`` microbatches of whole sequences
+divides ``L``) and each step's batch, per pipeline, into ``m`` microbatches
 (section 5 of the project's reference notes, which reconstruct the model from the authors'
 public code).  This module derives the parts of that model that belong to the pipeline itself:
 
@@ -21,9 +21,10 @@ public code).  This module derives the parts of that model that belong to the pi
 * **Zero bubble** (Qi et al. 2023, schedule ZB-H2).  Splitting the backward pass into its
   activation-gradient and weight-gradient halves lets the weight gradients fill the bubble:
   ``f = 0``, valid with ``m >= 2 N_PP`` microbatches and no interleaving (``v = 1``).
-* **Microbatches.**  A microbatch is whole sequences, so ``m`` divides the sequences a pipeline
-  handles per step; the paper's search tries the smallest few valid ``m`` of at least ``N_PP``
-  (``2 N_PP`` for zero bubble).
+* **Microbatches.**  The model has no attention, so a microbatch can be any whole number of
+  tokens: ``m`` divides the tokens a pipeline handles per step (whole sequences are an option);
+  the paper's search tries the smallest few valid ``m`` of at least ``N_PP`` (``2 N_PP`` for
+  zero bubble).
 * **The boundary.**  Between stages travel each token's activations, ``d_model`` words, forward,
   and their gradients, ``d_model`` words, backward.
 
@@ -79,7 +80,7 @@ n_pp = _decl(
 n_micro = _decl(
     "m_micro",
     "m",
-    "microbatches (of whole sequences) per pipeline per step",
+    "microbatches per pipeline per step",
     defined_in=CHAPTER,
     integer=True,
 )
@@ -592,47 +593,88 @@ def boundary_bytes(d_model: Any, tokens: Any, word_bytes: Any) -> np.ndarray | f
     return _out(_numeric("boundary")(d, t, w), shape)
 
 
-def _divisors(n: int) -> list[int]:
-    small, large = [], []
-    for k in range(1, math.isqrt(n) + 1):
-        if n % k == 0:
-            small.append(k)
-            if k != n // k:
-                large.append(n // k)
-    return small + large[::-1]
+@cache
+def _divisors(n: int) -> tuple[int, ...]:
+    """The divisors of ``n``, ascending: those of its odd part times each power of two (the
+    batches of the sweep are ``f 2^i`` with a small odd ``f``, so this is quick)."""
+    twos = (n & -n).bit_length() - 1
+    odd = n >> twos
+    small = [k for k in range(1, math.isqrt(odd) + 1) if odd % k == 0]
+    odd_divisors = {*small, *(odd // k for k in small)}
+    return tuple(sorted(d << j for d in odd_divisors for j in range(twos + 1)))
+
+
+ZERO_BUBBLE_RULES = ("2n", "2n-1")
+MICROBATCH_UNITS = ("token", "sequence")
+#: The rules of the search that this chapter derives and calls the default (the scenario
+#: schema's defaults are these; tests/test_choices.py checks both and that the search follows).
+CHAPTER_RULES = {
+    "search.microbatch_unit": "token",
+    "search.zero_bubble": True,
+    "search.zero_bubble_min": "2n",
+    "search.microbatch_candidates": SEARCH_MICROBATCH_COUNT,
+}
+
+
+def least_microbatches(n_pp: Any, zero_bubble: bool = False, rule: str = "2n") -> int:
+    """The fewest microbatches a schedule of ``n_pp`` stages may run: ``N_PP`` for 1F1B (fewer
+    would leave a stage idle even mid-step); for zero bubble ``2 N_PP`` (``rule="2n"``, the
+    default: two per stage, so that the weight gradients pending fill the drain and hide the
+    pipeline's latency; the authors' final code) or ``2 N_PP - 1`` (``"2n-1"``: the fewest
+    with which the ZB-H2 schedule itself runs without idling; Qi et al. 2023)."""
+    p = _integer("n_pp", n_pp)
+    zero_bubble = _flag("zero_bubble", zero_bubble)
+    if rule not in ZERO_BUBBLE_RULES:
+        raise ValueError(f"rule: got {rule!r}; expected one of {', '.join(ZERO_BUBBLE_RULES)}")
+    if not zero_bubble:
+        return p
+    return ZERO_BUBBLE_MICROBATCHES_PER_STAGE * p - (1 if rule == "2n-1" else 0)
+
+
+def unit_tokens(unit: str, sequence_length: Any) -> int:
+    """Tokens in one unit of a microbatch: ``"token"`` (the default: the model has no attention,
+    so a token's work does not depend on the rest of its sequence and a microbatch can be any
+    whole number of tokens, as in the authors' final code) or ``"sequence"``."""
+    if unit not in MICROBATCH_UNITS:
+        raise ValueError(f"unit: got {unit!r}; expected one of {', '.join(MICROBATCH_UNITS)}")
+    return 1 if unit == "token" else _integer("sequence_length", sequence_length)
+
+
+@cache
+def _smallest_divisors(x: int, least: int, count: int) -> tuple[int, ...]:
+    return tuple(d for d in _divisors(x) if d >= least)[:count]
 
 
 def valid_microbatches(
-    n_pp: Any, batch_sequences: Any, zero_bubble: bool = False, count: Any = SEARCH_MICROBATCH_COUNT
-) -> tuple[int, ...]:
+    n_pp: Any, units: Any, zero_bubble: bool = False, count: Any = SEARCH_MICROBATCH_COUNT,
+    rule: str = "2n",
+) -> tuple[int, ...]:  # fmt: skip
     """The microbatch counts the search tries: the ``count`` smallest ``m`` that divide
-    ``batch_sequences`` (microbatches are whole sequences) with ``m >= N_PP``, or
-    ``m >= 2 N_PP`` for zero bubble (Qi et al. 2023).  Empty when there is none.
+    ``units`` with ``m`` at least :func:`least_microbatches` (``N_PP``, or for zero bubble
+    ``2 N_PP`` or ``2 N_PP - 1`` by ``rule``).  Empty when there is none.
 
-    ``batch_sequences`` is the sequences one pipeline handles per step: the batch in sequences
-    over the data-parallel degree.  Erdil & Schneider-Joseph (2024); reference notes, section 5.
+    ``units`` is what one pipeline handles per step, in the microbatch unit (tokens by
+    default, :func:`unit_tokens`): the batch over the experts and the data-parallel degree.
+    Erdil & Schneider-Joseph (2024); reference notes, section 5.
     """
-    p = _integer("n_pp", n_pp)
-    seqs = _integer("batch_sequences", batch_sequences)
-    zero_bubble = _flag("zero_bubble", zero_bubble)
+    n = _integer("units", units)
     k = _integer("count", count)
-    least = ZERO_BUBBLE_MICROBATCHES_PER_STAGE * p if zero_bubble else p
-    return tuple(d for d in _divisors(seqs) if d >= least)[:k]
+    return _smallest_divisors(n, least_microbatches(n_pp, zero_bubble, rule), k)
 
 
-def deepest_pipeline(n_layers: Any, batch_sequences: Any, zero_bubble: bool = True) -> int:
+def deepest_pipeline(n_layers: Any, units: Any, zero_bubble: bool = True, rule: str = "2n") -> int:
     """The most stages one pipeline can have: the largest power of two ``N_PP`` that divides
     ``n_layers`` and leaves a valid microbatch count (:func:`valid_microbatches`) for a pipeline
-    handling ``batch_sequences`` sequences per step; 1 when no deeper pipeline has one.
+    handling ``units`` per step; 1 when no deeper pipeline has one.
 
     Powers of two because the paper's clusters are ``S 2^i`` GPUs, so for a dense model every
     parallelism degree is one (Erdil & Schneider-Joseph 2024; reference notes, section 2).
     """
     layers = _integer("n_layers", n_layers)
-    seqs = _integer("batch_sequences", batch_sequences)
+    n = _integer("units", units)
     zero_bubble = _flag("zero_bubble", zero_bubble)
     p = layers & -layers  # the largest power of two dividing the layers
-    while p > 1 and not valid_microbatches(p, seqs, zero_bubble=zero_bubble, count=1):
+    while p > 1 and not valid_microbatches(p, n, zero_bubble=zero_bubble, count=1, rule=rule):
         p //= 2
     return p
 

@@ -91,20 +91,6 @@ def _two_adic(n: int) -> int:
 
 
 @cache
-def smallest_divisors(x: int, least: int, count: int) -> tuple[int, ...]:
-    """The ``count`` smallest divisors of ``x`` that are at least ``least``."""
-    odd = x >> _two_adic(x)
-    a = _two_adic(x)
-    found: list[int] = []
-    for d in _divisors(odd):
-        k = max(0, math.ceil(math.log2(least / d))) if least > d else 0
-        while k <= a and d << k < least:
-            k += 1
-        found.extend(d << j for j in range(k, min(a, k + count - 1) + 1))
-    return tuple(sorted(found)[:count])
-
-
-@cache
 def placements(node: int) -> np.ndarray:
     """Every way to give the five degrees level-0 factors whose product is ``node``: an
     ``(n, 5)`` array of factors in the order of :data:`DEGREES`."""
@@ -143,8 +129,7 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
     """Every configuration of ``n_gpu`` GPUs before placement on the network levels."""
     ep = math.gcd(n_gpu, pt.experts)
     rest = n_gpu // ep
-    seq = int(scn["model.sequence_length"])
-    unit = 1 if ch.microbatch_unit == "token" else seq
+    unit = ppm.unit_tokens(ch.microbatch_unit, scn["model.sequence_length"])
     if pt.batch % (pt.experts * unit):
         return None
     width = pt.d_model * pt.d_ff
@@ -166,11 +151,11 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
                 continue
             units = per_pipe // dp
             schedules: list[tuple[int, int]] = []  # (microbatches, zero bubble)
-            for m in smallest_divisors(units, pp, max(1, ch.microbatch_candidates)):
+            for m in ppm.valid_microbatches(pp, units, count=max(1, ch.microbatch_candidates)):
                 schedules.append((m, 0))
             if ch.zero_bubble and pp > 1:
-                least = 2 * pp - (1 if ch.zero_bubble_min == "2n-1" else 0)
-                schedules.extend((m, 1) for m in smallest_divisors(units, least, 1))
+                zb = ppm.valid_microbatches(pp, units, True, 1, ch.zero_bubble_min)
+                schedules.extend((m, 1) for m in zb)
             for (_m, f_), (m, zb) in itertools.product(splits, schedules):
                 rows.append((tp // f_, f_, dp, pp, ep, m, zb))
     if not rows:
@@ -358,7 +343,11 @@ def _network_time(parts: dict[str, tuple[np.ndarray, np.ndarray]], rule: str) ->
         if "pp_ep" in parts:
             out = out + sum(parts["pp_ep"])
         return out
-    return np.maximum(sum(a for a, _ in parts.values()), sum(b for _, b in parts.values()))
+    # links: the step chapter's derivation, with the gradient all-reduce among the transfers
+    # on the links when it overlaps the pipeline.
+    pe = parts.get("pp_ep", (0.0, 0.0))
+    tp = [v for k, v in parts.items() if k != "pp_ep"]
+    return stepm.network_time(sum(a for a, _ in tp), pe[0], sum(b for _, b in tp), pe[1])
 
 
 # --- The search ------------------------------------------------------------------------------
@@ -741,15 +730,27 @@ def reference_rows(setting: str) -> list[dict[str, Any]]:
 
 def reference_setting(scn: Scenario) -> str:
     """The paper's preset a scenario is compared with: its own name, or the preset it was
-    built from (``h100+training.months=6`` is compared with ``h100``)."""
+    built from (``h100+training.months=6`` is compared with ``h100``), or else the paper's
+    setting with the same GPU, the same kind of model and batch law (a scenario file that
+    changes the run's length on A100s is compared with ``a100``).  ValueError when the paper
+    has no such setting (another GPU, say)."""
     from .scenario import PAPER_PRESETS
 
     for name in (scn.name, scn.name.split("+")[0], scn.origin.removeprefix("preset ")):
         if name in PAPER_PRESETS:
             return name
+    name = str(scn["gpu"])
+    if scn["batch.law"] == "none":
+        name += "-no-batch-scaling"
+    elif scn["batch.law"] == "deepseek":
+        name += "-deepseek-batch"
+    if scn["model.sparse"]:
+        name += "-sparse"
+    if name in PAPER_PRESETS:
+        return name
     raise ValueError(
-        f"scenario {scn.name!r}: not one of the paper's settings; expected one of "
-        + ", ".join(PAPER_PRESETS)
+        f"scenario {scn.name!r}: the paper has no setting with its GPU, model and batch law "
+        f"({name}); expected one of " + ", ".join(PAPER_PRESETS)
     )
 
 

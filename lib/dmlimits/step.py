@@ -27,6 +27,9 @@ from .derivation import Derivation, Step, Substitution, derivation, register
 from .scenario import Scenario
 
 CHAPTER = "search"
+#: The rules of the search that this chapter derives and calls the default (the scenario
+#: schema's defaults are these; tests/test_choices.py checks both and that the search follows).
+CHAPTER_RULES = {"search.level_times": "links", "search.dp_overlap": False}
 _S = u.second
 _decl = s.REGISTRY.declare
 
@@ -67,6 +70,27 @@ t_busy_pipe = _decl(
 util = _decl(
     "u", "u", "utilization: useful FLOP over peak FLOP of the cluster's time", defined_in=CHAPTER
 )
+t_link = [
+    _decl(
+        f"t_link{lv}",
+        rf"t_{{\mathrm{{{name}}}}}",
+        f"bandwidth time of a step's hidden transfers on the {name} links (level {lv})",
+        _S,
+        defined_in=CHAPTER,
+    )
+    for lv, name in ((0, "NVLink"), (1, "IB"))
+]
+t_family = {
+    (fam, lv): _decl(
+        f"t_{fam}_{lv}",
+        rf"t_{{\mathrm{{{fam}}},{lv}}}",
+        f"bandwidth time of {what} traffic on the level-{lv} links in one step",
+        _S,
+        defined_in=CHAPTER,
+    )
+    for fam, what in (("TP", "tensor-parallel"), ("PE", "pipeline and expert"))
+    for lv in (0, 1)
+}
 
 BUSY = Substitution(
     "bandwidth time hides behind the matmuls: the GPUs are busy for the longer of the two",
@@ -127,6 +151,40 @@ def step_time_derivation() -> Derivation:
     )
 
 
+EACH_LINK_CARRIES = Substitution(
+    "each kind of link carries every parallelism's traffic on its level, one transfer after "
+    "another",
+    {t_link[lv]: t_family["TP", lv] + t_family["PE", lv] for lv in (0, 1)},
+)
+
+
+@register
+def network_time_derivation() -> Derivation:
+    n1 = sp.Eq(t_net, sp.Max(*t_link))
+    n2 = EACH_LINK_CARRIES.apply(n1)
+    return derivation(
+        "search-network-time",
+        "The bandwidth time that hides behind the matmuls",
+        [
+            Step(
+                "The transfers of tensor, pipeline and expert parallelism share a step's "
+                "network. The NVLink links inside a node and the InfiniBand links between nodes "
+                "are different hardware: both carry traffic at once, and the transfers are done "
+                "when the busier of the two is done.",
+                n1,
+            ),
+            Step(
+                "Each kind of link carries all the traffic on its level, whichever parallelism "
+                "it belongs to. With only the gradient all-reduce on the links this is the "
+                "larger of its two levels' times, as the data-parallel chapter derives.",
+                n2,
+                using=EACH_LINK_CARRIES,
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
 @register
 def utilization_derivation() -> Derivation:
     u1 = sp.Eq(util, s.compute / (s.n_gpu * s.peak_flops * dpm.t_iter))
@@ -150,10 +208,12 @@ def utilization_derivation() -> Derivation:
 
 
 STEP_TIME = step_time_derivation().result.rhs
+NETWORK_TIME = network_time_derivation().result.rhs
 # Dimensioned: the FLOP per multiply-accumulate stays a symbol (in FLOP) until evaluation.
 UTILIZATION = utilization_derivation().steps[1].expr.rhs
 COST_FORMULAS = {
     "step_time": (STEP_TIME, _S),
+    "network_time": (NETWORK_TIME, _S),
     "utilization": (UTILIZATION, u.one),
 }
 
@@ -163,6 +223,8 @@ def _numeric(name: str):
     expr = model.PASS_COUNTS.apply(COST_FORMULAS[name][0])
     if name == "step_time":
         args = (t_mm, t_net, t_dp_after, t_lat, dpm.t_dp_lat, ppm.bubble, z_zb)
+    elif name == "network_time":
+        args = (t_family["TP", 0], t_family["PE", 0], t_family["TP", 1], t_family["PE", 1])
     else:
         args = (s.n_active, s.batch, s.n_gpu, s.peak_flops, dpm.t_iter)
     return sp.lambdify(args, expr, "numpy")
@@ -180,6 +242,13 @@ def step_time(
     return _numeric("step_time")(
         *args, np.asarray(bubble, dtype=float), np.asarray(zero_bubble, dtype=float)
     )
+
+
+def network_time(tp0: Any, pe0: Any, tp1: Any, pe1: Any) -> Any:
+    """Seconds the hidden transfers keep the network busy (``search-network-time``), from the
+    tensor-parallel and the pipeline-and-expert traffic's times on each level's links."""
+    args = [np.asarray(x, dtype=float) for x in (tp0, pe0, tp1, pe1)]
+    return _numeric("network_time")(*args)
 
 
 def utilization(scn: Scenario, n_active: Any, batch: Any, n_gpu: Any, t_step: Any) -> Any:

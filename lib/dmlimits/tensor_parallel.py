@@ -643,14 +643,33 @@ def _in_node(level: tuple[int, ...] | int, group: np.ndarray) -> np.ndarray:
 
 
 # --- The split rule ----------------------------------------------------------------------------
-def tp_splits(n_tp: Any, rule: str = "exact") -> list[tuple[int, int]]:
-    """Every ``(N_TP,model, N_TP,ff)`` with product ``n_tp`` allowed by the split rule
-    ``sqrt(N_TP) <= N_TP,ff <= 4 sqrt(N_TP)``, ordered by ``N_TP,ff``.
+#: The rules of the search that this chapter derives and calls the default (the scenario
+#: schema's defaults are these; tests/test_choices.py checks both and that the search follows).
+CHAPTER_RULES = {"search.tp_split_rule": "isqrt"}
 
-    ``rule="exact"`` applies the rule as stated (the reference notes, section 5), in integers:
-    ``N_TP,ff^2 >= N_TP`` and ``N_TP,ff^2 <= 16 N_TP``.  ``rule="isqrt"`` rounds ``sqrt(N_TP)``
-    down first, as the authors' search does; it also admits a few splits with
-    ``N_TP,model > N_TP,ff`` (at ``N_TP`` of two or eight, say).
+
+def split_rule_latex(rule: str = CHAPTER_RULES["search.tp_split_rule"]) -> str:
+    """The split rule as the chapter shows it, in LaTeX."""
+    if rule not in SPLIT_RULES:
+        raise ValueError(f"rule: got {rule!r}; expected one of {', '.join(SPLIT_RULES)}")
+    root = r"\sqrt{N_{\mathrm{TP}}}"
+    if rule == "isqrt":
+        root = rf"\lfloor {root} \rfloor"
+    return rf"{root} \le N_{{\mathrm{{TP}},f}} \le {FF_SPREAD} {root}"
+
+
+_DEFAULT_SPLIT = CHAPTER_RULES["search.tp_split_rule"]
+
+
+def tp_splits(n_tp: Any, rule: str = _DEFAULT_SPLIT) -> list[tuple[int, int]]:
+    """Every ``(N_TP,model, N_TP,ff)`` with product ``n_tp`` allowed by the split rule, ordered
+    by ``N_TP,ff``.
+
+    ``rule="isqrt"`` (the default, the authors' final code): ``floor(sqrt(N_TP)) <= N_TP,ff <=
+    4 floor(sqrt(N_TP))``; rounding the root down admits a few splits with
+    ``N_TP,model > N_TP,ff`` (at ``N_TP`` of two or eight, say).  ``rule="exact"`` applies the
+    rule as the reference notes state it, ``sqrt(N_TP) <= N_TP,ff <= 4 sqrt(N_TP)``, in
+    integers: ``N_TP,ff^2 >= N_TP`` and ``N_TP,ff^2 <= 16 N_TP``.
     """
     n = _count("n_tp", n_tp)
     if rule not in SPLIT_RULES:
