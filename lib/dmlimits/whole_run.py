@@ -319,7 +319,7 @@ def reference_table(scns: list[Scenario]) -> str:
             f"| `{r['setting']}` | {r['points']} | {r['found']} | {r['within']} | "
             f"{r['same_configuration']} | {sci(r['linear_end'])} | "
             f"{sci(r['linear_end_reference'])} | "
-            f"{'—' if diff != diff else f'{diff:+.1%}'} |"
+            f"{'—' if diff != diff else '0' if diff == 0 else f'{diff:+.1%}'} |"
         )
     return "\n".join(lines)
 
