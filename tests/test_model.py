@@ -100,3 +100,15 @@ def test_round_to_grid():
 def test_unknown_batch_law():
     with pytest.raises(ValueError, match="batch law 'x'"):
         model.closed_forms(False, "x")
+
+
+def test_a_sparse_batch_splits_evenly_among_the_experts():
+    """Issue #12: the sequences per expert are rounded, so every batch is S whole, rounded
+    numbers of sequences (the authors' final code); the seven sparse settings need it."""
+    scn = resolve("h100-sparse")
+    sh = model.shapes(scn)
+    seq = scn["model.sequence_length"]
+    per_expert = sh.batch / (sh.experts * seq)
+    assert np.all(per_expert == np.round(per_expert))
+    assert np.all(model.round_to_grid(per_expert) == per_expert)
+    assert any(s % 2 for s in sh.experts.astype(int))  # odd expert counts occur (9, 15, ...)

@@ -90,3 +90,22 @@ def test_figures_draw_what_they_say(h100):
 
 def test_binding_explanations_cover_every_binding():
     assert set(whole_run.BINDING_EXPLANATIONS) == set(search.LOSS_LABELS)
+
+
+def test_estimates_that_decide_a_result_are_flagged():
+    """Issue #12: values borrowed from another GPU or estimated are named where they decide a
+    result, and only values whose source says so."""
+    from dmlimits import hardware
+
+    gtx = whole_run.estimates_deciding(sc.resolve("gtx580"))
+    keys = {(r["result"], r["key"]) for r in gtx}
+    assert ("last feasible point", "network.latency") in keys
+    assert all(r["source"].startswith(hardware.ESTIMATE) for r in gtx)
+    b200 = whole_run.estimates_deciding(sc.resolve("b200"))
+    assert any(r["key"] == "hardware.register_file_per_block" for r in b200)
+    # The paper's GPUs carry nothing borrowed; a reader's override is no longer a borrowed value.
+    assert whole_run.estimates_deciding(sc.resolve("h100")) == []
+    mine = whole_run.estimates_deciding(sc.resolve("gtx580", ["network.latency=2e-6"]))
+    assert not any(r["key"] == "network.latency" for r in mine)
+    table = whole_run.estimates_table([sc.resolve("gtx580"), sc.resolve("h100")])
+    assert table.count("\n") == 1 + len({r["result"] for r in gtx})

@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a hardware assumption, e.g. hardware.max_clock=1980e6",
+        help="override a hardware assumption, e.g. hardware.max_clock=1755e6",
     )
     m.add_argument("--json", action="store_true", help="print JSON for machines")
 

@@ -174,13 +174,12 @@ _H200_AS_H100 = (
     "hardware.threads_per_sm", "hardware.effective_utilization", "hardware.l2_bandwidth",
     "hardware.l2_size", "hardware.register_file_per_block", "hardware.blocks_per_sm",
     "hardware.distributed_shared_memory", "hardware.kernel_latency", "network.latency",
-    "network.node_size", "network.inter_node.bandwidth", "model.word_bytes",
+    "network.node_size", "network.inter_node.bandwidth",
 )  # fmt: skip
 _B200_AS_H100 = (
     "hardware.threads_per_sm", "hardware.effective_utilization",
     "hardware.register_file_per_block", "hardware.blocks_per_sm",
     "hardware.distributed_shared_memory", "hardware.kernel_latency", "network.latency",
-    "model.word_bytes",
 )  # fmt: skip
 GPU_PRESETS["h200"] = _sourced(
     "H200 SXM",
@@ -188,6 +187,7 @@ GPU_PRESETS["h200"] = _sourced(
         **_h100_carried(_H200_AS_H100),
         "hardware.hbm_bandwidth": (4800 * GB, NV_H200),
         "hardware.hbm_capacity": (141 * GB, NV_H200),
+        "model.word_bytes": (2, f"{NV_H200}: 16-bit (BF16) arithmetic"),
         "network.intra_node.bandwidth": (900 * GB, NV_H200),
     },
 )
@@ -201,6 +201,7 @@ _B200 = {
     ),
     "hardware.hbm_bandwidth": (8000 * GB, NV_DGX_B200),
     "hardware.hbm_capacity": (180 * GB, NV_DGX_B200),
+    "model.word_bytes": (2, f"{NV_DGX_B200}: 16-bit (BF16) arithmetic, the dense BF16 peak"),
     "hardware.l2_size": (
         2 * _paper("h100", "hardware.l2_size"),
         f"{ESTIMATE}: two dies of the H100's L2",

@@ -530,6 +530,91 @@ def trend_word(first: float, last: float, tolerance: float = 0.05) -> str:
     return "stays about level"
 
 
+#: The scenario keys each binding cost depends on: the memory level or arithmetic that binds a
+#: matmul, and the losses of :data:`search.LOSSES` at the step's level.
+_MATMUL_KEYS = {
+    "arithmetic": ("hardware.flop_per_clock_per_thread", "hardware.max_clock", "hardware.sms",
+                   "hardware.threads_per_sm", "hardware.effective_utilization"),
+    "hbm": ("hardware.hbm_bandwidth", "model.word_bytes"),
+    "l2": ("hardware.l2_bandwidth", "hardware.l2_size", "model.word_bytes"),
+    "shared": ("hardware.max_clock", "hardware.sms", "hardware.effective_utilization",
+               "hardware.register_file_per_block", "hardware.blocks_per_sm",
+               "hardware.distributed_shared_memory", "model.word_bytes"),
+}  # fmt: skip
+_LOSS_KEYS = {
+    "bandwidth": ("network.intra_node.bandwidth", "network.inter_node.bandwidth",
+                  "network.node_size", "model.word_bytes"),
+    "latency": ("network.latency", "hardware.kernel_latency"),
+    "bubble": (),
+    "none": (),
+}  # fmt: skip
+
+
+def _binding_keys(scn: Scenario, r: dict[str, Any], loss: bool) -> tuple[str, tuple[str, ...]]:
+    """What binds a result and the keys it depends on: the matmul's binding level (the
+    plateau), or the step's binding loss (the end of linear scaling)."""
+    from . import matmul
+
+    shard = (r["d_model"] / r["tp_model"], scn["model.ff_ratio"] * r["d_model"] / r["tp_ff"])
+    level = str(matmul.level_times(scn, shard[1], shard[0], r["nanobatch"], "forward")["binding"])
+    if not loss or r["binding"] == "matmul":
+        keys = _MATMUL_KEYS[level] + (("hardware.kernel_latency",) if loss else ())
+        return f"matmuls bound by {matmul._LEVEL_LABELS[level]}", keys
+    return search.LOSS_LABELS[r["binding"]], _LOSS_KEYS[r["binding"]]
+
+
+def estimates_deciding(scn: Scenario) -> list[dict[str, str]]:
+    """The values of ``scn``'s GPU preset that are estimates or borrowed from another GPU
+    (their source says so) and that decide one of its results: the plateau (through what binds
+    its best matmul), the end of linear scaling (through its binding cost) or the last
+    feasible point (always latency).  One row per result and value, with its source."""
+    from . import hardware
+
+    sources = hardware.gpu_sources(scn["gpu"])
+    borrowed = {
+        k: src for k, src in sources.items()
+        if src.startswith((hardware.ESTIMATE, hardware.CARRIED_H100))
+        and scn[k] == hardware.gpu_values(scn["gpu"])[k]  # not overridden by the reader
+    }  # fmt: skip
+    rows = [r for r in search.sweep(scn) if r["feasible"]]
+    if not rows or not borrowed:
+        return []
+    h = search.headline(scn)
+    results = [("plateau", max(rows, key=lambda r: r["utilization"]), False)]
+    if math.isfinite(h["linear_scaling_end_flop"]):
+        results.append(("end of linear scaling", nearest(scn, h["linear_scaling_end_flop"]), True))
+    out = []
+    for name, r, loss in results:
+        why, keys = _binding_keys(scn, r, loss)
+        out += [{"result": name, "why": why, "key": k, "source": borrowed[k]}
+                for k in keys if k in borrowed]  # fmt: skip
+    out += [{"result": "last feasible point", "why": "latency", "key": k, "source": borrowed[k]}
+            for k in _LOSS_KEYS["latency"] if k in borrowed]  # fmt: skip
+    return out
+
+
+def estimates_table(scns: list[Scenario]) -> str:
+    """:func:`estimates_deciding` for several GPUs, as a Markdown table: one row per GPU and
+    result, the values it rests on marked as estimates or as carried from the H100."""
+    from . import hardware
+
+    lines = [
+        "| GPU | Result | Bound by | Estimated values | Values carried from the H100 |",
+        "|---|---|---|---|---|",
+    ]
+    for scn in scns:
+        groups: dict[tuple[str, str], dict[str, list[str]]] = {}
+        for row in estimates_deciding(scn):
+            kind = "estimate" if row["source"].startswith(hardware.ESTIMATE) else "carried"
+            g = groups.setdefault((row["result"], row["why"]), {"estimate": [], "carried": []})
+            g[kind].append(f"`{row['key']}`")
+        for (result, why), g in groups.items():
+            est = ", ".join(g["estimate"]) or "—"
+            car = ", ".join(g["carried"]) or "—"
+            lines.append(f"| {scn.gpu_label} | {result} | {why} | {est} | {car} |")
+    return "\n".join(lines)
+
+
 #: The hardware generations compared, oldest first (the presets of issue #6 and the paper's).
 GENERATIONS = ("gtx580", "v100", "a100", "h100", "h200", "b200", "gb200-nvl72")
 
