@@ -109,3 +109,20 @@ def test_estimates_that_decide_a_result_are_flagged():
     assert not any(r["key"] == "network.latency" for r in mine)
     table = whole_run.estimates_table([sc.resolve("gtx580"), sc.resolve("h100")])
     assert table.count("\n") == 1 + len({r["result"] for r in gtx})
+
+
+def test_the_headline_figure_has_a_logarithmic_compute_axis(h100):
+    """Issue #13: the limits were read while the axis was still linear, which collapsed every
+    point at the right edge.  The axis is logarithmic and spans the data and the wall."""
+    import matplotlib.pyplot as plt
+
+    fig = whole_run.utilization_figure([h100], ["this book"], published=True, wall_of=h100)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"
+    lo, hi = ax.get_xlim()
+    x = np.concatenate([line.get_xdata() for line in ax.get_lines() if len(line.get_xdata()) > 2])
+    assert 0 < lo <= x.min() and x.max() <= hi
+    # The points spread over the axis: no collapse into one pixel column.
+    px = ax.transData.transform(np.column_stack([x, np.full_like(x, 0.5)]))[:, 0]
+    assert px.max() - px.min() > 0.5 * ax.bbox.width
+    plt.close(fig)

@@ -98,6 +98,7 @@ def utilization_figure(
     with the published curve, the latency wall and the infeasible region when asked."""
     fig, ax = plt.subplots()
     _draw_curves(ax, scns, labels)
+    _compute_axis(ax)  # logarithmic before any limit is read
     if published:
         c, u_pub = blog_curve()
         ax.plot(c, u_pub, "k--", lw=1.2, label="published (companion post, digitized)")
