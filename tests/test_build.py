@@ -239,3 +239,101 @@ def test_two_runs_give_identical_numbers_and_byte_identical_figures(built_book, 
     figures = [k for k, data in before.items() if any("image/png" in m for m in data)]
     assert figures, f"{name} glues no figure"
     assert before == after
+
+
+# --- Interrupts and concurrency (issue #16) ----------------------------------------------------
+def _start_build(output: Path, mark: str, wait_for: str = "started") -> tuple:
+    """A real build into ``output`` in a subprocess whose children carry ``mark`` in their
+    environment; returns once ``wait_for`` appears in its output (notebooks are running)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, DMLIMITS_TEST_MARK=mark)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dmlimits", "build", "--output", str(output)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    lines: list[str] = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if wait_for in line:
+            return proc, lines
+    proc.kill()
+    raise AssertionError("the build never reached its notebooks:\n" + "".join(lines))
+
+
+def _left_behind(mark: str) -> list[int]:
+    import psutil
+
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("DMLIMITS_TEST_MARK") == mark:
+                found.append(p.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.parametrize(("signum", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_stops_the_build_and_cleans_up(built_book, tmp_path, signum, code):
+    """Ctrl-C or SIGTERM while notebooks execute: the build stops (well within the ten seconds
+    allowed here; bench/bench_build.py measures how fast), every kernel is gone, the stage is
+    removed, nothing is written to the output, the default book is untouched."""
+    import signal
+    import time
+    import uuid
+
+    mark = uuid.uuid4().hex
+    before = digest(HTML)
+    out = tmp_path / "html"
+    proc, _ = _start_build(out, mark)
+    time.sleep(1.0)  # let the kernels get going
+    sent = time.monotonic()
+    proc.send_signal(getattr(signal, signum))
+    proc.wait(timeout=10)
+    assert time.monotonic() - sent < 10
+    assert proc.returncode == code, proc.stderr.read()
+    assert "previous book is unchanged" in proc.stderr.read()
+    assert _left_behind(mark) == []
+    assert not [s for s in stages() if f"-{proc.pid}-" in s.name]
+    assert not out.exists()
+    assert digest(HTML) == before
+
+
+def test_a_second_build_into_the_same_folder_refuses(tmp_path):
+    import signal
+    import uuid
+
+    mark = uuid.uuid4().hex
+    out = tmp_path / "html"
+    first, _ = _start_build(out, mark)
+    try:
+        second = run_cli("build", "--output", str(out), timeout=120)
+        assert second.returncode == 1
+        assert f"another build into {out} is running (pid {first.pid})" in second.stderr
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.wait(timeout=10)
+    assert _left_behind(mark) == []
+
+
+def test_a_killed_builds_stage_is_removed_by_the_next(tmp_path):
+    import signal
+    import uuid
+
+    stale = ROOT / "_build" / ".stage-999999999-killed-build-abcd"
+    stale.mkdir(parents=True, exist_ok=True)
+    (stale / "left.txt").write_text("a build killed with SIGKILL left this")
+    mark = uuid.uuid4().hex
+    proc, lines = _start_build(tmp_path / "html", mark)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=10)
+    assert not stale.exists()
+    assert any("removed .stage-999999999-killed-build-abcd" in line for line in lines)

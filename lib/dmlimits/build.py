@@ -9,15 +9,22 @@ The order is fixed so that a failure never leaves a half-built book:
 4. Jupyter Book builds the staged sources with ``--all -W -n --keep-going``;
 5. only then are the HTML and the executed notebooks moved to their final place, replacing the
    previous ones.  On any failure the stage is removed and the previous book is left as it was.
+
+Ctrl-C (SIGINT) or SIGTERM stops a build at once: every kernel and worker process is stopped,
+the stage is removed and :class:`BuildInterrupted` is raised (the command exits 130 or 143).
+Two builds into the same output folder cannot run at once (a lock; the second refuses with one
+line), and a stage left behind by a build that was killed outright is removed by the next one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +45,121 @@ STAGED = ("_config.yml", "_toc.yml", "book")
 
 class BuildError(RuntimeError):
     """The build failed; the message says where and the previous book is unchanged."""
+
+
+class BuildInterrupted(BuildError):
+    """The build was stopped by a signal (Ctrl-C or SIGTERM); the previous book is unchanged."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = int(signum)
+        super().__init__(f"interrupted by {signal.Signals(self.signum).name}")
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention: 128 plus the signal's number (130 for Ctrl-C, 143 for
+        SIGTERM)."""
+        return 128 + self.signum
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """While the block runs, SIGINT and SIGTERM raise :class:`BuildInterrupted` in the main
+    thread (elsewhere the block runs unchanged: only the main thread receives signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise BuildInterrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Hold SIGINT and SIGTERM back while the block runs (the swap of the new book into place
+    must not stop half-way); they are delivered when it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def stop_children(grace: float = 1.0) -> int:
+    """Terminate every process this one started (kernels, workers, jupyter-book), then kill
+    those still alive after ``grace`` seconds; return how many there were."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=grace)
+    for child in alive:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    psutil.wait_procs(alive, timeout=grace)
+    return len(children)
+
+
+@contextlib.contextmanager
+def output_lock(final: Path):
+    """Hold the lock of one output folder for the block; a second build into the same folder
+    refuses at once with one line naming the build that holds it."""
+    import fcntl
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    path = final.parent / f".{final.name}.lock"
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise BuildError(
+            f"another build into {final} is running ({holder}); wait for it to finish or build "
+            "into another folder with --output"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+STAGE_PREFIX = ".stage-"
+
+
+def remove_stale_stages(work: Path) -> list[Path]:
+    """Remove the staging folders of builds that are no longer running (a build killed with
+    SIGKILL cannot clean up after itself).  A stage's name carries its build's process id."""
+    import psutil
+
+    removed = []
+    for stage in work.glob(f"{STAGE_PREFIX}*"):
+        pid = stage.name[len(STAGE_PREFIX) :].split("-", 1)[0]
+        alive = pid.isdigit() and int(pid) != os.getpid() and psutil.pid_exists(int(pid))
+        if stage.is_dir() and not alive:
+            shutil.rmtree(stage, ignore_errors=True)
+            removed.append(stage)
+    return removed
 
 
 @dataclass(frozen=True)
@@ -330,7 +452,8 @@ def execute_notebooks(
     _say(f"executing {total} notebook(s) with {jobs} worker(s)")
     socket_dir = Path(tempfile.mkdtemp(prefix="dmlimits-kernels-"))
     progress = Progress({n: code_cells(root / f"{n}.md") for n in names})
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
         futures = {
             pool.submit(_execute_one, root, stage, n, params, socket_dir, progress): n
             for n in order
@@ -345,7 +468,14 @@ def execute_notebooks(
                 continue
             timings.append(t)
             progress.finish(name, f"[{done}/{total}] {name}.md  {t.seconds:.1f} s")
-    shutil.rmtree(socket_dir, ignore_errors=True)
+    except BaseException:
+        # Interrupted: start nothing new and stop the kernels now, without waiting for them.
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_children()
+        raise
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
+    pool.shutdown(wait=True)
     if failures:
         raise BuildError("\n\n".join(failures))
     return sorted(timings, key=lambda t: names.index(t.notebook))
@@ -377,7 +507,7 @@ def _jupyter_book(stage: Path) -> None:
         str(stage),
     ]
     _say("building the HTML: " + " ".join(["jupyter-book", *cmd[1:3], "--all -W -n --keep-going"]))
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=stage)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=stage)  # killed if interrupted
     if proc.returncode != 0 or not (stage / "_build" / "html" / "index.html").is_file():
         log = ANSI.sub("", proc.stdout + "\n" + proc.stderr).strip().splitlines()
         warnings = [line for line in log if "WARNING" in line or "ERROR" in line]
@@ -401,13 +531,23 @@ def _swap(new: Path, final: Path) -> None:
 
 
 def build(scn: Scenario, output: str | None = None, jobs: int | None = None) -> Path:
-    """Build the whole book for ``scn``; return the HTML folder."""
+    """Build the whole book for ``scn``; return the HTML folder.  Raises :class:`BuildError`
+    (the previous book unchanged), :class:`BuildInterrupted` on SIGINT or SIGTERM."""
     root = project_root()
     names = toc_notebooks(root)
     final = output_dir(root, scn, output)
     work = root / "_build"
     work.mkdir(exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".stage-{scn.slug}-", dir=work))
+    with stop_on_signals(), output_lock(final):
+        for stale in remove_stale_stages(work):
+            _say(f"removed {stale.name}, left by a build that was killed")
+        return _build(root, names, scn, final, work, jobs)
+
+
+def _build(
+    root: Path, names: list[str], scn: Scenario, final: Path, work: Path, jobs: int | None
+) -> Path:
+    stage = Path(tempfile.mkdtemp(prefix=f"{STAGE_PREFIX}{os.getpid()}-{scn.slug}-", dir=work))
     started = time.perf_counter()
     try:
         for item in STAGED:
@@ -428,9 +568,13 @@ def build(scn: Scenario, output: str | None = None, jobs: int | None = None) -> 
         for name in names:
             shutil.copy2(stage / f"{name}.ipynb", executed / f"{Path(name).name}.ipynb")
         (executed / "scenario.yaml").write_text(scn.to_yaml())
-        _swap(stage / "_build" / "html", final)
-        _swap(executed, final.parent / "executed")
+        with signals_deferred():
+            _swap(stage / "_build" / "html", final)
+            _swap(executed, final.parent / "executed")
         remember_seconds(work, timings)
+    except BaseException:
+        stop_children()
+        raise
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     _say("timings:")

@@ -20,6 +20,7 @@ build exits with status 1 and leaves the previous book as it was.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -104,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from .build import BuildError, build
+    from .build import BuildError, BuildInterrupted, build
 
     scn = resolve(args.scenario, args.sets)  # validated before anything runs
     if args.jobs is not None and args.jobs < 1:
@@ -112,6 +113,16 @@ def _cmd_build(args: argparse.Namespace) -> int:
     print(f"scenario: {scn.name} ({scn.origin})", flush=True)
     try:
         build(scn, output=args.output, jobs=args.jobs)
+    except BuildInterrupted as exc:
+        print(
+            f"build {exc}: every notebook stopped, the stage removed; the previous book is "
+            "unchanged.",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.stdout.flush()
+        # Leave now: threads still waiting on the stopped kernels would hold the exit up.
+        os._exit(exc.exit_code)
     except BuildError as exc:
         print(f"build failed; the previous book is unchanged.\n{exc}", file=sys.stderr)
         return 1
@@ -427,8 +438,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader piped the output into head: not an error
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
