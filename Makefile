@@ -11,7 +11,11 @@ STAMP := $(VENV)/.installed
 BUILD_ARGS := $(if $(SCENARIO),--scenario $(SCENARIO)) $(foreach s,$(SET),--set $(s))
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test lint derivations clean venv browser-deps
+.PHONY: book test check lint derivations clean venv browser-deps
+
+# Sweeps are cached on disk, content-addressed by the library's files and the scenario: a changed
+# formula or constant never reads an old sweep.  DMLIMITS_SWEEP_CACHE=off switches it off.
+export DMLIMITS_SWEEP_CACHE ?= $(CURDIR)/_build/cache/sweeps
 
 venv: $(STAMP)
 
@@ -41,6 +45,11 @@ browser-deps:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver; \
 	fi
+
+# The fast loop while changing a formula: lint, the library's tests, every derivation; no build.
+check: lint
+	$(PY) -m pytest tests -q -m "not slow and not book"
+	$(PY) -m dmlimits derivations --verify > /dev/null
 
 lint: $(STAMP)
 	$(PY) -m ruff check lib tests bench

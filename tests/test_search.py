@@ -232,7 +232,9 @@ def test_paper_presets_are_the_sixteen_of_the_issue():
 def test_step_derivations_verify():
     found = derivations_of("step")
     assert {d.name for d in found} == {
-        "search-step-time", "search-network-time", "search-utilization"
+        "search-step-time",
+        "search-network-time",
+        "search-utilization",
     }
     for d in found:
         d.verify()
@@ -269,3 +271,26 @@ def test_the_search_tries_the_pipeline_chapters_microbatch_counts(h100):
 
     assert search.Choices.of(h100).microbatch_candidates == pipeline.SEARCH_MICROBATCH_COUNT
     assert pipeline.valid_microbatches(8, 64) == (8, 16, 32, 64)
+
+
+def test_the_disk_cache_returns_the_same_sweep(tmp_path, monkeypatch):
+    """A sweep read back from the disk cache is the computed one, value for value and type for
+    type (NaN where it was NaN); another scenario, or another library, has another address."""
+    scn = sc.resolve("h100-no-batch-scaling", ["sweep.d_model_max_factor=2"])
+    monkeypatch.setenv(search.CACHE_ENV, "off")
+    assert search.cache_path(scn) is None
+    monkeypatch.setenv(search.CACHE_ENV, str(tmp_path))
+    search._SWEEPS.pop(search._key(scn), None)
+    computed = search.sweep(scn)
+    path = search.cache_path(scn)
+    assert path.is_file() and path.parent == tmp_path
+    search._SWEEPS.pop(search._key(scn), None)
+    read = search.sweep(scn)
+    for a, b in zip(computed, read, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            same = a[k] == b[k] or (a[k] != a[k] and b[k] != b[k])
+            assert same and type(a[k]) is type(b[k]), (k, a[k], b[k])
+    other = sc.resolve("h100-no-batch-scaling", ["sweep.d_model_max_factor=2", "training.months=4"])
+    assert search.cache_path(other) != path
+    assert len(search.library_fingerprint()) == 64

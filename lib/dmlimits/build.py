@@ -481,6 +481,36 @@ def execute_notebooks(
     return sorted(timings, key=lambda t: names.index(t.notebook))
 
 
+def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
+    """Sweep every scenario the chapters read, once, on every core, into the disk cache that
+    the notebooks' kernels then read (``_build/cache/sweeps`` unless the environment names
+    another folder, or ``off``)."""
+    from . import search, whole_run
+
+    os.environ.setdefault(search.CACHE_ENV, str(work / "cache" / "sweeps"))
+    if search.cache_path(scn) is None:
+        _say("sweep cache off: every notebook sweeps what it needs")
+        return
+    needed = whole_run.scenarios_swept(scn)
+    todo = [s for s in needed if not search.cache_path(s).is_file()]
+    if not todo:
+        _say(f"all {len(needed)} sweeps the chapters read are cached")
+        return
+    _say(
+        f"sweeping {len(todo)} of the {len(needed)} scenarios the chapters read, on {jobs} core(s)"
+    )
+    started = time.perf_counter()
+    count = [0]
+
+    def progress(_scn: Scenario, _seconds: float) -> None:
+        count[0] += 1
+        if count[0] % max(1, len(todo) // 4) == 0 or count[0] == len(todo):
+            _say(f"  {bar(count[0] / len(todo))} {count[0]}/{len(todo)} swept")
+
+    search.sweep_many(todo, jobs=jobs, progress=progress)
+    _say(f"  swept in {time.perf_counter() - started:.1f} s")
+
+
 def stage_config(stage: Path) -> None:
     """Launch buttons need the public repository's URL; the theme fails without one.  Until
     ``repository.url`` is set in _config.yml, the staged copy leaves them out."""
@@ -560,6 +590,7 @@ def _build(
         stage_config(stage)
         params = notebook_parameters(scn)
         jobs = jobs or max(1, min(len(names), os.cpu_count() or 1))
+        sweep_up_front(scn, work, jobs)
         timings = execute_notebooks(root, stage, names, params, jobs)
         _jupyter_book(stage)
         # Success: keep the executed notebooks beside the HTML, then swap both in.

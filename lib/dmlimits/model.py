@@ -252,6 +252,11 @@ COST_FORMULAS = {
 # --- Exponents against compute ---------------------------------------------------------------
 def closed_forms(sparse: bool, law: str) -> dict[str, sp.Expr]:
     """Each quantity as a function of compute C (before rounding to the grid)."""
+    return dict(_closed_forms(bool(sparse), law))
+
+
+@cache
+def _closed_forms(sparse: bool, law: str) -> dict[str, sp.Expr]:
     if law not in BATCH_LAWS:
         raise ValueError(f"batch law {law!r}: expected one of {', '.join(BATCH_LAWS)}")
     d_of_c = (width_from_compute_sparse() if sparse else width_from_compute_dense()).result.rhs
@@ -294,6 +299,11 @@ def exponent(expr: sp.Expr) -> sp.Expr:
 
 def exponents(sparse: bool, law: str) -> dict[str, sp.Expr]:
     """Exponent of each quantity against compute, symbolic in the laws' exponents."""
+    return dict(_exponents(bool(sparse), law))
+
+
+@cache
+def _exponents(sparse: bool, law: str) -> dict[str, sp.Expr]:
     forms = closed_forms(sparse, law)
     return {k: sp.factor(exponent(forms[k])) for k in EXPONENT_SYMBOLS}
 

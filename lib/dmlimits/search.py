@@ -512,23 +512,84 @@ def _finish(scn: Scenario, pt: Point, found: dict[str, Any]) -> dict[str, Any]:
 
 
 _SWEEPS: dict[str, list[dict[str, Any]]] = {}
+#: The folder of the sweep cache on disk, from this environment variable (unset or "off": no
+#: disk cache).  ``make`` sets it to ``_build/cache/sweeps`` for the book and the tests.
+CACHE_ENV = "DMLIMITS_SWEEP_CACHE"
 
 
 def _key(scn: Scenario) -> str:
     return repr(sorted(scn.values.items()))
 
 
+@cache
+def library_fingerprint() -> str:
+    """A hash of every file of the installed library (code, data, presets): a changed formula
+    or constant changes it, and so every cached sweep's address."""
+    import hashlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.suffix in (".py", ".csv", ".yaml", ".md"):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def cache_path(scn: Scenario) -> Any:
+    """Where the sweep of ``scn`` is cached on disk (content-addressed: the library's
+    fingerprint and every value of the scenario), or None when the disk cache is off."""
+    import hashlib
+    import os
+    from pathlib import Path
+
+    folder = os.environ.get(CACHE_ENV, "")
+    if folder in ("", "off"):
+        return None
+    digest = hashlib.sha256((library_fingerprint() + _key(scn)).encode()).hexdigest()
+    return Path(folder) / f"{digest}.json"
+
+
+def _load(path: Any) -> list[dict[str, Any]] | None:
+    import json
+
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _store(path: Any, results: list[dict[str, Any]]) -> None:
+    """Write atomically: a reader sees the whole sweep or none (two builds may race)."""
+    import json
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(results, f)
+    os.replace(tmp, path)
+
+
 def sweep(scn: Scenario) -> list[dict[str, Any]]:
     """The optimal configuration at every model of the scenario's sweep (full results, with
     every time of the step; :func:`rows` gives the public columns).  Cached per set of
-    assumptions: notebooks ask for the same sweep many times."""
+    assumptions in this process, and on disk when :data:`CACHE_ENV` names a folder: notebooks
+    ask for the same sweeps many times, and a build sweeps them up front."""
     scn = require_scenario(scn)
     key = _key(scn)
     if key not in _SWEEPS:
-        ch = Choices.of(scn)
-        results = [optimal(scn, pt, ch) for pt in points(scn)]
-        for r in results:
-            r.update(losses(scn, r))
+        path = cache_path(scn)
+        results = _load(path) if path is not None else None
+        if results is None:
+            ch = Choices.of(scn)
+            results = [optimal(scn, pt, ch) for pt in points(scn)]
+            for r in results:
+                r.update(losses(scn, r))
+            if path is not None:
+                _store(path, results)
         _SWEEPS[key] = results
     return [dict(r) for r in _SWEEPS[key]]
 
@@ -550,6 +611,10 @@ def sweep_many(
 
     scns = [require_scenario(x) for x in scns]
     jobs = max(1, jobs or os.cpu_count() or 1)
+    for scn in scns:  # what the disk cache holds is read here, not swept again
+        path = cache_path(scn)
+        if _key(scn) not in _SWEEPS and path is not None and path.is_file():
+            sweep(scn)
     todo = [x for x in scns if _key(x) not in _SWEEPS]
     for scn in scns:
         if _key(scn) in _SWEEPS and progress is not None:
@@ -569,13 +634,20 @@ def sweep_many(
             from concurrent.futures import ProcessPoolExecutor
 
             ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(max_workers=min(jobs, len(rest)), mp_context=ctx) as pool:
+            pool = ProcessPoolExecutor(max_workers=min(jobs, len(rest)), mp_context=ctx)
+            try:
                 started = time.perf_counter()
                 futures = {pool.submit(_sweep_in_child, x): x for x in rest}
                 for future in futures:
                     scn = futures[future]
                     _SWEEPS.setdefault(_key(scn), future.result())
                     done(scn, started)
+            except BaseException:  # interrupted: stop the workers now rather than wait
+                for process in list(getattr(pool, "_processes", {}).values()):
+                    process.terminate()
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            pool.shutdown(wait=True)
         else:
             for scn in rest:
                 start = time.perf_counter()

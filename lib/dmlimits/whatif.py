@@ -93,6 +93,32 @@ def _variant(scn: Scenario, changes: dict[str, Any], tag: str) -> Scenario:
     return resolve_overrides(scn, changes, name=f"{scn.name}|{tag}")
 
 
+#: How far the tornado moves each assumption (divided and multiplied by it), and how many joint
+#: draws the uncertainty band takes: the what-if chapter's choices.
+FACTOR = 2.0
+DRAWS = 12
+
+
+def tornado_variants(scn: Scenario, factor: float = FACTOR) -> dict[tuple[str, str], Scenario]:
+    """The scenarios of :func:`tornado`: each assumption divided (``"low"``) and multiplied
+    (``"high"``) by ``factor``."""
+    scn = require_scenario(scn)
+    if not (factor > 1 and math.isfinite(factor)):
+        raise ValueError(f"factor: got {factor!r}; expected a finite number greater than 1")
+    variants = {}
+    for a in ASSUMPTIONS:
+        for side, f in (("low", 1 / factor), ("high", factor)):
+            variants[(a.key, side)] = _variant(
+                scn, _override(scn, a.key, f, a.whole), f"{a.key}x{f:g}"
+            )
+    return variants
+
+
+def uncertainty_variants(scn: Scenario, n: int = DRAWS, seed: int = 0) -> list[Scenario]:
+    """The scenarios of :func:`uncertainty`: ``n`` joint draws of the assumptions."""
+    return [_variant(scn, d, f"draw{i}") for i, d in enumerate(samples(scn, n, seed))]
+
+
 @dataclass(frozen=True)
 class TornadoRow:
     key: str
@@ -106,20 +132,13 @@ class TornadoRow:
 
 
 def tornado(
-    scn: Scenario, factor: float = 2.0, jobs: int | None = None, progress: Any = None
+    scn: Scenario, factor: float = FACTOR, jobs: int | None = None, progress: Any = None
 ) -> tuple[dict[str, float], list[TornadoRow]]:
     """The base scenario's linear-scaling end and latency wall, and for each assumption of
     :data:`ASSUMPTIONS` the same two with that assumption divided and multiplied by
     ``factor``.  Rows are sorted by how far the linear-scaling end moves (widest first)."""
     scn = require_scenario(scn)
-    if not (factor > 1 and math.isfinite(factor)):
-        raise ValueError(f"factor: got {factor!r}; expected a finite number greater than 1")
-    variants = {}
-    for a in ASSUMPTIONS:
-        for side, f in (("low", 1 / factor), ("high", factor)):
-            variants[(a.key, side)] = _variant(
-                scn, _override(scn, a.key, f, a.whole), f"{a.key}x{f:g}"
-            )
+    variants = tornado_variants(scn, factor)
     search.sweep_many([scn, *variants.values()], jobs=jobs, progress=progress)
     base = search.headline(scn)
     rows = []
@@ -182,7 +201,7 @@ def samples(scn: Scenario, n: int, seed: int = 0) -> list[dict[str, float]]:
 
 
 def uncertainty(
-    scn: Scenario, n: int = 16, seed: int = 0, quantiles: tuple[float, float] = (0.1, 0.9),
+    scn: Scenario, n: int = DRAWS, seed: int = 0, quantiles: tuple[float, float] = (0.1, 0.9),
     jobs: int | None = None, progress: Any = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The spread of the utilization curve and of the two limits over ``n`` joint draws of
@@ -190,7 +209,7 @@ def uncertainty(
     each compute (quantiles over the draws, NaN where fewer than half the draws are
     feasible), and the quantiles of the linear-scaling end and the latency wall."""
     scn = require_scenario(scn)
-    variants = [_variant(scn, d, f"draw{i}") for i, d in enumerate(samples(scn, n, seed))]
+    variants = uncertainty_variants(scn, n, seed)
     search.sweep_many(variants, jobs=jobs, progress=progress)
     base = [r for r in search.sweep(scn) if r["feasible"]]
     grid = np.array([r["training_flop"] for r in search.sweep(scn)])
@@ -230,7 +249,7 @@ def uncertainty(
 
 
 # --- Figures -----------------------------------------------------------------------------------
-def tornado_figure(base: dict[str, float], rows: list[TornadoRow], factor: float = 2.0):
+def tornado_figure(base: dict[str, float], rows: list[TornadoRow], factor: float = FACTOR):
     """Two tornado charts: how many decades the linear-scaling end and the latency wall move
     when each assumption is divided or multiplied by ``factor``.  A variant with no linear end
     or no feasible run is marked "none" at the edge."""

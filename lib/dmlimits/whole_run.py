@@ -353,6 +353,29 @@ def reference_exceptions(scns: list[Scenario]) -> dict[str, Any]:
     return out
 
 
+def scenarios_swept(scn: Scenario) -> list[Scenario]:
+    """The scenarios whose sweeps the chapters of a book built for ``scn`` read, each once:
+    the scenario, its dense counterpart (closed forms), the paper's settings and the GPU
+    generations as the chapters compare them, the search chapter's alternatives and the what-if
+    chapter's variants.  A build sweeps them up front on every core; a sweep a chapter needs
+    beyond these is computed when it is first asked for, and cached alike."""
+    from . import whatif
+    from .scenario import PAPER_PRESETS, compared, resolve_overrides
+
+    out = [scn]
+    if scn["model.sparse"]:
+        out.append(resolve_overrides(scn, {"model.sparse": False}))
+    out += compared(PAPER_PRESETS, scn).values()
+    out += compared(GENERATIONS, scn).values()
+    out += [resolve_overrides(scn, changes) for changes in CHOICE_ALTERNATIVES.values()]
+    out += whatif.tornado_variants(scn).values()
+    out += whatif.uncertainty_variants(scn)
+    seen: dict[str, Scenario] = {}
+    for s in out:
+        seen.setdefault(search._key(s), s)
+    return list(seen.values())
+
+
 def configs_table(scn: Scenario, computes: list[float]) -> str:
     """The optimal configurations at the grid points nearest ``computes``, with what binds."""
     lines = [
