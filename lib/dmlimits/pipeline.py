@@ -18,7 +18,7 @@ public code).  This module derives the parts of that model that belong to the pi
   ``z = (v - 1) max(0, N_PP - m)`` chunk slots, and
   ``f = (z + N_PP - 1) / (z + N_PP - 1 + v m)``.  The paper interleaves fully,
   ``v = L / N_PP`` (one block per chunk), whenever ``N_PP > 1``.
-* **Zero bubble** (Qi et al. 2023, schedule ZB-H2).  Splitting the backward pass into its
+* **Zero bubble** (Qi et al. 2024, schedule ZB-H2).  Splitting the backward pass into its
   activation-gradient and weight-gradient halves lets the weight gradients fill the bubble:
   ``f = 0``, valid with ``m >= 2 N_PP`` microbatches and no interleaving (``v = 1``).
 * **Microbatches.**  The model has no attention, so a microbatch can be any whole number of
@@ -58,7 +58,7 @@ from .matmul import word
 CHAPTER = "pipeline"
 
 # --- Definitional constants ------------------------------------------------------------------
-# Zero bubble (ZB-H2) needs at least this many microbatches per stage (Qi et al. 2023; the
+# Zero bubble (ZB-H2) needs at least this many microbatches per stage (Qi et al. 2024; the
 # reference notes, section 5).
 ZERO_BUBBLE_MICROBATCHES_PER_STAGE = 2
 # The paper's search tries this many of the smallest valid microbatch counts.
@@ -451,7 +451,7 @@ def _num(x: Any) -> str:
 
 
 def check_zero_bubble(n_pp: Any, m: Any, v: Any = 1) -> None:
-    """Raise ValueError unless ZB-H2 applies: ``v = 1`` and ``m >= 2 N_PP`` (Qi et al. 2023)."""
+    """Raise ValueError unless ZB-H2 applies: ``v = 1`` and ``m >= 2 N_PP`` (Qi et al. 2024)."""
     p, mm, vv = _counts("n_pp", n_pp), _counts("m", m), _counts("v", v)
     p, mm, vv = np.broadcast_arrays(p, mm, vv)
     if np.any(vv != 1):
@@ -490,7 +490,7 @@ def _numeric(what: str):
 def bubble_fraction(n_pp: Any, m: Any, v: Any = 1, zero_bubble: bool = False) -> np.ndarray | float:
     """The share of a flush each GPU idles: ``(z + N_PP - 1) / (z + N_PP - 1 + v m)`` with
     ``z = (v - 1) max(0, N_PP - m)`` for 1F1B (interleaved when ``v > 1``; Narayanan et al.
-    2021), and 0 for zero bubble (ZB-H2, Qi et al. 2023), which must have ``v = 1`` and
+    2021), and 0 for zero bubble (ZB-H2, Qi et al. 2024), which must have ``v = 1`` and
     ``m >= 2 N_PP``.  Erdil & Schneider-Joseph (2024); the ``pipeline-bubble-interleaved``
     derivation.  Arguments broadcast as numpy arrays; a float comes back for scalars.
     """
@@ -621,7 +621,7 @@ def least_microbatches(n_pp: Any, zero_bubble: bool = False, rule: str = "2n") -
     would leave a stage idle even mid-step); for zero bubble ``2 N_PP`` (``rule="2n"``, the
     default: two per stage, so that the weight gradients pending fill the drain and hide the
     pipeline's latency; the authors' final code) or ``2 N_PP - 1`` (``"2n-1"``: the fewest
-    with which the ZB-H2 schedule itself runs without idling; Qi et al. 2023)."""
+    with which the ZB-H2 schedule itself runs without idling; Qi et al. 2024)."""
     p = _integer("n_pp", n_pp)
     zero_bubble = _flag("zero_bubble", zero_bubble)
     if rule not in ZERO_BUBBLE_RULES:
@@ -869,7 +869,7 @@ def schedule(
 
 
 def schedule_zero_bubble(n_pp: Any, m: Any, steps: Any = 2) -> Schedule:
-    """Lay out ``steps`` optimizer steps of ZB-H2 (Qi et al. 2023) back to back, greedily.
+    """Lay out ``steps`` optimizer steps of ZB-H2 (Qi et al. 2024) back to back, greedily.
 
     The backward pass is split into its activation-gradient half ``B`` and its weight-gradient
     half ``W``; forward, ``B`` and ``W`` passes take one slot each (two of a layer's six matmuls

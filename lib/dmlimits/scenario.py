@@ -201,7 +201,7 @@ SCHEMA: dict[str, Field] = {
         "one the H100 results are the same)",
         maximum=64,
     ),
-    "search.zero_bubble": Field("bool", True, "try zero-bubble pipelining (Qi et al. 2023)"),
+    "search.zero_bubble": Field("bool", True, "try zero-bubble pipelining (Qi et al. 2024)"),
     "search.zero_bubble_min": Field(
         "choice",
         "2n",
