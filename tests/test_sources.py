@@ -89,3 +89,21 @@ def test_roles_are_not_wrapped_in_code(path: Path):
         if line.lstrip().startswith("```"):
             continue
         assert "`{" not in line.replace("``{", ""), f"{path.name}: role inside code: {line}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_figure_has_an_alt_text_that_says_what_it_shows(path: Path):
+    """Issue #13: without ``:alt:`` the image's alt text is a file hash."""
+    import re
+
+    text = path.read_text()
+    for m in re.finditer(r"```\{glue:figure\} (\S+)\n((?::[^\n]*\n)*)", text):
+        alt = re.search(r"^:alt: (.+)$", m.group(2), flags=re.M)
+        assert alt, f"{path.name}: figure {m.group(1)} has no :alt:"
+        words = alt.group(1).split()
+        assert len(words) >= 8, f"{path.name}: figure {m.group(1)}'s alt text is too short"
+        # Product names (A100, GTX 580, Llama 2, 1F1B) are names; a number standing alone is not.
+        text_only = re.sub(r"\b(GTX|Llama) \d+|\b\w*[A-Za-z]\w*", "", alt.group(1))
+        assert not re.search(r"\d", text_only), (
+            f"{path.name}: figure {m.group(1)}'s alt text types a number; the caption glues them"
+        )

@@ -9,7 +9,7 @@
 * a sympy expression or equation is stored as math (LaTeX, rendered with the book's notation),
   for ``{glue}`key``` inline or ``{glue:math}`` as display math;
 * a string is stored as text for ``{glue:text}`key```;
-* a matplotlib figure is stored as a PNG (fixed DPI, no timestamp) for ``{glue:figure}``, and
+* a matplotlib figure is stored as a PNG (twice the screen resolution, no timestamp) for ``{glue:figure}``, and
   closed.
 
 :func:`read_glued` reads the values back from an executed notebook, which is how the tests compare
@@ -114,10 +114,10 @@ class _Png:
     def __init__(self, fig: Any) -> None:
         import io
 
-        from .figures import DPI, PNG_METADATA
+        from .figures import PNG_METADATA, SAVE_DPI
 
         buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=DPI, metadata=PNG_METADATA)
+        fig.savefig(buffer, format="png", dpi=SAVE_DPI, metadata=PNG_METADATA)
         self.png = buffer.getvalue()
 
     def _repr_png_(self) -> bytes:
