@@ -276,9 +276,9 @@ def scatter_figure(cmp: runs.Comparison):
                 color=PALETTE[k % len(PALETTE)],
                 label=kind,
             )
-        ax.plot([0, 100], [0, 100], color="0.4", lw=0.8, ls="--")
+        ax.axline((0, 0), slope=1, color="0.4", lw=0.8, ls="--")  # predicted = reported
         ax.set_xlim(0, 105)
-        ax.set_ylim(0, 70)
+        ax.set_ylim(0, max(70.0, 5 * np.ceil(21 * float(np.nanmax(cmp.reported)))))
         ax.set_xlabel(f"predicted utilization (%), {title}")
         ax.set_title(title)
     axes[0].set_ylabel("reported utilization (%)")

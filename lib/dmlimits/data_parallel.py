@@ -700,7 +700,9 @@ def figure_dp_time(scn: Scenario, degrees: tuple[int, ...] = FIGURE_DEGREES):
         fits = memory_fits(scn, sh.params, degree, gpus)
         color = figures.PALETTE[(i + 1) % len(figures.PALETTE)]
         total = comm.total
-        left.plot(sh.compute, total, "-", color=color, lw=1.2, label=f"$N_{{DP}}$ = {degree}")
+        left.plot(
+            sh.compute, total, "-", color=color, lw=1.2, label=f"$N_{{\\mathrm{{DP}}}}$ = {degree}"
+        )
         left.plot(sh.compute[fits], total[fits], "o", ms=3, color=color)
         left.plot(sh.compute[~fits], total[~fits], "o", ms=4, mfc="none", color=color)
         right.plot(sh.compute, total / sh.step_budget, "-o", ms=2.5, color=color)
@@ -733,7 +735,7 @@ def figure_dp_memory(scn: Scenario):
         max_dp(scn, sh.params, gpus),
         "o-",
         ms=3,
-        label="largest $N_{DP}$ that fits in HBM",
+        label="largest $N_{\\mathrm{DP}}$ that fits in HBM",
     )
     ax.plot(
         sh.compute, sh.batch / scn["model.sequence_length"], "s-", ms=3, label="sequences per batch"
@@ -744,7 +746,7 @@ def figure_dp_memory(scn: Scenario):
         parity[np.isfinite(parity)],
         "^-",
         ms=3,
-        label="$N_{DP}$ at which the all-reduce takes as long as the arithmetic",
+        label="$N_{\\mathrm{DP}}$ at which the all-reduce takes as long as the arithmetic",
     )
     if is_reference_scenario(scn):
         ref = reference_configs()
@@ -753,7 +755,7 @@ def figure_dp_memory(scn: Scenario):
             ref["dp"],
             "kx",
             ms=5,
-            label="$N_{DP}$ of the authors' optimal configurations",
+            label="$N_{\\mathrm{DP}}$ of the authors' optimal configurations",
         )
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -901,7 +901,9 @@ def figure_remote_fraction(scn: Scenario, max_degree: int = 256):
     ax.set_xscale("log", base=2)
     ax.set_xlim(degrees[0], degrees[-1])
     ax.set_ylim(0, 1)
-    ax.set_xlabel(r"expert-parallel degree $N_{EP}$ (packed into as few nodes as possible)")
+    ax.set_xlabel(
+        r"expert-parallel degree $N_{\mathrm{EP}}$ (packed into as few nodes as possible)"
+    )
     ax.set_ylabel("share of tokens")
     ax.legend(loc="center right", fontsize=8)
     ax.set_title(f"Where the next expert lives ({node}-GPU nodes, uniform routing)", fontsize=10)

@@ -44,6 +44,188 @@ def apply_style() -> None:
     plt.rcParams.update(STYLE)
 
 
+# --- What a reader needs of a figure, checked on the figure object -----------------------------
+#: Data spanning more than this ratio on a linear axis are squeezed into one corner.
+LOG_SPAN = 100.0
+#: Distinct x values should spread over at least this share of the axes' width.
+MIN_SPREAD = 0.3
+
+
+def _data_lines(ax: plt.Axes) -> list:
+    """The lines that plot data (not axhline/axvline, which live in axes coordinates)."""
+    return [
+        line for line in ax.get_lines()
+        if line.get_transform() == ax.transData and len(line.get_xdata()) >= 2
+    ]  # fmt: skip
+
+
+def _xy(line) -> np.ndarray:
+    xy = np.asarray(line.get_xydata(), dtype=float)
+    return xy[np.all(np.isfinite(xy), axis=1)]
+
+
+def _points(ax: plt.Axes) -> np.ndarray:
+    """Every plotted vertex and marker of the axes, in data coordinates."""
+    from matplotlib.collections import PathCollection
+
+    parts = [_xy(line) for line in _data_lines(ax)]
+    for coll in ax.collections:  # scatter points; areas and meshes are not points
+        if isinstance(coll, PathCollection) and coll.get_offset_transform() == ax.transData:
+            off = np.asarray(coll.get_offsets(), dtype=float)
+            if off.ndim == 2 and len(off) and off.shape[1] == 2:
+                parts.append(off[np.all(np.isfinite(off), axis=1)])
+    parts = [p for p in parts if len(p)]
+    return np.concatenate(parts) if parts else np.empty((0, 2))
+
+
+def _display_points(ax: plt.Axes) -> np.ndarray:
+    """Every line of the axes (reference lines included) sampled densely along its segments,
+    and every scatter point, in display coordinates: what a legend box must not cover."""
+    from matplotlib.collections import PathCollection
+
+    parts = []
+    for line in ax.get_lines():
+        if not line.get_visible() or len(line.get_xdata()) == 0:
+            continue
+        xy = np.asarray(line.get_xydata(), dtype=float)
+        xy = xy[np.all(np.isfinite(xy), axis=1)]
+        if not len(xy):
+            continue
+        if line.get_transform() == ax.transData and (
+            (ax.get_xscale() == "log" and np.any(xy[:, 0] <= 0))
+            or (ax.get_yscale() == "log" and np.any(xy[:, 1] <= 0))
+        ):
+            xy = xy[(xy[:, 0] > 0) | (ax.get_xscale() != "log")]
+            xy = xy[(xy[:, 1] > 0) | (ax.get_yscale() != "log")]
+        disp = line.get_transform().transform(xy)
+        if line.get_linestyle() not in ("None", "", " ") and len(disp) > 1:
+            t = np.linspace(0, 1, 24)[:, None, None]
+            seg = disp[:-1][None] + t * (disp[1:] - disp[:-1])[None]
+            disp = np.concatenate([disp, seg.reshape(-1, 2)])
+        parts.append(disp)
+    for coll in ax.collections:
+        if isinstance(coll, PathCollection) and len(coll.get_offsets()):
+            parts.append(coll.get_offset_transform().transform(coll.get_offsets()))
+    return np.concatenate(parts) if parts else np.empty((0, 2))
+
+
+def legend_overlap(ax: plt.Axes) -> int:
+    """How many of :func:`_display_points` the axes' legend box covers (0 without a legend)."""
+    legend = ax.get_legend()
+    if legend is None or not legend.get_visible():
+        return 0
+    box = legend.get_window_extent()
+    pts = _display_points(ax)
+    inside = (
+        (pts[:, 0] >= box.x0) & (pts[:, 0] <= box.x1)
+        & (pts[:, 1] >= box.y0) & (pts[:, 1] <= box.y1)
+    )  # fmt: skip
+    return int(inside.sum())
+
+
+LEGEND_PLACES = ("lower left", "upper right", "lower right", "upper left", "center left",
+                 "center right", "lower center", "upper center")  # fmt: skip
+
+
+def tidy_legends(fig: plt.Figure) -> None:
+    """Move every legend that covers a line or a point of its axes to the first free place of
+    :data:`LEGEND_PLACES`, or outside the axes on the right when none is free: one rule for the
+    whole book, applied to every figure before it is glued."""
+    fig.canvas.draw()
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None or legend_overlap(ax) == 0:
+            continue
+        for loc in LEGEND_PLACES:
+            legend.set_loc(loc)
+            fig.canvas.draw()
+            if legend_overlap(ax) == 0:
+                break
+        else:
+            legend.set_bbox_to_anchor((1.02, 1.0), transform=ax.transAxes)
+            legend.set_loc("upper left")
+            fig.canvas.draw()
+
+
+def _squeezed(v: np.ndarray, lo: float, hi: float) -> bool:
+    """Positive data spanning more than :data:`LOG_SPAN` with most of the points in the bottom
+    twentieth of a linear axis: a logarithmic axis would show them."""
+    positive = v[v > 0]
+    if len(positive) < 3 or len(positive) < len(v) or positive.max() / positive.min() <= LOG_SPAN:
+        return False
+    return float(np.mean(v <= lo + 0.05 * (hi - lo))) > 0.5
+
+
+def _labelled_elsewhere(fig: plt.Figure, ax: plt.Axes, which: str) -> bool:
+    """Whether an axes sharing this one's ``which`` axis carries the label (subplots with a
+    shared axis label only the outer ones)."""
+    shared = ax.get_shared_x_axes() if which == "x" else ax.get_shared_y_axes()
+    for other in fig.axes:
+        if other is not ax and shared.joined(ax, other):
+            label = other.get_xlabel() if which == "x" else other.get_ylabel()
+            if label.strip():
+                return True
+    return False
+
+
+def check_figure(fig: plt.Figure) -> list[str]:
+    """What a reader would trip over in ``fig``, one sentence each (an empty list when none):
+    data squeezed into a corner of a linear axis that spans decades, points collapsed into a
+    small part of an axis, data outside the limits, a legend box over plotted points, two
+    labelled series drawn alike, an axis without a label, and multi-letter subscripts that
+    mathtext would set in italics letter by letter.  The figure is drawn first (legends need a
+    renderer)."""
+    import re
+
+    from matplotlib.text import Text
+
+    problems = []
+    fig.canvas.draw()
+    for k, ax in enumerate(fig.axes):
+        if not ax.get_visible() or ax.get_label() == "<colorbar>":
+            continue
+        where = f"axes {k}" + (f" ({ax.get_title()!r})" if ax.get_title() else "")
+        pts = _points(ax)
+        if len(pts) == 0:
+            continue
+        for i, (axis, scale) in enumerate((("x", ax.get_xscale()), ("y", ax.get_yscale()))):
+            v = pts[:, i]
+            lo, hi = sorted(ax.get_xlim() if i == 0 else ax.get_ylim())
+            if scale == "linear" and _squeezed(v, lo, hi):
+                problems.append(f"{where}: {axis} data spanning decades are squeezed into a "
+                                "corner of a linear axis")  # fmt: skip
+            tol = 1e-9 * max(abs(lo), abs(hi), 1e-300)
+            if np.any(v < lo - tol) or np.any(v > hi + tol):
+                problems.append(f"{where}: some {axis} data lie outside the axis limits")
+        xs = np.unique(pts[:, 0])
+        if len(xs) >= 3:
+            px = ax.transData.transform(np.column_stack([xs, np.full_like(xs, pts[0, 1])]))[:, 0]
+            if np.ptp(px) < MIN_SPREAD * ax.bbox.width:
+                problems.append(f"{where}: the points collapse into a narrow band of the x axis")
+        covered = legend_overlap(ax)
+        if covered:
+            problems.append(f"{where}: the legend covers {covered} plotted point(s)")
+        looks: dict[tuple, str] = {}
+        for line in _data_lines(ax):
+            label = line.get_label()
+            if label.startswith("_"):
+                continue
+            from matplotlib.colors import to_rgba
+
+            look = (to_rgba(line.get_color()), line.get_linestyle(), line.get_marker())
+            if look in looks:
+                problems.append(f"{where}: {label!r} and {looks[look]!r} are drawn alike")
+            looks[look] = label
+        for name, text in (("x", ax.get_xlabel()), ("y", ax.get_ylabel())):
+            if not text.strip() and not _labelled_elsewhere(fig, ax, name):
+                problems.append(f"{where}: the {name} axis has no label")
+    for t in fig.findobj(Text):
+        for math in re.findall(r"\$([^$]+)\$", t.get_text()):
+            if re.search(r"_\{?[A-Za-z]{2,}", math):
+                problems.append(f"mathtext {math!r}: put a word in a subscript in \\mathrm{{}}")
+    return sorted(set(problems))
+
+
 def _compute_axis(ax: plt.Axes, label: str = "training compute (FLOP)") -> None:
     ax.set_xscale("log")
     ax.set_xlabel(label)
@@ -56,7 +238,9 @@ def shape_figure(scn: Scenario) -> plt.Figure:
     smooth = model.along_compute(scn, c)
     fig, ax = plt.subplots()
     ax.plot(c, smooth["d_model"], color=PALETTE[0], lw=1, alpha=0.6)
-    ax.plot(sh.compute, sh.d_model, "o", ms=3.5, color=PALETTE[0], label="width $d_{model}$")
+    ax.plot(
+        sh.compute, sh.d_model, "o", ms=3.5, color=PALETTE[0], label="width $d_{\\mathrm{model}}$"
+    )
     ax.plot(c, smooth["layers"], color=PALETTE[1], lw=1, alpha=0.6)
     ax.plot(sh.compute, sh.layers, "s", ms=3.5, color=PALETTE[1], label="depth $L$ (rounded)")
     if scn["model.sparse"]:
@@ -101,13 +285,15 @@ def budget_figure(scn: Scenario) -> plt.Figure:
     """Time available per step and per layer per step, against the fixed latencies."""
     sh = model.shapes(scn)
     fig, ax = plt.subplots()
-    ax.plot(sh.compute, sh.step_budget, "o-", ms=3, label="time per step, $T / n_{steps}$")
+    ax.plot(
+        sh.compute, sh.step_budget, "o-", ms=3, label="time per step, $T / n_{\\mathrm{steps}}$"
+    )
     ax.plot(
         sh.compute,
         sh.layer_budget,
         "s-",
         ms=3,
-        label="time per layer per step, $T / (n_{steps} L)$",
+        label="time per layer per step, $T / (n_{\\mathrm{steps}} L)$",
     )
     ax.axhline(
         scn["hardware.kernel_latency"],

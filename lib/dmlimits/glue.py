@@ -9,8 +9,9 @@
 * a sympy expression or equation is stored as math (LaTeX, rendered with the book's notation),
   for ``{glue}`key``` inline or ``{glue:math}`` as display math;
 * a string is stored as text for ``{glue:text}`key```;
-* a matplotlib figure is stored as a PNG (twice the screen resolution, no timestamp) for ``{glue:figure}``, and
-  closed.
+* a matplotlib figure is first checked for what a reader would trip over
+  (:func:`dmlimits.figures.check_figure`; a problem stops the notebook), then stored as a PNG
+  (twice the screen resolution, no timestamp) for ``{glue:figure}``, and closed.
 
 :func:`read_glued` reads the values back from an executed notebook, which is how the tests compare
 the book with the library.
@@ -117,7 +118,7 @@ class _Png:
         from .figures import PNG_METADATA, SAVE_DPI
 
         buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=SAVE_DPI, metadata=PNG_METADATA)
+        fig.savefig(buffer, format="png", dpi=SAVE_DPI, metadata=PNG_METADATA, bbox_inches="tight")
         self.png = buffer.getvalue()
 
     def _repr_png_(self) -> bytes:
@@ -143,6 +144,13 @@ def glue(key: str, value: Any, *, digits: int = 3) -> Any:
     if type(value).__name__ == "Figure" and hasattr(value, "savefig"):
         import matplotlib.pyplot as plt
 
+        from .figures import check_figure, tidy_legends
+
+        tidy_legends(value)
+        problems = check_figure(value)
+        if problems:
+            plt.close(value)
+            raise GlueError(f"glue {key!r}: the figure is not fit to read: " + "; ".join(problems))
         _paste(key, _Png(value))
         plt.close(value)
         return value

@@ -78,7 +78,7 @@ BATCH_LAWS: dict[str, sp.Expr] = {
 BATCH_LAW_LABELS = {  # matplotlib mathtext, for legends
     "default": r"default: $B_0\,(C/C_0)^{e_B}\sqrt{S}$",
     "none": r"no scaling: $B = B_0$",
-    "deepseek": r"DeepSeek: $k_{DS}\,C^{e_{DS}}\sqrt{S}$",
+    "deepseek": r"DeepSeek: $k_{\mathrm{DS}}\,C^{e_{\mathrm{DS}}}\sqrt{S}$",
 }
 
 

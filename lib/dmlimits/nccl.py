@@ -213,15 +213,15 @@ def figure(fitted: Fit | None = None):
     """Measured points and the fitted curves, one colour per node count."""
     import matplotlib.pyplot as plt
 
-    from .figures import PALETTE
-
     fitted = fitted or fit()
     m = measurements()
     fig, ax = plt.subplots(figsize=(7.2, 4.2))
     grid = np.logspace(np.log10(m.message_bytes.min()), np.log10(m.message_bytes.max()), 200)
-    for i, n in enumerate(np.unique(m.nodes)):
+    counts = np.unique(m.nodes)
+    # One colour per node count, in order: a sequential map keeps eight counts apart.
+    colours = plt.cm.viridis(np.linspace(0.0, 0.9, len(counts)))
+    for n, colour in zip(counts, colours, strict=True):
         sel = m.nodes == n
-        colour = PALETTE[i % len(PALETTE)]
         ax.plot(
             m.message_bytes[sel],
             m.busbw[sel] / GB,

@@ -993,7 +993,7 @@ def figure_bubble(
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.8), sharey=True)
     for i, p in enumerate(stages):
         color = PALETTE[i % len(PALETTE)]
-        left.plot(m, bubble_fraction(p, m), color=color, label=rf"$N_{{PP}} = {p}$")
+        left.plot(m, bubble_fraction(p, m), color=color, label=rf"$N_{{\mathrm{{PP}}}} = {p}$")
         zb = ZERO_BUBBLE_MICROBATCHES_PER_STAGE * p
         if zb <= top:
             left.plot([zb], [bubble_fraction(p, zb)], "o", color=color, ms=5)
@@ -1005,7 +1005,7 @@ def figure_bubble(
             label=rf"$v = {vv}$",
         )
     right.axvline(p_int, color=PALETTE[-1], lw=0.8, ls=":")
-    right.set_title(rf"$N_{{PP}} = {p_int}$, interleaved", fontsize=10)
+    right.set_title(rf"$N_{{\mathrm{{PP}}}} = {p_int}$, interleaved", fontsize=10)
     left.set_title("1F1B without interleaving (dots: zero bubble possible)", fontsize=10)
     for ax in (left, right):
         ax.set_xscale("log")

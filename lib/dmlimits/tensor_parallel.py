@@ -1001,14 +1001,17 @@ def figure_time_vs_degree(scn: Scenario, d_model: Any = None, tokens: Any = None
                 fontsize=8, va="top", color="grey")  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("tensor-parallel degree $N_{TP}$")
+        ax.set_xlabel("tensor-parallel degree $N_{\\mathrm{TP}}$")
         ax.set_title(
-            "1D (Megatron), $N_{TP,m} = 1$" if one_d else "2D, best split by the rule",
+            r"1D (Megatron), $N_{\mathrm{TP},m} = 1$" if one_d else "2D, best split by the rule",
             fontsize=10,
         )
     axes[0].set_ylabel("seconds per layer per step")
     axes[0].legend(loc="lower left", fontsize=8)
-    fig.suptitle(f"$d_{{model}}$ = {dm:,.0f}, {tok:,.0f} tokens per GPU ({scn.name})", fontsize=10)
+    fig.suptitle(
+        f"$d_{{\\mathrm{{model}}}}$ = {dm:,.0f}, {tok:,.0f} tokens per GPU ({scn.name})",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 
@@ -1052,9 +1055,16 @@ def figure_reference_shards(scn: Scenario):
     fig, ax = plt.subplots(figsize=(7.0, 5.0))
     ax.plot(ref["compute"], ref["side"], "o", ms=4, color=PALETTE[0],
             label="paper's optimum: side of a square shard of the same area")  # fmt: skip
-    ax.plot(ref["compute"], ref["cols"], "_", ms=7, color=PALETTE[5], label="its $d_{ff}$ side")
+    ax.plot(
+        ref["compute"],
+        ref["cols"],
+        "_",
+        ms=7,
+        color=PALETTE[5],
+        label="its $d_{\\mathrm{ff}}$ side",
+    )
     ax.plot(ref["compute"], ref["rows"], "|", ms=7, color=PALETTE[6],
-            label="its $d_{model}$ side")  # fmt: skip
+            label="its $d_{\\mathrm{model}}$ side")  # fmt: skip
     for level, color, name in ((0, PALETTE[3], "NVLink"), (1, PALETTE[1], "InfiniBand")):
         ax.axhline(crossover_shard(scn, level), color=color, ls="--",
                    label=f"crossover of a square shard, {name} ({scn.name})")  # fmt: skip
