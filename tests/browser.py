@@ -1,8 +1,10 @@
 """Drive the built book in headless Chromium and report what a reader would see go wrong.
 
 For every page: the console has no errors; every equation was typeset by MathJax (each math
-element holds MathJax output, no MathJax error, no raw TeX left in the visible text); every image
-loaded; the previous and next links lead to pages that load.  Pages are served from 127.0.0.1 by
+element holds MathJax output, no MathJax error, no raw TeX left in the visible text) and fits
+the text column; every image loaded and has an alt text that says what it shows; the text has
+no number printed as ``1e+11``, no Python repr (``None``, ``nan``, ``array(``) and no doubled
+word; the previous and next links lead to pages that load.  Pages are served from 127.0.0.1 by
 a throwaway HTTP server; the browser is Debian's Chromium (/usr/bin/chromium) with its driver,
 never a downloaded one, and makes no request beyond this machine.
 """
@@ -34,6 +36,24 @@ FLAGS = (
     "--window-size=1300,900",
 )
 RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\(frac|mathrm|left|right|alpha|cdot)\b")
+# What a reader should never see in running text.
+RAW_NUMBER = re.compile(r"\d\.?\d*[eE][+-]\d")
+REPR = re.compile(r"\b(None|nan|NaN|inf)\b|array\(|<figure>")
+DOUBLED = re.compile(r"\b([A-Za-z]+) \1\b")
+WIDE_EQUATIONS = """
+return [...document.querySelectorAll('mjx-container[display="true"]')]
+  .filter(c => { const m = c.querySelector('mjx-math');
+                 const col = c.parentElement.getBoundingClientRect().width;
+                 return m && m.getBoundingClientRect().width > col + 2; })
+  .map(c => c.textContent.slice(0, 60));
+"""
+BAD_ALT = """
+return [...document.querySelectorAll('main img')]
+  .filter(i => { const a = (i.getAttribute('alt') || '').trim();
+                 return a.split(/\\s+/).length < 5 || /^[0-9a-f]{12,}/.test(a)
+                        || a === (i.getAttribute('src') || '').split('/').pop(); })
+  .map(i => i.getAttribute('src') + ': ' + (i.getAttribute('alt') || '(none)'));
+"""
 
 WAIT_FOR_MATHJAX = """
 const done = arguments[arguments.length - 1];
@@ -148,9 +168,20 @@ def check_page(driver, base: str, page: str) -> list[Problem]:
         problems.append(Problem(page, "equation not typeset", text))
     for text in driver.execute_script(TEX_ERRORS):
         problems.append(Problem(page, "TeX error", text))
-    raw = RAW_TEX.search(driver.execute_script(VISIBLE_TEXT) or "")
+    visible = driver.execute_script(VISIBLE_TEXT) or ""
+    raw = RAW_TEX.search(visible)
     if raw:
         problems.append(Problem(page, "raw TeX in the text", raw.group(0)))
+    for line in visible.splitlines():
+        for pattern, kind in ((RAW_NUMBER, "raw exponent"), (REPR, "Python repr"),
+                              (DOUBLED, "doubled word")):  # fmt: skip
+            m = pattern.search(line)
+            if m and not (kind == "doubled word" and m.group(1).lower() in ("that", "had")):
+                problems.append(Problem(page, kind, line[max(0, m.start() - 40) : m.end() + 40]))
+    for text in driver.execute_script(WIDE_EQUATIONS):
+        problems.append(Problem(page, "equation wider than the column", text))
+    for text in driver.execute_script(BAD_ALT):
+        problems.append(Problem(page, "image without a meaningful alt text", text))
     for src in driver.execute_script(BROKEN_IMAGES):
         problems.append(Problem(page, "image missing", src))
     for entry in driver.get_log("browser"):

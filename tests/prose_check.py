@@ -1,4 +1,4 @@
-"""Find numbers typed by hand in the book's prose and captions.
+r"""Find numbers typed by hand in the book's prose and captions.
 
 Every number a reader sees in running text must be glued from the library (or quoted from the
 published-values file through glue).  This scanner reads the Markdown sources (the notebooks'
@@ -23,6 +23,11 @@ The allow-list (documented, short):
 
 Digits that are part of a name (H100, 1F1B, 2D, ZeRO-1, bf16) are not numbers.  Definitional
 counts ("two weight matrices", "one expert") are written as words.
+
+Three more kinds are caught (issue #13): numbers inside inline math that are measurements rather
+than a formula's small definitional constants (a decimal such as ``$0.7$``, a percentage such
+as ``$38\%$``, a number of three or more digits); a number with its unit attached (``900GB/s``,
+``3x``, ``40%``); and quantities written in words ("about a thousand GPUs").
 """
 
 from __future__ import annotations
@@ -47,6 +52,11 @@ DIRECTIVE_LINE = re.compile(r"^\s*(:{3,}|`{3,})\{[\w:.-]+\}.*$", re.M)
 URL = re.compile(r"https?://\S+")
 LIST_MARKER = re.compile(r"^\s*\d+\.(?=\s)", re.M)
 
+MATH_NUMBER = re.compile(r"(?<![\w.^_{])(\d+\.\d+|\d+\s*\\%|\d{3,})(?![\w}])")
+UNIT_NUMBER = re.compile(
+    r"(?<![\w.\-/])\d+(?:\.\d+)?(?:[kMGTP]?B/s|[kMGTP]i?B|[kMG]?Hz|x|×|%|ms|µs|us|ns)(?![\w/])"
+)
+WORD_NUMBER = re.compile(r"\b(hundreds?|thousands?|millions?|billions?|trillions?|dozens?)\b", re.I)
 NUMBER = re.compile(r"(?<![\w.\-/\\^_])[-+]?\d(?:[\d,]*\d)?(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
 REFERENCE_WORDS = (
     "section",
@@ -128,12 +138,33 @@ def _allowed(number: str, before: str) -> bool:
     return bool(words) and words[-1] in REFERENCE_WORDS
 
 
+def _math_numbers(markdown: str) -> list[Finding]:
+    """Measurements typed inside inline math (see the module's docstring)."""
+    text = FRONT_MATTER.sub(_blank, markdown)
+    text = CODE_FENCE.sub(_blank, text)
+    out = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        for math in INLINE_MATH.finditer(line):
+            body = math.group(0)[1:-1]
+            for m in MATH_NUMBER.finditer(body):
+                out.append(Finding(lineno, m.group(0), line.strip()[:80]))
+    return out
+
+
 def hand_typed_numbers(markdown: str) -> list[Finding]:
     """Every number in the prose of ``markdown`` that is not glued and not allowed."""
     text = prose_only(markdown)
+    original = markdown.splitlines()
     findings = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         for m in NUMBER.finditer(line):
             if not _allowed(m.group(0), line[: m.start()]):
                 findings.append(Finding(lineno, m.group(0), line.strip()[:80]))
-    return findings
+        for m in UNIT_NUMBER.finditer(line):
+            findings.append(Finding(lineno, m.group(0), line.strip()[:80]))
+        for m in WORD_NUMBER.finditer(line):
+            # "{glue:text}`x` million weights": the scale word of a glued number.
+            if original[lineno - 1][: m.start()].rstrip().endswith("`"):
+                continue
+            findings.append(Finding(lineno, m.group(0), line.strip()[:80]))
+    return findings + _math_numbers(markdown)

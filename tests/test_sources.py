@@ -107,3 +107,15 @@ def test_every_figure_has_an_alt_text_that_says_what_it_shows(path: Path):
         assert not re.search(r"\d", text_only), (
             f"{path.name}: figure {m.group(1)}'s alt text types a number; the caption glues them"
         )
+
+
+def test_the_scan_catches_numbers_in_math_units_and_words():
+    """Issue #13: measurements typed inside inline math, numbers with a unit attached and
+    quantities in words are hand-typed numbers too; a formula's small constants, names and
+    the scale word of a glued number are not."""
+    found = {f.number for f in hand_typed_numbers(
+        "Utilization reaches $0.7$, or $38\\%$, over $2048$ GPUs at 900GB/s, 3x faster, with\n"
+        "about a thousand GPUs; the bubble is $(N_{PP} - 1) / (N_{PP} - 1 + m)$ on the H100,\n"
+        "and {glue:text}`w:.2f` million weights stay.\n"
+    )}  # fmt: skip
+    assert found == {"0.7", "38\\%", "2048", "900GB/s", "3x", "thousand"}, found

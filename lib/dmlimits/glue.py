@@ -70,9 +70,13 @@ def as_number(key: str, value: Any) -> int | float:
 
 
 def sci(value: float, digits: int = 3) -> str:
-    """``2.05 × 10²⁸`` for large or small magnitudes; plain digits otherwise."""
+    """The book's one way to write a number in prose: ``2.05 × 10²⁸`` for large or small
+    magnitudes, plain digits otherwise, and a whole number below ten million as a count with
+    thousands separators (``4,096``, never ``4.10 × 10³``)."""
     if value == 0:
         return "0"
+    if float(value).is_integer() and abs(value) < 1e7:
+        return f"{int(value):,}"
     exponent = math.floor(math.log10(abs(value)))
     if -3 <= exponent < 5:
         return f"{value:,.{max(digits - 1 - exponent, 0)}f}"
@@ -132,6 +136,53 @@ def _paste(key: str, obj: Any) -> None:
     from myst_nb import glue as myst_glue
 
     myst_glue(key, obj, display=False)
+
+
+def significant_digits(text: str) -> int:
+    """The significant digits of a number as written (``"2e28"`` has one, ``"37.22"`` four):
+    a published value is quoted to the precision it was published with."""
+    mantissa = text.strip().lower().split("e")[0].lstrip("+-")
+    digits = mantissa.replace(".", "").lstrip("0")
+    return max(1, len(digits) if "." in mantissa else len(digits.rstrip("0")) or 1)
+
+
+_PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"),
+             (1e-6, "µ"), (1e-9, "n"))  # fmt: skip
+_BINARY = ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
+_SI_UNITS = {"byte/s": "B/s", "byte": "B", "Hz": "Hz", "s": "s", "FLOP/s": "FLOP/s"}
+
+
+def quantity(value: float, unit: str = "", digits: int = 4) -> str:
+    """A value with its unit as a reader writes it: ``3.352 TB/s``, ``1,830 MHz``,
+    ``1.125 µs``, ``50 MiB``, ``4,194,304 tokens``; at most ``digits`` significant digits, no
+    trailing zeros, no ``e+12``."""
+    value = float(value)
+    if unit == "byte":
+        for size, name in _BINARY:
+            if value >= size and value % size == 0 and value / size < 1e4:
+                return f"{value / size:,.{digits}g} {name}"
+    if unit in _SI_UNITS and value != 0 and abs(value) < 1e15:
+        for scale, prefix in _PREFIXES:
+            if abs(value) >= scale * (1 - 1e-12):
+                if unit == "s" and scale > 1:
+                    break  # seconds stay seconds above one
+                number = f"{value / scale:.{digits}g}"
+                if "e" not in number:
+                    return f"{number} {prefix}{_SI_UNITS[unit]}"
+                break
+    text = sci(value, digits).replace(".000", "")
+    if "×" in text:
+        mantissa, power = text.split(" × ")
+        mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
+        text = f"{mantissa} × {power}"
+    elif "." in text and not float(value).is_integer():
+        text = f"{value:.{digits}g}"
+    return f"{text} {unit}".strip()
+
+
+def factor(value: float) -> str:
+    """A ratio as a factor for prose: ``2,480`` or ``3.4``, ``2.48 × 10⁴``; never ``e+03``."""
+    return sci(float(value), 3)
 
 
 def glue(key: str, value: Any, *, digits: int = 3) -> Any:

@@ -29,6 +29,7 @@ class Published:
     what: str
     cite: str
     where: str
+    digits: int = 3  # significant digits as published
 
 
 @cache
@@ -37,9 +38,12 @@ def table() -> dict[str, Published]:
     for row in data_rows("published_values.csv"):
         if row["key"] in out:
             raise ValueError(f"published_values.csv: key {row['key']!r} appears twice")
+        from .glue import significant_digits
+
         out[row["key"]] = Published(
-            row["key"], float(row["value"]), row["unit"], row["what"], row["cite"], row["where"]
-        )
+            row["key"], float(row["value"]), row["unit"], row["what"], row["cite"], row["where"],
+            significant_digits(row["value"]),
+        )  # fmt: skip
     return out
 
 
@@ -60,5 +64,5 @@ def glue_all(prefix: str = "") -> dict[str, Published]:
 
     chosen = {k: p for k, p in table().items() if k.startswith(prefix)}
     for key, p in chosen.items():
-        glue(f"pub.{key}", p.value)
+        glue(f"pub.{key}", p.value, digits=p.digits)
     return chosen

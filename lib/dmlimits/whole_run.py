@@ -542,8 +542,13 @@ def move_phrase(before: float, after: float, what: str = "it") -> str:
         return f"leaves {what} undefined"
     if f"{before:.3g}" == f"{after:.3g}":
         return f"leaves {what} at {pretty(before)} FLOP"
-    factor = after / before
-    how = f"a factor of {factor:.3g}" if factor >= 1 else f"down by a factor of {1 / factor:.3g}"
+    from .glue import factor as as_factor
+
+    ratio = after / before
+    how = (
+        f"a factor of {as_factor(ratio)}" if ratio >= 1
+        else f"down by a factor of {as_factor(1 / ratio)}"
+    )  # fmt: skip
     return f"moves {what} from {pretty(before)} to {pretty(after)} FLOP ({how})"
 
 
