@@ -67,7 +67,7 @@ def test_a_wrong_solution_is_named():
     last = d.steps[-1]
     bad = Step(last.text, sp.Eq(s.d_model, last.expr.rhs * 2), solve_for=s.d_model)
     broken = derivation(d.name, d.title, [*d.steps[:-1], bad])
-    with pytest.raises(DerivationError, match=r"step 4 .*does not solve"):
+    with pytest.raises(DerivationError, match=rf"step {len(d.steps)} .*does not solve"):
         broken.verify()
 
 
@@ -171,3 +171,33 @@ def test_every_equation_reference_in_a_derivation_exists():
         texts = [s.text for s in d.steps] + [s.using.name for s in d.steps if s.using]
         for ref in re.findall(r"\{eq\}`([^`]+)`", " ".join(texts)):
             assert ref in labels, f"{d.name}: {{eq}}`{ref}` is not a label"
+
+
+def test_no_step_prints_the_same_as_the_one_before():
+    """Issue #13: a step that repeats its predecessor shows the reader nothing."""
+    from dmlimits.derivation import all_derivations
+
+    repeated = [
+        f"{d.name}-{i}"
+        for d in all_derivations()
+        for i in range(2, len(d.steps) + 1)
+        if d.steps[i - 1].latex() == d.steps[i - 2].latex()
+    ]
+    assert not repeated, repeated
+
+
+def test_display_equations_fit_the_column():
+    """Every step's display math is at most printing.MAX_WIDTH wide on each line (the browser
+    test measures the typeset width; this is the fast check)."""
+    from dmlimits import printing
+    from dmlimits.derivation import all_derivations
+
+    wide = []
+    for d in all_derivations():
+        for i, st in enumerate(d.steps, 1):
+            tex = st.latex()
+            body = tex.removeprefix("\\begin{aligned}\n").removesuffix("\n\\end{aligned}")
+            for line in body.split(" \\\\\n"):
+                if printing.visible_width(line) > printing.MAX_WIDTH + 4:
+                    wide.append((f"{d.name}-{i}", printing.visible_width(line)))
+    assert not wide, wide

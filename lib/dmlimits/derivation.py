@@ -77,7 +77,8 @@ class Step:
             )
 
     def latex(self, registry: Registry = REGISTRY) -> str:
-        return registry.latex(self.expr)
+        """The step as display math, broken over lines when it would not fit the column."""
+        return registry.display(self.expr)
 
 
 def _residual(expr: sp.Basic) -> sp.Expr:

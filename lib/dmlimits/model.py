@@ -19,6 +19,7 @@ import sympy as sp
 from . import symbols as s
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .scenario import Scenario
+from .symbols import REGISTRY
 
 CHAPTER = "model"
 
@@ -184,13 +185,15 @@ def _width_from_compute(sparse: bool) -> Derivation:
         raise RuntimeError(f"expected compute to be a power of the width, got {c2.rhs}")
     c3 = sp.Eq(s.d_model, (s.compute / coefficient) ** (1 / p))
     kind = "sparse" if sparse else "dense"
+    # Collecting powers is a step only when the book prints it differently.
+    collect = [Step("Collecting powers:", c2)] if REGISTRY.latex(c2) != REGISTRY.latex(c1) else []
     return derivation(
         f"model-width-{kind}",
         f"Width against compute ({kind})",
         [
             Step("Start from compute as a power of the width, {eq}`model-compute-width-5`.", c0),
             Step(text, c1, using=law),
-            Step("Collecting powers:", c2),
+            *collect,
             Step(
                 "Solving for the width gives the width a run of a given compute trains.",
                 c3,
@@ -214,9 +217,11 @@ def width_from_compute_sparse() -> Derivation:
 @register
 def depth_from_compute() -> Derivation:
     """Depth against compute (dense): the depth law with the width of a given compute."""
-    width = width_from_compute_dense().result
+    derived = width_from_compute_dense()
+    width = derived.result
     at_width = Substitution(
-        "width against compute (dense), {eq}`model-width-dense-4`", {s.d_model: width.rhs}
+        f"width against compute (dense), {{eq}}`{derived.label(len(derived.steps))}`",
+        {s.d_model: width.rhs},
     )
     l0 = sp.Eq(s.n_layers, DEPTH_LAW.mapping[s.n_layers])
     l1 = HIDDEN.apply(l0)

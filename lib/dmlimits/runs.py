@@ -186,7 +186,6 @@ def dp_traffic_derivation() -> Derivation:
         kind="assumption",
     )
     e3 = zero3.apply(e2)
-    e4 = sp.Eq(v_dp, 3 * (g_shard - 1) * s.n_params * word / (g_shard * tpm.n_tp * pl.n_pp))
     return derivation(
         "sharded-dp-traffic",
         "Bytes a GPU sends for sharded data parallelism in one step",
@@ -197,11 +196,11 @@ def dp_traffic_derivation() -> Derivation:
                 e1,
             ),
             Step("The buffer is the rank's share of the model", e2, using=shard),
-            Step("Sharding the parameters too", e3, using=zero3),
             Step(
-                "Three buffers' worth, against two for ZeRO-1 and ZeRO-2 (and plain data "
-                "parallelism's all-reduce)",
-                e4,
+                "Sharding the parameters too: three buffers' worth, against two for ZeRO-1 and "
+                "ZeRO-2 (and plain data parallelism's all-reduce)",
+                e3,
+                using=zero3,
             ),
         ],
         chapter=CHAPTER,

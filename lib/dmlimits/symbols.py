@@ -74,8 +74,17 @@ class Registry:
         return {s for s in expr.free_symbols if s not in self._by_symbol}
 
     def latex(self, expr: sp.Basic) -> str:
-        """LaTeX of ``expr`` with every registered symbol in its declared notation."""
-        return sp.latex(expr, symbol_names=self.latex_names)
+        """LaTeX of ``expr`` in the book's conventions (:mod:`dmlimits.printing`), every
+        registered symbol in its declared notation."""
+        from .printing import latex
+
+        return latex(expr, self.latex_names)
+
+    def display(self, expr: sp.Basic) -> str:
+        """``expr`` as display math that fits the text column (:func:`printing.display`)."""
+        from .printing import display
+
+        return display(expr, self.latex_names)
 
 
 REGISTRY = Registry()
