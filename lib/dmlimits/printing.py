@@ -25,7 +25,7 @@ from sympy.printing.latex import LatexPrinter
 
 #: The widest a display equation may be, in the characters :func:`visible_width` counts (set
 #: against the typeset widths the browser test measures in the theme's text column).
-MAX_WIDTH = 44
+MAX_WIDTH = 42
 
 
 class BookPrinter(LatexPrinter):
@@ -199,7 +199,7 @@ def _lines(printer: BookPrinter, expr: sp.Basic, width: int, depth: int = 0) -> 
             head = "" if rest == 1 else printer.doprint(rest)
             if rest == 1 and tidy(widest) == tidy(expr):
                 return [tex]  # nothing to take out of the parentheses
-            inner = _lines(printer, widest, width - 2, depth + 1)
+            inner = _lines(printer, widest, width - 2 - visible_width(head), depth + 1)
             close = r"\Bigr)" + ("^{-1}" if power == -1 else "")
             if len(inner) == 1:
                 return [head + r"\Bigl(" + inner[0] + close]
