@@ -72,3 +72,11 @@ def test_a_missing_image_is_caught_and_named(site_copy):
     assert any(
         p.page == HEADLINE and p.kind == "image missing" and image in p.detail for p in problems
     ), problems
+
+
+def test_the_headline_figure_is_saved_for_people_to_look_at(built_book):
+    """Issue #13: Fig 9.1 (utilization against compute, the published curve overlaid) on its
+    page, saved where a reviewer can open it: _build/screenshots/reproduction.png."""
+    page = "notebooks/reproduction.html"
+    shot = browser.screenshot(HTML, page, BUILD / "screenshots" / "reproduction.png")
+    assert shot.stat().st_size > 50_000
