@@ -346,7 +346,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     import csv
     import json
 
-    from . import runs, transformer
+    from . import memory, runs, transformer
 
     if args.runs:
         try:
@@ -400,14 +400,34 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     if args.mode != "both":
         modes = {args.mode: modes[args.mode]}
     result = {name: runs.predict(cfg, f).as_dict() for name, f in modes.items()}
+    mem = memory.peak(cfg)
     if args.json:
-        print(json.dumps({"config": runs.describe(cfg), **result}, indent=2))
+        fit = {
+            "peak_memory_gib": mem.total / 2**30, "fits": mem.fits,
+            "fits_with_full_recompute": memory.can_fit(cfg),
+        }  # fmt: skip
+        print(json.dumps({"config": runs.describe(cfg), **fit, **result}, indent=2))
         return 0
     print(
         f"{shape.name} on {cfg.n_gpus} x {cfg.cluster.label}: tp={cfg.tp} pp={cfg.pp} "
         f"dp={cfg.dp} cp={cfg.cp}, {cfg.sharding}, {cfg.precision}, "
         f"batch {cfg.global_batch_tokens:.4g} tokens of {cfg.seq_len}"
     )
+    print(f"peak memory per GPU: {mem.describe()}")
+    if not mem.fits:
+        gib = 2**30
+        rescue = (
+            "full recomputation would make it fit"
+            if memory.can_fit(cfg)
+            else "no recomputation makes it fit: more GPUs would"
+            + ("" if runs.SHARDING[cfg.sharding] == 3 else ", or ZeRO-3")
+        )
+        print(
+            f"DOES NOT FIT: {mem.total / gib:.1f} GiB needed (model state "
+            f"{(mem.weights + mem.gradients + mem.optimizer) / gib:.1f}, activations "
+            f"{mem.activations / gib:.1f}), {mem.capacity / gib:.1f} GiB on each GPU; {rescue}. "
+            "The times below are what it would take if it ran."
+        )
     for name, r in result.items():
         print(f"\n[{name}]")
         print(f"  step time              {r['step_time_s']:.4g} s")

@@ -349,6 +349,7 @@ class Cluster:
     node_size: int
     power_w: float
     source: str
+    hbm: float = 80 * 1e9  # bytes of HBM per GPU
 
     def peak(self, precision: str) -> float:
         if precision == "fp8":
@@ -393,7 +394,8 @@ CLUSTERS: dict[str, Cluster] = {
         400,
         "peak: the A100 preset (NVIDIA A100 whitepaper, 312 TFLOP/s dense BF16); NVLink 3 at "
         "600 GB/s a GPU both ways; DGX A100 datasheet: 8 ConnectX-6 HDR 200 Gb/s for compute; "
-        "400 W SXM4 TDP",
+        "400 W SXM4 TDP; 80 GB HBM2e (the DGX A100 640 GB's GPUs, as in Narayanan et al. 2021)",
+        80 * GB,
     ),
     "h100": Cluster(
         "h100",
@@ -408,7 +410,8 @@ CLUSTERS: dict[str, Cluster] = {
         700,
         "peak: the H100 preset (989 TFLOP/s dense BF16; FP8 twice that, H100 datasheet); "
         "NVLink 4 at 900 GB/s a GPU both ways; 400 Gb/s a GPU (Fernandez et al. 2024; the "
-        "Ultra-Scale Playbook's cluster); 700 W SXM5 TDP",
+        "Ultra-Scale Playbook's cluster); 700 W SXM5 TDP; 80 GB HBM3",
+        hardware.gpu_values("h100")["hardware.hbm_capacity"],
     ),
     "h100-500w": Cluster(
         "h100-500w",
@@ -423,6 +426,7 @@ CLUSTERS: dict[str, Cluster] = {
         500,
         "torchtitan benchmarks/llama3_h100_202412_torchtitan.md: H100 96 GB HBM2e at 500 W, "
         "400 Gb/s RDMA a GPU; peaks as the H100's",
+        96 * GB,
     ),
     "h200": Cluster(
         "h200",
@@ -438,6 +442,7 @@ CLUSTERS: dict[str, Cluster] = {
         "peak: the H200 preset (the H100's compute); NVLink 900 GB/s both ways; torchtitan "
         "benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md: 400 Gb/s ConnectX-7 a GPU; "
         "700 W TDP",
+        hardware.gpu_values("h200")["hardware.hbm_capacity"],
     ),
 }
 
@@ -1002,6 +1007,8 @@ OUTPUT_COLUMNS = (
     "predicted_mfu_calibrated",
     "predicted_step_time_s",
     "predicted_tokens_per_s_per_gpu",
+    "predicted_peak_memory_gib",
+    "predicted_fits",
     "reported_utilization",
     "counting",
     "prediction_assumed",
@@ -1010,8 +1017,11 @@ OUTPUT_COLUMNS = (
 
 
 def predict_rows(rows, factors: Factors | None = None) -> list[dict]:
-    """Every input row with the prediction columns added; a row that cannot be modelled gets
-    empty predictions and its reason in ``prediction_error`` (never an exception)."""
+    """Every input row with the prediction columns added (with the peak memory per GPU and
+    whether it fits, :mod:`dmlimits.memory`); a row that cannot be modelled gets empty
+    predictions and its reason in ``prediction_error`` (never an exception)."""
+    from . import memory
+
     factors = factors or calibrated()
     out = []
     for row in rows:
@@ -1023,6 +1033,12 @@ def predict_rows(rows, factors: Factors | None = None) -> list[dict]:
             parts = components(it.config)
             bound = predict(it.config, BOUND, parts)
             cal = predict(it.config, factors, parts)
+            mem = memory.peak(it.config)
+            new.update(
+                predicted_peak_memory_gib=f"{mem.total / 2**30:.2f}",
+                # Could it run at all: the row's recomputation is often not stated.
+                predicted_fits=str(memory.can_fit(it.config)).lower(),
+            )
             new.update(
                 predicted_mfu_bound=f"{utilization(bound, it.counting):.4f}",
                 predicted_mfu_calibrated=f"{utilization(cal, it.counting):.4f}",
@@ -1185,17 +1201,26 @@ def scaling_config(
             f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}"
         ) from None
     tp, pp = extra.get("tp", 1), extra.get("pp", 1)
-    return Config(
-        shape=tf.shape(shape),
-        cluster=cluster(gpu),
-        n_gpus=n_gpus,
-        global_batch_tokens=batch_tokens,
-        seq_len=SEQ_LEN,
-        tp=tp,
-        pp=pp,
-        dp=n_gpus // (tp * pp),
-        sharding="fsdp",
-    )
+    # The least recomputation that fits the GPU's memory, as a practitioner would choose it;
+    # full recomputation when nothing fits (memory.peak says so).
+    from . import memory
+
+    for recompute in ("none", "full"):
+        cfg = Config(
+            shape=tf.shape(shape),
+            cluster=cluster(gpu),
+            n_gpus=n_gpus,
+            global_batch_tokens=batch_tokens,
+            seq_len=SEQ_LEN,
+            tp=tp,
+            pp=pp,
+            dp=n_gpus // (tp * pp),
+            sharding="fsdp",
+            recompute=recompute,
+        )
+        if memory.peak(cfg).fits:
+            break
+    return cfg
 
 
 def strong_scaling(
@@ -1206,12 +1231,16 @@ def strong_scaling(
     counts: tuple[int, ...] = GPU_COUNTS,
     batch_tokens: float = FIXED_BATCH_TOKENS,
 ) -> dict[str, np.ndarray]:
-    """Per-GPU and overall throughput, MFU and exposed communication against the GPU count."""
+    """Per-GPU and overall throughput, MFU and exposed communication against the GPU count;
+    ``fits`` says which configurations fit the GPUs' memory (:mod:`dmlimits.memory`), and the
+    others' throughput, MFU and times are NaN: they do not run."""
+    from . import memory
+
     factors = factors or calibrated()
-    preds = [
-        predict(scaling_config(shape, gpu, n, strategy, batch_tokens), factors) for n in counts
-    ]
-    return {
+    cfgs = [scaling_config(shape, gpu, n, strategy, batch_tokens) for n in counts]
+    fits = np.array([memory.peak(c).fits for c in cfgs])
+    preds = [predict(c, factors) for c in cfgs]
+    out = {
         "gpus": np.array(counts, dtype=float),
         "tokens_per_s_per_gpu": np.array([p.tokens_per_s_per_gpu for p in preds]),
         "tokens_per_s": np.array([p.tokens_per_s for p in preds]),
@@ -1227,3 +1256,9 @@ def strong_scaling(
         "step_s": np.array([p.step_time_s for p in preds]),
         "energy_per_token_j": np.array([p.energy_per_token_j for p in preds]),
     }
+    for key in out:
+        if key != "gpus":
+            out[key] = np.where(fits, out[key], np.nan)
+    out["fits"] = fits
+    out["recompute"] = np.array([c.recompute for c in cfgs])
+    return out
