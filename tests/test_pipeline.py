@@ -29,6 +29,7 @@ forward, four backward) are run.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import pairwise, product
@@ -682,3 +683,62 @@ def test_flush_time_is_the_derivation():
         pipeline.flush_time(1.0, 1.0)
     with pytest.raises(ValueError, match=r"busy: got 0\.0"):
         pipeline.flush_time(0.0, 0.5)
+
+
+# --- Latency in the schedule simulation (issue #12, item 7) ------------------------------------
+@pytest.mark.parametrize("order,v", [("1f1b", 1), ("breadth-first", 2), ("interleaved", 2)])
+def test_zero_latency_schedule_is_the_plain_one(order, v):
+    for n_pp, m in ((2, 4), (4, 8), (3, 6)):
+        plain = pipeline.schedule(n_pp, m, v, order)
+        assert pipeline.schedule(n_pp, m, v, order, latency=0, collective=0) == plain
+    assert pipeline.schedule_zero_bubble(4, 8, latency=0) == pipeline.schedule_zero_bubble(4, 8)
+
+
+@pytest.mark.parametrize("n_pp", [2, 3, 4, 8])
+def test_1f1b_pays_at_least_one_chain_and_more_with_more_microbatches(n_pp):
+    # One microbatch alone crosses every boundary twice: exactly the chain the search counts.
+    assert pipeline.latency_slots(n_pp, 1) == 2 * (n_pp - 1)
+    costs = [pipeline.latency_slots(n_pp, k * n_pp) for k in (1, 2, 4)]
+    assert all(c >= 2 * (n_pp - 1) for c in costs)
+    assert costs == sorted(costs) and costs[-1] > costs[0]
+    # ... and never more than every microbatch paying its own chain.
+    assert all(c <= 2 * (n_pp - 1) * k * n_pp for c, k in zip(costs, (1, 2, 4), strict=True))
+
+
+def test_a_latency_delays_exactly_the_remote_inputs():
+    # Two stages, one microbatch: F0, (λ), F1, B1, (λ), B0.
+    s = pipeline.schedule(2, 1, latency=0.5)
+    starts = {(p.kind, p.chunk): p.start for p in s.passes}
+    assert starts == {("F", 0): 0, ("F", 1): 1.5, ("B", 1): 2.5, ("B", 0): 5.0}
+    assert s.makespan == 7.0
+
+
+@pytest.mark.parametrize("n_pp,m,c", [(4, 4, 0.5), (4, 8, 1), (8, 16, 0.25)])
+def test_collectives_are_paid_on_every_pass_of_the_critical_path(n_pp, m, c):
+    b = pipeline.BACKWARD_SLOTS
+    assert pipeline.schedule(n_pp, m, collective=c).makespan == (m + n_pp - 1) * (1 + b + 2 * c)
+
+
+def test_zero_bubble_hides_latency_at_its_fewest_microbatches():
+    # The chapter's claim: at 2 N_PP microbatches ZB-H2 pays no more than one chain per step,
+    # and more microbatches cost more.
+    for n_pp in (4, 8):
+        m = pipeline.least_microbatches(n_pp, zero_bubble=True)
+        zb = pipeline.latency_slots(n_pp, m, order="zero-bubble")
+        assert 0 < zb <= 2 * (n_pp - 1)
+        assert pipeline.latency_slots(n_pp, 2 * m, order="zero-bubble") > zb
+
+
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda: pipeline.schedule(4, 8, latency=-1), r"latency: got -1"),
+        (lambda: pipeline.schedule(4, 8, collective="x"), r"collective: got 'x'"),
+        (lambda: pipeline.schedule(4, 8, latency=math.inf), r"latency: got inf"),
+        (lambda: pipeline.latency_slots(4, 8, latency=0), r"latency: got 0"),
+        (lambda: pipeline.schedule_zero_bubble(4, 8, latency=0.5), r"latency: got 0.5"),
+    ],
+)
+def test_latency_errors_name_the_bad_value(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()

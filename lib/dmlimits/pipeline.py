@@ -697,15 +697,16 @@ class ScheduledPass:
 
     ``kind`` is ``"F"`` (forward), ``"B"`` (backward; in zero bubble only its activation-gradient
     half) or ``"W"`` (the weight-gradient half, zero bubble only).  Chunk ``k`` lives on GPU
-    ``k mod N_PP``.  Times are in slots of one forward pass through one chunk.
+    ``k mod N_PP``.  Times are in slots of one forward pass through one chunk (fractions of a
+    slot when messages pay a latency).
     """
 
-    start: int
+    start: float
     gpu: int
     kind: str
     chunk: int
     micro: int
-    end: int
+    end: float
 
 
 class ScheduleDeadlock(ValueError):
@@ -724,11 +725,11 @@ class Schedule:
     steps: int = 1
 
     @property
-    def makespan(self) -> int:
+    def makespan(self) -> float:
         """Slots from the first pass to the end of the last."""
         return max(p.end for p in self.passes)
 
-    def busy(self, gpu: int) -> int:
+    def busy(self, gpu: int) -> float:
         """Slots in which ``gpu`` computes."""
         return sum(p.end - p.start for p in self.passes if p.gpu == gpu)
 
@@ -736,9 +737,9 @@ class Schedule:
     def bubble(self) -> Fraction:
         """The idle share of the makespan, over all GPUs: what the bubble formulas count."""
         total = self.n_pp * self.makespan
-        return Fraction(total - sum(self.busy(g) for g in range(self.n_pp)), total)
+        return Fraction(total - sum(self.busy(g) for g in range(self.n_pp))) / Fraction(total)
 
-    def gaps(self, gpu: int) -> int:
+    def gaps(self, gpu: int) -> float:
         """Idle slots between ``gpu``'s first pass and the end of its last."""
         mine = [p for p in self.passes if p.gpu == gpu]
         return max(p.end for p in mine) - min(p.start for p in mine) - self.busy(gpu)
@@ -800,10 +801,12 @@ def _order_breadth_first(n_pp: int, v: int, m: int) -> list[list[tuple[str, int,
 
 
 def _list_schedule(
-    orders: list[list[tuple[str, int, int]]], n_chunks: int, durations: dict[str, int]
-) -> tuple[ScheduledPass, ...]:
+    orders: list[list[tuple[str, int, int]]], n_chunks: int, durations: dict[str, float],
+    latency: float = 0,
+) -> tuple[ScheduledPass, ...]:  # fmt: skip
     """Each GPU runs its passes in its order, each as soon as the GPU is free and its inputs have
-    ended.  Raises :class:`ScheduleDeadlock` when no GPU can go on."""
+    arrived: an input from another GPU arrives ``latency`` slots after it ends (a message across
+    a stage boundary).  Raises :class:`ScheduleDeadlock` when no GPU can go on."""
     n_pp = len(orders)
     ends: dict[tuple[str, int, int], int] = {}
     placed: list[ScheduledPass] = []
@@ -817,7 +820,9 @@ def _list_schedule(
                 inputs = _pass_inputs(kind, chunk, micro, n_chunks)
                 if any(i not in ends for i in inputs):
                     break
-                start = max([free[gpu]] + [ends[i] for i in inputs])
+                start = max(
+                    [free[gpu]] + [ends[i] + (latency if i[1] % n_pp != gpu else 0) for i in inputs]
+                )
                 end = start + durations[kind]
                 ends[(kind, chunk, micro)] = end
                 placed.append(ScheduledPass(start, gpu, kind, chunk, micro, end))
@@ -832,9 +837,19 @@ def _list_schedule(
     return tuple(sorted(placed))
 
 
+def _slots(name: str, value: Any) -> float:
+    """A non-negative number of slots, or ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"{name}: got {value!r:.80}; expected a number of slots, at least 0")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name}: got {value!r}; expected a finite number of slots, at least 0")
+    return value
+
+
 def schedule(
-    n_pp: Any, m: Any, v: Any = 1, order: str = "1f1b", backward: Any = BACKWARD_SLOTS
-) -> Schedule:
+    n_pp: Any, m: Any, v: Any = 1, order: str = "1f1b", backward: Any = BACKWARD_SLOTS,
+    latency: Any = 0, collective: Any = 0,
+) -> Schedule:  # fmt: skip
     """Lay out one flush of ``order`` for ``N_PP`` GPUs, ``m`` microbatches and ``v`` chunks per
     GPU: every pass of every microbatch, as early as its inputs and its GPU allow.
 
@@ -844,9 +859,15 @@ def schedule(
     forward pass through one chunk takes one slot and a backward pass ``backward`` slots.
     Raises :class:`ScheduleDeadlock` (a ValueError) where the order cannot finish: Megatron-LM's
     order with a last partial group of microbatches can stall.
+
+    Latency (in slots): every message across a stage boundary arrives ``latency`` after the
+    pass that sends it ends, and every pass also waits ``collective`` for its tensor-parallel
+    collectives (their latency; their bandwidth hides in the pass).  With both zero the times
+    are whole slots.
     """
     p, mm, vv = _integer("n_pp", n_pp), _integer("m", m), _integer("v", v)
     b = _integer("backward", backward)
+    lat, coll = _slots("latency", latency), _slots("collective", collective)
     if order not in SCHEDULE_ORDERS:
         raise ValueError(f"order: got {order!r}; expected one of {', '.join(SCHEDULE_ORDERS)}")
     if order == "1f1b" and vv != 1:
@@ -859,7 +880,7 @@ def schedule(
         "breadth-first": lambda: _order_breadth_first(p, vv, mm),
     }[order]
     try:
-        passes = _list_schedule(build(), vv * p, {"F": 1, "B": b})
+        passes = _list_schedule(build(), vv * p, {"F": 1 + coll, "B": b + coll}, lat)
     except ScheduleDeadlock as err:
         raise ScheduleDeadlock(
             f"order={order!r} with n_pp={p}, m={mm}, v={vv}: {err}; Megatron-LM's interleaved "
@@ -868,7 +889,7 @@ def schedule(
     return Schedule(order, p, mm, vv, passes)
 
 
-def schedule_zero_bubble(n_pp: Any, m: Any, steps: Any = 2) -> Schedule:
+def schedule_zero_bubble(n_pp: Any, m: Any, steps: Any = 2, latency: Any = 0) -> Schedule:
     """Lay out ``steps`` optimizer steps of ZB-H2 (Qi et al. 2024) back to back, greedily.
 
     The backward pass is split into its activation-gradient half ``B`` and its weight-gradient
@@ -878,16 +899,18 @@ def schedule_zero_bubble(n_pp: Any, m: Any, steps: Any = 2) -> Schedule:
     await their ``W`` (ZB-H2's memory), else a pending ``W``.  A stage starts the next step's
     forward passes once its own ``W`` passes of the step are done (Qi et al.'s post-validation
     replaces the synchronous optimizer step).  Microbatch ``i`` of step ``k`` is numbered
-    ``k m + i``.  No interleaving: chunk ``j`` is stage ``j``.
+    ``k m + i``.  No interleaving: chunk ``j`` is stage ``j``.  A message across a stage boundary
+    arrives ``latency`` whole slots after the pass that sends it ends.
     """
     p, mm, k = _integer("n_pp", n_pp), _integer("m", m), _integer("steps", steps)
+    lat = _integer("latency", latency, minimum=0)
     total, cap = mm * k, ZERO_BUBBLE_MICROBATCHES_PER_STAGE * p - 1
     ends: dict[tuple[str, int, int], int] = {}
     placed: list[ScheduledPass] = []
     nf, nb, nw = [0] * p, [0] * p, [0] * p
 
-    def done(key: tuple[str, int, int], t: int) -> bool:
-        return key in ends and ends[key] <= t
+    def done(key: tuple[str, int, int], t: int, remote: bool = False) -> bool:
+        return key in ends and ends[key] + (lat if remote else 0) <= t
 
     t = 0
     while min(nw) < total:
@@ -897,13 +920,13 @@ def schedule_zero_bubble(n_pp: Any, m: Any, steps: Any = 2) -> Schedule:
             if (
                 nb[st] < nf[st]
                 and done(("F", st, nb[st]), t)
-                and (st == p - 1 or done(("B", st + 1, nb[st]), t))
+                and (st == p - 1 or done(("B", st + 1, nb[st]), t, remote=True))
             ):
                 pick = ("B", st, nb[st])
                 nb[st] += 1
             elif (
                 i < total
-                and (st == 0 or done(("F", st - 1, i), t))
+                and (st == 0 or done(("F", st - 1, i), t, remote=True))
                 and i - nw[st] < cap
                 and (i % mm or nw[st] == i)
             ):
@@ -917,6 +940,27 @@ def schedule_zero_bubble(n_pp: Any, m: Any, steps: Any = 2) -> Schedule:
                 placed.append(ScheduledPass(t, st, pick[0], st, pick[2], t + 1))
         t += 1
     return Schedule("zero-bubble", p, mm, 1, tuple(sorted(placed)), steps=k)
+
+
+def latency_slots(
+    n_pp: Any, m: Any, v: Any = 1, order: str = "1f1b", latency: Any = 1, steps: Any = 2
+) -> float:
+    """How much longer a step's schedule runs when every message across a stage boundary pays
+    ``latency`` slots, in units of that latency: the simulated count to set beside the search's
+    ``2 (v N_PP - 1)`` crossings of one microbatch's chain (the latency it pays once per step).
+
+    ``order`` is one of :data:`SCHEDULE_ORDERS` (one flush) or ``"zero-bubble"`` (ZB-H2 over
+    ``steps`` steps back to back, whole slots, divided by ``steps``).
+    """
+    lat = _slots("latency", latency)
+    if lat == 0:
+        raise ValueError("latency: got 0; expected a positive number of slots to measure by")
+    if order == "zero-bubble":
+        k = _integer("steps", steps)
+        base = schedule_zero_bubble(n_pp, m, k).makespan
+        return (schedule_zero_bubble(n_pp, m, k, latency=latency).makespan - base) / lat / k
+    base = schedule(n_pp, m, v, order).makespan
+    return (schedule(n_pp, m, v, order, latency=lat).makespan - base) / lat
 
 
 @dataclass(frozen=True)

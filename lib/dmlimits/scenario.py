@@ -181,6 +181,16 @@ SCHEMA: dict[str, Field] = {
         "max (each parallelism's two levels overlap, parallelisms add) or sum (everything adds)",
         choices=("links", "authors", "max", "sum"),
     ),
+    "search.latency_paid": Field(
+        "choice",
+        "step",
+        "how often a step pays the latency of its tensor-parallel and pipeline messages "
+        "(chapter 'The best parallelism at every scale'): step (once, along one microbatch's "
+        "chain through the layers; the paper and the authors' final code) or microbatch (once "
+        "for every microbatch of the pipeline: an upper bound that the schedule simulation of "
+        "the pipeline chapter brackets)",
+        choices=("step", "microbatch"),
+    ),
     "search.dp_overlap": Field(
         "bool",
         False,

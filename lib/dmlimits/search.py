@@ -59,6 +59,7 @@ class Choices:
     zero_bubble: bool  # whether zero-bubble pipelining is tried at all
     expert_latency: str  # "highest" or "expected"
     tp_split_rule: str  # "exact" or "isqrt"
+    latency_paid: str = "step"  # "step" or "microbatch"
 
     @classmethod
     def of(cls, scn: Scenario) -> Choices:
@@ -72,6 +73,7 @@ class Choices:
             zero_bubble=bool(v["search.zero_bubble"]),
             expert_latency=v["search.expert_latency"],
             tp_split_rule=v["search.tp_split_rule"],
+            latency_paid=v["search.latency_paid"],
         )
 
 
@@ -416,6 +418,8 @@ def best_on(
         t_dp_after = _network_time({"dp": levels["dp"]}, ch.level_times)
     t_net = _network_time(hidden, ch.level_times)
     lat_pipe = pick("tp_model", "latency") + pick("tp_ff", "latency") + pick("pp_ep", "latency")
+    if ch.latency_paid == "microbatch":  # every microbatch's chain, not one per step
+        lat_pipe = lat_pipe * c["m"][:, None]
     lat_dp = pick("dp", "latency")
     with np.errstate(invalid="ignore"):  # inf * 0 where a level is unusable; masked below
         t = stepm.step_time(

@@ -29,7 +29,11 @@ from .scenario import Scenario
 CHAPTER = "search"
 #: The rules of the search that this chapter derives and calls the default (the scenario
 #: schema's defaults are these; tests/test_choices.py checks both and that the search follows).
-CHAPTER_RULES = {"search.level_times": "links", "search.dp_overlap": False}
+CHAPTER_RULES = {
+    "search.level_times": "links",
+    "search.dp_overlap": False,
+    "search.latency_paid": "step",
+}
 _S = u.second
 _decl = s.REGISTRY.declare
 

@@ -250,6 +250,85 @@ def analytic_vs_simulated(scns: list[Scenario]) -> list[dict[str, Any]]:
     return out
 
 
+#: The utilization, as a share of the plateau, below which :func:`latency_paid_effect` counts a
+#: run as past the latency wall on the grid.
+WALL_SHARE = 0.1
+
+
+def latency_paid_effect(scn: Scenario, share: float = WALL_SHARE) -> dict[str, dict[str, float]]:
+    """What paying the messages' latency for every microbatch (``search.latency_paid``) changes
+    in the search: per rule, the interpolated end of linear scaling, the first feasible grid
+    point whose utilization is below ``share`` of the plateau (the wall as the grid sees it) and
+    the last feasible point."""
+    from .scenario import resolve_overrides
+
+    if not 0 < share < 1:
+        raise ValueError(f"share: got {share!r}; expected a fraction of the plateau in (0, 1)")
+    out = {}
+    for rule in ("step", "microbatch"):
+        s = resolve_overrides(scn, {"search.latency_paid": rule})
+        h = search.headline(s)
+        floor = share * h["plateau_utilization"]
+        below = [r["training_flop"] for r in search.sweep(s)
+                 if r["feasible"] and r["utilization"] < floor]  # fmt: skip
+        out[rule] = {
+            "crossing": h["linear_scaling_crossing_flop"],
+            "wall": below[0] if below else math.nan,
+            "last_feasible": h["last_feasible_flop"],
+        }
+    return out
+
+
+def latency_paid_text(effect: dict[str, dict[str, float]]) -> str:
+    """The sentence that reports :func:`latency_paid_effect`: how far the end of linear scaling,
+    the wall on the grid and the last feasible point move, each only where both rules have
+    it."""
+    from .glue import factor, sci
+
+    a, b = effect["step"], effect["microbatch"]
+    names = {
+        "crossing": "the interpolated end of linear scaling",
+        "wall": f"the first grid point below {WALL_SHARE:.0%} of the plateau's utilization",
+        "last_feasible": "the last feasible point",
+    }
+    parts = []
+    for key, name in names.items():
+        x, y = a[key], b[key]
+        if not (math.isfinite(x) and math.isfinite(y)):
+            parts.append(f"{name} is not reached under both rules")
+        elif x == y:
+            parts.append(f"{name} stays at {sci(x)} FLOP")
+        else:
+            way = "earlier" if y < x else "later"
+            ratio = max(x, y) / min(x, y)
+            parts.append(f"{name} moves from {sci(x)} to {sci(y)} FLOP ({factor(ratio)} times "
+                         f"{way})")  # fmt: skip
+    return "; ".join(parts[:-1]) + " and " + parts[-1] + "."
+
+
+def latency_simulation_table(stages: tuple[int, ...], multiples: tuple[int, ...]) -> str:
+    """For each pipeline depth and microbatch count (a multiple of the depth), the latencies a
+    step pays across stage boundaries in the schedule simulation (1F1B; ZB-H2 where it has the
+    microbatches it needs), beside the one chain ``2 (N_PP - 1)`` the search counts."""
+    from . import pipeline
+
+    lines = [
+        "| Stages | Microbatches | Simulated, 1F1B | Simulated, zero bubble | Counted per step "
+        "| Counted per microbatch |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n in stages:
+        for k in multiples:
+            m = k * n
+            zb = (f"{pipeline.latency_slots(n, m, order='zero-bubble'):g}"
+                  if m >= pipeline.least_microbatches(n, zero_bubble=True) else "—")  # fmt: skip
+            chain = 2 * (n - 1)
+            lines.append(
+                f"| {n} | {m} | {pipeline.latency_slots(n, m):g} | {zb} | {chain} | {chain * m} |"
+            )
+    return "\n".join(lines)
+
+
 def analytic_figure(rows: list[dict[str, Any]]) -> plt.Figure:
     """Simulated against analytic, both limits, on log axes with the diagonal."""
     fig, ax = plt.subplots(figsize=(5.2, 4.6))
@@ -467,6 +546,9 @@ CHOICE_ALTERNATIVES = {
     "exact 2D split rule (`search.tp_split_rule=exact`)": {"search.tp_split_rule": "exact"},
     "the authors' search year of 3.154e7 s (`training.year_seconds=3.154e7`)": {
         "training.year_seconds": 3.154e7
+    },
+    "latency paid for every microbatch (`search.latency_paid=microbatch`)": {
+        "search.latency_paid": "microbatch"
     },
 }
 
