@@ -6,7 +6,7 @@ import re
 import pytest
 import sympy as sp
 from conftest import EXECUTED
-from dmlimits import model
+from dmlimits import model, premises
 from dmlimits import symbols as s
 from dmlimits.derivation import (
     Derivation,
@@ -126,9 +126,14 @@ def test_cli_lists_and_verifies(tmp_path):
     proc = run_cli("derivations", "--verify")
     assert proc.returncode == 0, proc.stderr
     for d in ALL:
+        k, n = len(d.steps) - 1, len(premises.premises(d))
         assert re.search(
-            rf"^{re.escape(d.name)}\s+{len(d.steps)} steps\s+verified$", proc.stdout, re.M
-        )
+            rf"^{re.escape(d.name)}\s+{len(d.steps)} steps\s+{k} steps? proved; {n} premises?: "
+            rf"\d+ derived, \d+ checked \((simulation|hand count|published value): .+\)$",
+            proc.stdout,
+            re.M,
+        ), d.name
+    assert "every premise derived or checked" in proc.stdout
 
 
 def test_cli_exits_non_zero_when_a_derivation_fails(capsys, monkeypatch):

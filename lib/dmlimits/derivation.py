@@ -226,6 +226,9 @@ class Derivation:
                 text += f" (*{kind}: {step.using.name}*, ${step.using.latex(registry)}$)"
             parts.append(text)
             parts.append(f"```{{math}}\n:label: {self.label(index)}\n{step.latex(registry)}\n```")
+        from .premises import justification_markdown  # premises builds on this module
+
+        parts.append(justification_markdown(self))
         return "\n\n".join(parts)
 
     def _repr_markdown_(self) -> str:

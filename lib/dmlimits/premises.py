@@ -1,0 +1,1353 @@
+"""Premises: what justifies the steps a derivation does not prove.
+
+:meth:`dmlimits.derivation.Derivation.verify` proves that every step follows from the one before
+it.  It cannot prove the first step, nor a substitution labelled a definition or an assumption:
+those are the derivation's *premises*, and a wrong premise verifies as well as a right one.  This
+module says, for every derivation of the library, how each premise is justified:
+
+* **derived**: the premise cites a lower-level result of the library (``{eq}`name-n``` in its
+  sentence or in the substitution's name) and is checked to be that result;
+* **checked**: the derivation's result is compared, at several points, with an independent
+  *oracle* that never reads the derivation: a simulation (a ring all-reduce sent chunk by
+  chunk, a pipeline schedule laid out pass by pass), a hand count (an enumeration in plain
+  loops) or a published value (the authors' final code's outputs, the paper's numbers).  Every
+  premise of the derivation flows into its result, so a wrong first step or a false definition
+  changes the result and the oracle rejects it.
+
+``python -m dmlimits derivations --verify`` reports, per derivation, the steps proved and the
+premises checked and by what; the tests run every oracle, require one for every derivation, and
+check that each oracle rejects the derivation's result scaled by two (a premise off by a factor
+of two that :meth:`~dmlimits.derivation.Derivation.verify` would accept).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from .derivation import Derivation, Substitution, _same
+
+#: The kinds of independent check an oracle can be (issue #12: "a simulation, a hand count, a
+#: published value").
+ORACLE_KINDS = ("simulation", "hand count", "published value")
+#: Relative agreement an oracle requires unless it says otherwise.
+RTOL = 1e-9
+_CITE = re.compile(r"\{eq\}`([a-z0-9-]+)-(\d+)`")
+
+
+class PremiseError(AssertionError):
+    """A premise is not justified: its oracle disagrees, or it cites a result it is not."""
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """An independent check of one derivation's result."""
+
+    derivation: str
+    kind: str
+    what: str  # one sentence for the book: what the result is compared with
+    check: Callable[[Derivation], str]  # raises PremiseError; returns what agreed
+
+    def __post_init__(self) -> None:
+        if self.kind not in ORACLE_KINDS:
+            raise ValueError(f"oracle kind: got {self.kind!r}; expected one of {ORACLE_KINDS}")
+
+    def run(self, d: Derivation) -> str:
+        if d.name != self.derivation:
+            raise ValueError(f"oracle of {self.derivation!r} run on {d.name!r}")
+        return self.check(d)
+
+
+ORACLES: dict[str, Oracle] = {}
+
+
+def oracle(name: str, kind: str, what: str):
+    """Register the decorated ``check(d) -> str`` as the oracle of derivation ``name``."""
+
+    def register(check: Callable[[Derivation], str]) -> Callable[[Derivation], str]:
+        if name in ORACLES:
+            raise ValueError(f"derivation {name!r} has two oracles")
+        ORACLES[name] = Oracle(name, kind, what, check)
+        return check
+
+    return register
+
+
+# --- Evaluating a derivation's expression ------------------------------------------------------
+def _rhs(expr: sp.Basic, lhs: str | None = None) -> sp.Expr:
+    if isinstance(expr, sp.Equality):
+        if lhs is not None and str(expr.lhs) != lhs:
+            raise PremiseError(f"expected an equation for {lhs}, got {expr}")
+        return expr.rhs
+    return expr
+
+
+def _at(expr: sp.Basic, values: dict[str, float], lhs: str | None = None) -> float:
+    """The right side of ``expr`` (an equation for ``lhs``) with each symbol given by name."""
+    rhs = _rhs(expr, lhs)
+    missing = sorted(str(x) for x in rhs.free_symbols if str(x) not in values)
+    if missing:
+        raise PremiseError(f"{rhs}: no value for {', '.join(missing)}")
+    return float(rhs.subs({x: values[str(x)] for x in rhs.free_symbols}))
+
+
+def _agree(got: float, want: float, where: str, rtol: float = RTOL) -> None:
+    if not math.isclose(got, want, rel_tol=rtol, abs_tol=1e-300):
+        raise PremiseError(f"{where}: the derivation gives {got:.6g}, the oracle {want:.6g}")
+
+
+def _compare(
+    expr: sp.Basic, lhs: str | None, cases: Iterable[tuple[dict[str, float], float]],
+    rtol: float = RTOL,
+) -> str:  # fmt: skip
+    n = 0
+    for values, want in cases:
+        shown = ", ".join(f"{k}={v:g}" for k, v in values.items())
+        _agree(_at(expr, values, lhs), want, f"at {shown}", rtol)
+        n += 1
+    return f"{n} point{'' if n == 1 else 's'}"
+
+
+# --- Simulations and counts (never reading a derivation) ---------------------------------------
+def ring_allreduce(p: int, n: int, seed: int = 0) -> tuple[int, int]:
+    """All-reduce ``p`` vectors of ``n`` numbers (``n`` a multiple of ``p``) on a ring, chunk by
+    chunk: a reduce-scatter, each GPU passing its running partial sum on, then an all-gather.
+    Checks that every GPU ends with the sum; returns the numbers each GPU sent and the
+    phases."""
+    rng = np.random.default_rng(seed)
+    data = [rng.standard_normal(n) for _ in range(p)]
+    want = np.sum(data, axis=0)
+    chunks = [np.array_split(v.copy(), p) for v in data]
+    sent = [0] * p
+    phases = 0
+    if p > 1:
+        phases = 2
+        for k in range(p - 1):  # reduce-scatter: GPU g sends chunk (g - k) to g + 1
+            msgs = [(g, (g - k) % p, chunks[g][(g - k) % p].copy()) for g in range(p)]
+            for g, c, payload in msgs:
+                chunks[(g + 1) % p][c] += payload
+                sent[g] += payload.size
+        for k in range(p - 1):  # all-gather: GPU g sends its finished chunk (g + 1 - k)
+            msgs = [(g, (g + 1 - k) % p, chunks[g][(g + 1 - k) % p].copy()) for g in range(p)]
+            for g, c, payload in msgs:
+                chunks[(g + 1) % p][c] = payload
+                sent[g] += payload.size
+    for g in range(p):
+        if not np.allclose(np.concatenate(chunks[g]), want):
+            raise PremiseError(f"ring all-reduce simulation: GPU {g} does not hold the sum")
+    if len(set(sent)) != 1:
+        raise PremiseError(f"ring all-reduce simulation: unequal traffic {sent}")
+    return sent[0], phases
+
+
+def two_level_allreduce(p0: int, p1: int, n: int) -> tuple[int, int]:
+    """A hierarchical all-reduce among ``p0`` GPUs in each of ``p1`` nodes, simulated: a ring
+    reduce-scatter in each node, a ring all-reduce of each GPU's shard among the GPUs holding
+    the same shard in the other nodes, a ring all-gather in each node.  Returns the numbers one
+    GPU sends inside its node and between nodes."""
+    in_node, _ = ring_allreduce(p0, n)  # reduce-scatter and all-gather together
+    between, _ = ring_allreduce(p1, n // p0)
+    return in_node, between
+
+
+def pipelined_makespan(t0: float, t1: float, chunks: int) -> float:
+    """Stream a vector in ``chunks`` pieces through a reduce-scatter on the in-node links, the
+    transfer between nodes and an all-gather on the in-node links again, each piece as soon as
+    its link is free and its previous stage done: the two-level all-reduce's bandwidth time."""
+    free0 = free1 = 0.0
+    pending: list[float] = []  # when each piece's transfer between nodes ends
+    a, b = t0 / 2 / chunks, t1 / chunks
+    for _ in range(chunks):
+        free0 += a
+        free1 = max(free1, free0) + b
+        pending.append(free1)
+    for ready in pending:
+        free0 = max(free0, ready) + a
+    return free0
+
+
+def _bisect(f: Callable[[float], float], lo: float, hi: float) -> float:
+    """The root of an increasing ``f`` between ``lo`` and ``hi``, in log space."""
+    if not f(lo) < 0 < f(hi):
+        raise PremiseError(f"no sign change between {lo:g} and {hi:g}")
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+# --- Collectives -------------------------------------------------------------------------------
+_RINGS = ((2, 4), (3, 6), (4, 8), (5, 20), (8, 16))
+
+
+@oracle(
+    "collectives-ring-allreduce",
+    "simulation",
+    "a ring all-reduce simulated chunk by chunk: the numbers each GPU sends, over the "
+    "one-way bandwidth",
+)
+def _ring(d: Derivation) -> str:
+    expr = d.result
+    cases = []
+    for p, n in _RINGS:
+        sent, _ = ring_allreduce(p, n)
+        cases.append(({"p_coll": p, "n_w": n, "w_word": 2, "W_net": 8}, sent * 2 / (8 / 2)))
+    return _compare(expr, "t_bw", cases)
+
+
+def _cluster_cases(tiled: bool) -> list[tuple[dict[str, float], float]]:
+    cases = []
+    for (p, n), r_par, r_seq, extra in product(_RINGS, (1, 3), (1, 2), (1, 2)):
+        if tiled and extra != 1:
+            continue
+        sent, phases = ring_allreduce(p, n)
+        n_gpu = r_par * p * extra  # the all-reduces cover 1/extra of the cluster
+        bytes_total = r_par * p * sent * 2
+        t = r_seq * (phases * 1e-6 + bytes_total / n_gpu / (10 / 2))
+        v = {"p_coll": p, "n_w": n, "w_word": 2, "W_net": 10, "lambda_net": 1e-6,
+             "r_par": r_par, "r_seq": r_seq}  # fmt: skip
+        if not tiled:
+            v["N_GPU"] = n_gpu
+        cases.append((v, t))
+    return cases
+
+
+def product(*seqs: Iterable[Any]) -> Iterable[tuple[Any, ...]]:
+    import itertools
+
+    return itertools.product(*seqs)
+
+
+@oracle(
+    "collectives-allreduce-cluster",
+    "simulation",
+    "repeated ring all-reduces simulated: every participant's traffic spread over the "
+    "cluster's links, one latency per phase",
+)
+def _cluster(d: Derivation) -> str:
+    expr = d.result
+    return _compare(expr, "t_AR", _cluster_cases(tiled=False))
+
+
+@oracle(
+    "collectives-allreduce-tiled",
+    "simulation",
+    "side-by-side ring all-reduces simulated, each GPU in exactly one",
+)
+def _tiled(d: Derivation) -> str:
+    expr = d.result
+    return _compare(expr, "t_AR", _cluster_cases(tiled=True))
+
+
+@oracle(
+    "collectives-p2p",
+    "hand count",
+    "transfers counted one by one: each sends its words once over a one-way link and "
+    "waits one latency",
+)
+def _p2p(d: Derivation) -> str:
+    expr = d.result
+    cases = []
+    for n, r_seq in product((1, 1000, 4096), (1, 3)):
+        t = sum(1e-6 + n * 2 / (10 / 2) for _ in range(r_seq))
+        cases.append(({"n_w": n, "w_word": 2, "W_net": 10, "lambda_net": 1e-6, "r_seq": r_seq}, t))
+    return _compare(expr, "t_P2P", cases)
+
+
+@oracle(
+    "collectives-two-level-traffic",
+    "simulation",
+    "a hierarchical all-reduce simulated (ring reduce-scatter in the node, ring "
+    "all-reduce of the shards between nodes, ring all-gather): the numbers one GPU sends",
+)
+def _two_level_traffic(d: Derivation) -> str:
+    expr = d.result
+    cases = []
+    for p0, p1 in ((2, 2), (2, 3), (4, 2), (3, 5), (8, 4)):
+        n = p0 * p1 * 6
+        in_node, between = two_level_allreduce(p0, p1, n)
+        cases.append(({"p_coll": p0 * p1, "n_w": n, "w_word": 2}, (in_node + between) * 2))
+    return _compare(expr, "Q_AR", cases)
+
+
+@oracle(
+    "collectives-allreduce-two-level",
+    "simulation",
+    "a hierarchical all-reduce simulated for its traffic and streamed in many pieces "
+    "through the two kinds of link for its time",
+)
+def _two_level_time(d: Derivation) -> str:
+    expr = d.result
+    cases = []
+    pieces = 4000
+    for p0, p1 in ((2, 2), (4, 2), (8, 4), (4, 16)):
+        n = p0 * p1 * 4
+        in_node, between = two_level_allreduce(p0, p1, n)
+        for w0, w1 in ((300.0, 50.0), (1.0, 50.0)):
+            t0, t1 = in_node * 2 / (w0 / 2), between * 2 / (w1 / 2)
+            t = 2 * (1e-6 + 5e-6) + pipelined_makespan(t0, t1, pieces)
+            v = {"p_coll0": p0, "p_coll1": p1, "n_w": n, "w_word": 2, "W_net0": w0,
+                 "W_net1": w1, "lambda_net0": 1e-6, "lambda_net1": 5e-6, "r_seq": 1}  # fmt: skip
+            cases.append((v, t))
+    return _compare(expr, "t_AR", cases, rtol=2e-3)  # the streaming's fill and drain
+
+
+@oracle(
+    "collectives-crossover",
+    "simulation",
+    "the vector size at which the simulated ring's bandwidth time equals its two "
+    "latencies, found by bisection",
+)
+def _crossover(d: Derivation) -> str:
+    expr = d.result
+    cases = []
+    for p, n in _RINGS:
+        sent, phases = ring_allreduce(p, n)
+        per_byte = sent / n / (10 / 2)  # seconds per byte of the vector
+        q = _bisect(lambda q, k=per_byte, ph=phases: q * k - ph * 1e-6, 1e-12, 1e12)
+        cases.append(({"p_coll": p, "W_net": 10, "lambda_net": 1e-6}, q))
+    return _compare(expr, "Q_cross", cases, rtol=1e-9)
+
+
+@oracle(
+    "allreduce-busbw",
+    "published value",
+    "nccl-tests' definition of bus bandwidth (the algorithm bandwidth times $2(n - 1)/n$,"
+    " nccl-tests' PERFORMANCE.md) and the message size at half the peak found by "
+    "bisection",
+)
+def _busbw(d: Derivation) -> str:
+    expr = d.result
+    cases = []
+    alpha, peak = 20e-6, 4e10
+    for ranks, nodes in ((16, 2), (64, 8), (512, 64)):
+
+        def busbw(m: float, r: int = ranks, k: int = nodes) -> float:
+            t = alpha * math.log2(k) + m * 2 * (r - 1) / r / peak
+            return m / t * 2 * (r - 1) / r
+
+        m_half = _bisect(lambda m, f=busbw: f(m) - peak / 2, 1.0, 1e15)
+        values = {"p_ranks": ranks, "n_nodes": nodes, "alpha_AR": alpha, "B_bus": peak}
+        cases.append((values, m_half))
+    return _compare(expr, "M_half", cases, rtol=1e-9)
+
+
+# --- Matmul ------------------------------------------------------------------------------------
+@oracle(
+    "matmul-min-nanobatch",
+    "hand count",
+    "the weight-gradient matmul's multiply-accumulates and its gradient loads and stores "
+    "counted, the smallest nanobatch whose arithmetic outlasts HBM found by bisection",
+)
+def _min_nanobatch(d: Derivation) -> str:
+    expr = d.result
+    cases = []
+    d1 = d2 = 64
+    for flops, eta, hbm, w in ((1e15, 0.7, 3e12, 2), (3e14, 0.8, 2e12, 4)):
+
+        def excess(b: float, f=flops, e=eta, h=hbm, word=w) -> float:
+            arith = 2 * b * d1 * d2 / (f * e)  # two FLOP per multiply-accumulate
+            memory = (d1 * d2 + d1 * d2) * word / h  # load and store every gradient word
+            return arith - memory
+
+        b = _bisect(excess, 1e-6, 1e9)
+        cases.append(({"F": flops, "eta": eta, "W_HBM": hbm, "w_word": w, "c_MAC": 2}, b))
+    return _compare(expr, "b", cases)
+
+
+@oracle(
+    "matmul-multicast",
+    "hand count",
+    "an $r \\times c$ grid of SMs enumerated: every transfer of a value between SMs "
+    "counted at each end, a multicast once per receiving SM plus its one send",
+)
+def _multicast(d: Derivation) -> str:
+    expr = d.result
+    cases = []
+    for r, c, b, d1, d2 in ((2, 1, 4, 8, 8), (2, 3, 4, 6, 9), (4, 2, 2, 8, 4), (3, 3, 1, 3, 6)):
+        count = 0
+        # The d_1 side's partial outputs: each of c tiles in a row holds a partial sum; the
+        # c - 1 that do not own it send it (one send, one receive each).
+        for _tile_row in range(r):
+            for _j in range(c - 1):
+                count += 2 * b * (d1 // r)
+        # The d_2-side inputs: every SM of a row of r tiles needs them; one multicast send
+        # reaches the other r - 1, each of which receives it.
+        for _tile_col in range(c):
+            count += (1 + (r - 1)) * b * (d2 // c)
+        cases.append(({"b": b, "d_1": d1, "d_2": d2, "w_word": 2, "c_tile": c, "r_tile": r},
+                      count * 2))  # fmt: skip
+    return _compare(expr, "Q_mc", cases)
+
+
+@oracle(
+    "matmul-hbm-time",
+    "hand count",
+    "a forward matmul tiled over L2 enumerated tile by tile: the weights loaded once, the"
+    " input slice each tile needs, the output written once and read back for every "
+    "further tile that accumulates into it; square tiles whose words fill the usable L2",
+)
+def _hbm_time(d: Derivation) -> str:
+    expr = d.result
+    cases = []
+    for side, b, d1, d2 in ((2, 4, 8, 4), (3, 2, 6, 9), (4, 8, 16, 8), (8, 1, 8, 64)):
+        r, c, words = d1 // side, d2 // side, 0
+        for _i in range(r):
+            for j in range(c):
+                words += (d1 // r) * (d2 // c)  # the weight tile
+                words += b * (d2 // c)  # the input slice the tile multiplies
+                words += b * (d1 // r) * (1 if j == 0 else 2)  # write, or read and write
+        v = {"b": b, "d_1": d1, "d_2": d2, "w_word": 2, "W_HBM": 3.0, "phi_use": 0.5,
+             "M_L2": side**2 * 2 / 0.5}  # a tile of side x side two-byte words  # fmt: skip
+        cases.append((v, words * 2 / 3.0))
+    return _compare(expr, "t_HBM", cases)
+
+
+@oracle(
+    "matmul-arithmetic-bound",
+    "hand count",
+    "a matmul's useful FLOP over the peak rate's FLOP in its time, the dimensions padded "
+    "up to the tensor-core multiple by counting",
+)
+def _arith(d: Derivation) -> str:
+    expr = d.result
+    cases = []
+    for b, d1, d2 in ((64, 128, 256), (128, 4096, 1024), (16, 16, 16)):
+        flops, eta, kern = 1e15, 0.7, 4.5e-6
+        padded = b * d1 * d2  # multiples of the padding already
+        t = kern + 2 * padded / (flops * eta)
+        values = {"b": b, "d_1": d1, "d_2": d2, "F": flops, "eta": eta, "t_kern": kern,
+                  "c_MAC": 2}  # fmt: skip
+        cases.append((values, 2 * b * d1 * d2 / (flops * t)))
+    return _compare(expr, "u_mm", cases)
+
+
+# --- The model of training runs (the authors' final code's outputs) ----------------------------
+@cache
+def _reference_models() -> tuple[dict[str, float], ...]:
+    from . import published
+
+    out = []
+    for r in published.data_rows("paper1_reference_sweeps.csv"):
+        out.append({k: float(r[k]) for k in ("d_model", "training_flop_16bit", "n_params_total",
+                                              "layers", "sparsity")})  # fmt: skip
+    return tuple(out[::7])  # every seventh model: all settings, a few hundred checks
+
+
+def _laws() -> dict[str, float]:
+    from .scenario import resolve
+
+    v = resolve("h100").values
+    return {"k_D": v["training.tokens_per_param"], "a_L": v["depth.coefficient"],
+            "e_L": v["depth.exponent"], "r_ff": v["model.ff_ratio"]}  # fmt: skip
+
+
+@oracle(
+    "model-compute",
+    "published value",
+    "the parameters and training compute of every seventh model the authors' final code "
+    "sweeps, all sixteen settings (`data/paper1_reference_sweeps.csv`)",
+)
+def _model_compute(d: Derivation) -> str:
+    k = _laws()["k_D"]
+    cases = [({"N": r["n_params_total"], "S": r["sparsity"], "k_D": k}, r["training_flop_16bit"])
+             for r in _reference_models()]  # fmt: skip
+    return _compare(d.result, "C", cases, rtol=1e-6)  # seven significant digits in the file
+
+
+@oracle(
+    "model-compute-width",
+    "published value",
+    "the training compute of the authors' swept models from their width, depth and "
+    "experts (the depth law before the authors round the depth: within the rounding)",
+)
+def _model_compute_width(d: Derivation) -> str:
+    laws = _laws()
+    exact = [({"L": r["layers"], "S": r["sparsity"], "d_ff": laws["r_ff"] * r["d_model"],
+               "d_model": r["d_model"], "k_D": laws["k_D"]}, r["training_flop_16bit"])
+             for r in _reference_models()]  # fmt: skip
+    _compare(d.steps[1].expr, "C", exact, rtol=1e-6)  # the parameter count, exactly
+    law = [({**laws, "S": r["sparsity"], "d_model": r["d_model"]}, r["training_flop_16bit"])
+           for r in _reference_models()]  # fmt: skip
+    return _compare(d.result, "C", law, rtol=0.2) + " (and the parameter count exactly)"
+
+
+def _width_cases(sparse: bool) -> list[tuple[dict[str, float], float]]:
+    from .scenario import resolve
+
+    v = resolve("h100-sparse").values
+    laws = _laws()
+    extra = {"S_ref": v["sparsity.reference_experts"], "d_ref": v["sparsity.reference_d_model"]}
+    return [({**laws, **extra, "C": r["training_flop_16bit"]}, r["d_model"])
+            for r in _reference_models() if (r["sparsity"] > 1) == sparse]  # fmt: skip
+
+
+@oracle(
+    "model-width-dense",
+    "published value",
+    "the width of the authors' swept dense models against their training compute (within "
+    "the rounding of depth)",
+)
+def _width_dense(d: Derivation) -> str:
+    return _compare(d.result, "d_model", _width_cases(sparse=False), rtol=0.06)
+
+
+@oracle(
+    "model-width-sparse",
+    "published value",
+    "the width of the authors' swept sparse models against their training compute (within"
+    " the rounding of depth and experts)",
+)
+def _width_sparse(d: Derivation) -> str:
+    return _compare(d.result, "d_model", _width_cases(sparse=True), rtol=0.08)
+
+
+@oracle(
+    "model-depth-dense",
+    "published value",
+    "the depth of the authors' swept dense models against their training compute (within "
+    "their rounding to $f \\cdot 2^i$)",
+)
+def _depth_dense(d: Derivation) -> str:
+    laws = _laws()
+    cases = [({**laws, "C": r["training_flop_16bit"]}, r["layers"])
+             for r in _reference_models() if r["sparsity"] == 1]  # fmt: skip
+    return _compare(d.result, "L", cases, rtol=0.2)
+
+
+# --- Closed forms ------------------------------------------------------------------------------
+def _h100_symbols() -> dict[str, float]:
+    from . import closed_forms
+    from .scenario import resolve
+
+    scn = resolve("h100")
+    out = {str(k): float(v) for k, v in closed_forms.symbol_values(scn).items()}
+    nums = closed_forms.values(scn)
+    out.update(n_HBM=nums["nanobatch_tokens"], a_IB=nums["shard_side"])
+    return out
+
+
+def _published_close(got: float, key: str) -> str:
+    from . import published
+
+    entry = published.get(key)
+    if float(f"{got:.{entry.digits - 1}e}") != entry.value:
+        raise PremiseError(f"{key}: the derivation gives {got:.6g}, published {entry.value:g}")
+    return f"{entry.value:g} to its {entry.digits} published digits"
+
+
+@oracle(
+    "closed-forms-critical",
+    "published value",
+    "the critical compute the authors' notebook prints for the H100 at $\\alpha = 0$",
+)
+def _critical(d: Derivation) -> str:
+    return _published_close(_at(d.result, _h100_symbols(), "C"), "paper1.t_crit_flop")
+
+
+@oracle(
+    "closed-forms-latency-wall",
+    "published value",
+    "the latency wall the authors' notebook prints for the H100 at $\\alpha = 0$",
+)
+def _wall(d: Derivation) -> str:
+    return _published_close(_at(d.result, _h100_symbols(), "C"), "paper1.t_limit_flop")
+
+
+@oracle(
+    "closed-forms-nanobatch",
+    "hand count",
+    "the weight-gradient matmul's counts of the matmul oracle at the peak rate: the "
+    "nanobatch whose arithmetic outlasts loading and storing each gradient word",
+)
+def _cf_nanobatch(d: Derivation) -> str:
+    cases = []
+    for flops, hbm, w in ((1e15, 3e12, 2), (3e14, 2e12, 4)):
+        b = _bisect(lambda b, f=flops, h=hbm, word=w: 2 * b / f - 2 * word / h, 1e-6, 1e9)
+        cases.append(({"F": flops, "W_HBM": hbm, "w_word": w, "q_HBMw": 2, "c_MAC": 2}, b))
+    return _compare(d.result, "n_HBM", cases)
+
+
+@oracle(
+    "closed-forms-shard",
+    "hand count",
+    "a node's $a \\times a$ shards counted: multiply-accumulates of two matrices in three "
+    "passes against the words the forward and activation-gradient passes bring in and "
+    "send out, the side where they take equally long found by bisection",
+)
+def _cf_shard(d: Derivation) -> str:
+    cases = []
+    for flops, w1, w, g, n in ((1e15, 1e11, 2, 8, 512), (3e14, 5e10, 4, 4, 64)):
+
+        def excess(a: float, f=flops, bw=w1, word=w, gpus=g, tok=n) -> float:
+            macs = sum(a * a * tok for _matrix in range(2) for _pass in range(3))
+            words = sum(2 * tok * a for _matrix in range(2) for _pass in ("F", "B"))
+            return 2 * macs / (f * gpus) - words * word / (gpus * bw / 2)
+
+        a = _bisect(excess, 1.0, 1e9)
+        cases.append(({"F": flops, "W_net1": w1, "w_word": w, "c_MAC": 2, "m_pass": 3}, a))
+    return _compare(d.result, "a_IB", cases)
+
+
+def _largest_model(t_step_of: Callable[[float], float], batch: float, t: float) -> float:
+    """The model size whose steps (k_D N / B of them, at least ``t_step_of(N)`` each) just fill
+    the training time ``t``: bisection."""
+    return _bisect(lambda n: 20 * n / batch * t_step_of(n) - t, 1e3, 1e20)
+
+
+@oracle(
+    "closed-forms-critical-size",
+    "hand count",
+    "the largest model whose steps fit the training time, each step 2L microbatches "
+    "through one node's layer shard counted pass by pass, found by bisection",
+)
+def _cf_crit_size(d: Derivation) -> str:
+    cases = []
+    for layers, batch, a, n in ((100, 4e6, 2e4, 600), (40, 1e6, 5e3, 100)):
+        flops, g, t = 1e15, 8, 7.9e6
+        macs = sum(a * a * n for _matrix in range(2) for _pass in range(3))
+        t_min = 2 * layers * 2 * macs / (flops * g)
+        v = {"B": batch, "F": flops, "G_node": g, "T": t, "L": layers, "a_IB": a,
+             "c_MAC": 2, "k_D": 20, "m_pass": 3, "n_HBM": n}  # fmt: skip
+        cases.append((v, _largest_model(lambda _n, s=t_min: s, batch, t)))
+    return _compare(d.result, "N", cases, rtol=1e-9)
+
+
+@oracle(
+    "closed-forms-latency-size",
+    "hand count",
+    "the largest model whose steps fit the training time, each step waiting one latency "
+    "per weight matrix at every layer forward and backward, counted",
+)
+def _cf_lat_size(d: Derivation) -> str:
+    cases = []
+    for layers, batch, lat in ((100, 4e6, 9e-6), (40, 1e6, 2e-5)):
+        t = 7.9e6
+        t_min = sum(lat for _pass in range(2) for _layer in range(layers) for _m in range(2))
+        v = {"B": batch, "T": t, "L": layers, "k_D": 20, "t_lambda": lat}
+        cases.append((v, _largest_model(lambda _n, s=t_min: s, batch, t)))
+    return _compare(d.result, "N", cases, rtol=1e-9)
+
+
+# --- Pipeline (the schedule simulation of the pipeline chapter) --------------------------------
+@oracle(
+    "pipeline-bubble-1f1b",
+    "simulation",
+    "1F1B laid out pass by pass (pipeline.schedule): the idle share of the flush",
+)
+def _bubble_1f1b(d: Derivation) -> str:
+    from . import pipeline
+
+    cases = [({"N_PP": n, "m_micro": m}, float(pipeline.schedule(n, m).bubble))
+             for n, m in ((2, 1), (2, 4), (4, 4), (4, 16), (8, 3))]  # fmt: skip
+    return _compare(d.result, "f_bubble", cases)
+
+
+@oracle(
+    "pipeline-bubble-interleaved",
+    "simulation",
+    "interleaved 1F1B laid out pass by pass in breadth-first order (pipeline.schedule): "
+    "the idle share of the flush with its waits, and with one chunk per GPU",
+)
+def _bubble_interleaved(d: Derivation) -> str:
+    from . import pipeline
+
+    waits = [({"N_PP": n, "m_micro": m, "v_PP": v},
+              float(pipeline.schedule(n, m, v, "breadth-first", backward=1).bubble))
+             for n, m, v in ((2, 4, 2), (4, 2, 2), (4, 8, 3), (3, 1, 2))]  # fmt: skip
+    _compare(d.steps[4].expr, "f_bubble", waits)
+    plain = [({"N_PP": n, "m_micro": m}, float(pipeline.schedule(n, m).bubble))
+             for n, m in ((2, 4), (4, 8))]  # fmt: skip
+    return _compare(d.result, "f_bubble", plain) + " (and 4 with interleaving)"
+
+
+@oracle(
+    "pipeline-microbatches",
+    "simulation",
+    "the bubble of a simulated flush (pipeline.schedule, breadth-first): the microbatches"
+    " that give it",
+)
+def _microbatches(d: Derivation) -> str:
+    from . import pipeline
+
+    cases = [({"N_PP": n, "f_bubble_max": float(pipeline.schedule(n, m).bubble)}, m)
+             for n, m in ((2, 4), (4, 4), (4, 12), (8, 16))]  # fmt: skip
+    return _compare(d.result, "m_micro", cases)
+
+
+@oracle(
+    "pipeline-flush-time",
+    "simulation",
+    "a simulated flush (pipeline.schedule): its length against one GPU's busy time and the bubble",
+)
+def _flush(d: Derivation) -> str:
+    from . import pipeline
+
+    cases = []
+    for n, m in ((2, 4), (4, 4), (8, 3)):
+        sched = pipeline.schedule(n, m)
+        cases.append(({"t_busy": sched.busy(0), "f_bubble": float(sched.bubble)}, sched.makespan))
+    return _compare(d.result, "t_flush", cases)
+
+
+# --- Data parallelism --------------------------------------------------------------------------
+@oracle(
+    "data-parallel-allreduce",
+    "simulation",
+    "the gradient all-reduce simulated as a hierarchical ring all-reduce of each GPU's $N"
+    " / N_{\\mathrm{MP}}$ gradients and streamed through the two kinds of link; two "
+    "latencies per level",
+)
+def _dp_allreduce(d: Derivation) -> str:
+    cases = []
+    for p0, p1, mp in ((2, 2, 1), (4, 2, 2), (8, 4, 3), (2, 8, 4)):
+        n = p0 * p1 * 4 * mp
+        in_node, between = two_level_allreduce(p0, p1, n // mp)
+        w0, w1, lam0, lam1 = 300.0, 50.0, 1e-6, 5e-6
+        t0, t1 = in_node * 2 / (w0 / 2), between * 2 / (w1 / 2)
+        v = {"N": n, "N_MP": mp, "N_DP0": p0, "N_DP1": p1, "w_word": 2, "W_net0": w0,
+             "W_net1": w1, "lambda_net0": lam0, "lambda_net1": lam1}  # fmt: skip
+        cases.append((v, 2 * (lam0 + lam1) + pipelined_makespan(t0, t1, 4000)))
+    return _compare(d.result, "t_DP", cases, rtol=2e-3)
+
+
+@oracle(
+    "data-parallel-memory",
+    "hand count",
+    "replicas added one at a time while a copy of the parameters per replica and one "
+    "optimizer state of four words per parameter fit the cluster's HBM",
+)
+def _dp_memory(d: Derivation) -> str:
+    cases = []
+    for n, w, gpus, extra in ((1000, 2, 16, 3), (5000, 4, 64, 10)):
+        hbm = n * w * (extra + 4) / gpus  # room for exactly ``extra`` replicas
+        replicas = 0
+        while n * w * (replicas + 1) + 4 * n * w <= hbm * gpus * (1 + 1e-12):
+            replicas += 1
+        cases.append(({"N": n, "w_word": w, "N_GPU": gpus, "M_HBM": hbm}, replicas))
+    return _compare(d.result, "N_DP", cases)
+
+
+@oracle(
+    "data-parallel-compute-ratio",
+    "simulation",
+    "a ring all-reduce of each GPU's gradients among replicas in their own nodes, "
+    "simulated, over the step's arithmetic counted at six FLOP per active parameter and "
+    "token: the replicas that give a ratio",
+)
+def _dp_ratio(d: Derivation) -> str:
+    cases = []
+    for replicas, mp, batch, experts in ((2, 1, 1000, 1), (5, 2, 4096, 4), (16, 8, 2e5, 1)):
+        n_params = 64 * replicas * mp
+        sent, _ = ring_allreduce(replicas, n_params // mp)
+        flops, eta, w, w1 = 1e15, 0.7, 2, 1e11
+        t_bw = sent * w / (w1 / 2)
+        t_comp = batch * (n_params / experts) * 6 / (flops * replicas * mp * eta)
+        v = {"B": batch, "W_net1": w1, "c_MAC": 2, "rho_DP": t_bw / t_comp, "F": flops,
+             "S": experts, "eta": eta, "w_word": w}  # fmt: skip
+        cases.append((v, replicas))
+    return _compare(d.result, "N_DP", cases)
+
+
+# --- Tensor parallelism ------------------------------------------------------------------------
+@oracle(
+    "tensor-parallel-traffic",
+    "simulation",
+    "Megatron's all-reduce of each token's $d_{\\mathrm{model}}$ outputs among the "
+    "tensor-parallel group, simulated on a ring, forward and backward",
+)
+def _tp_traffic(d: Derivation) -> str:
+    cases = []
+    for nf, b, dm in ((2, 3, 8), (4, 2, 16), (8, 1, 64)):
+        sent, _ = ring_allreduce(nf, b * dm)
+        cases.append(({"N_TPf": nf, "b": b, "d_model": dm, "w_word": 2}, 2 * sent * 2))
+    return _compare(d.result, "Q_TP", cases)
+
+
+@oracle(
+    "tensor-parallel-bandwidth",
+    "simulation",
+    "the two families of all-reduces simulated on rings (each GPU's $d_{\\mathrm{ff}} / "
+    "N_{\\mathrm{TP,ff}}$ hidden units among the model group, its $d_{\\mathrm{model}} / "
+    "N_{\\mathrm{TP,model}}$ outputs among the ff group), forward and backward, over the "
+    "one-way bandwidth",
+)
+def _tp_bandwidth(d: Derivation) -> str:
+    cases = []
+    for nm, nf, b, dm in ((2, 2, 2, 8), (4, 2, 3, 16), (2, 8, 1, 32)):
+        dff = 4 * dm
+        sent_m, _ = ring_allreduce(nm, b * dff // nf)
+        sent_f, _ = ring_allreduce(nf, b * dm // nm)
+        v = {"N_TPm": nm, "N_TPf": nf, "b": b, "d_model": dm, "d_ff": dff, "w_word": 2,
+             "W_net": 10}  # fmt: skip
+        cases.append((v, 2 * (sent_m + sent_f) * 2 / (10 / 2)))
+    return _compare(d.result, "t_TPbw", cases)
+
+
+@oracle(
+    "tensor-parallel-latency",
+    "simulation",
+    "the phases of the simulated ring all-reduces: two families, each once per pass, "
+    "forward and backward, waited for one after another",
+)
+def _tp_latency(d: Derivation) -> str:
+    _, phases = ring_allreduce(4, 8)
+    t = sum(phases * 1e-6 for _pass in range(2) for _family in range(2))
+    return _compare(d.result, "t_TPlat", [({"lambda_net": 1e-6}, t)])
+
+
+@oracle(
+    "tensor-parallel-compute",
+    "hand count",
+    "the multiply-accumulates of a layer's forward, activation-gradient and "
+    "weight-gradient matmuls on both weight shards, counted",
+)
+def _tp_compute(d: Derivation) -> str:
+    cases = []
+    for nm, nf, b, dm in ((2, 2, 8, 64), (4, 8, 16, 256), (1, 4, 4, 32)):
+        dff, flops, eta = 4 * dm, 1e15, 0.7
+        shard = (dm // nm) * (dff // nf)
+        macs = sum(b * shard for _matrix in range(2) for _kind in ("F", "B", "W"))
+        v = {"N_TPm": nm, "N_TPf": nf, "b": b, "d_model": dm, "d_ff": dff, "F": flops,
+             "eta": eta, "c_MAC": 2}  # fmt: skip
+        cases.append((v, 2 * macs / (flops * eta)))
+    return _compare(d.result, "t_comp", cases)
+
+
+def _tp_balance(d: Derivation, lhs: str, model_group: bool) -> str:
+    cases = []
+    for flops, eta, w, bw in ((1e15, 0.7, 2, 9e11), (3e14, 0.8, 4, 1e11)):
+
+        def excess(side: float, f=flops, e=eta, word=w, link=bw) -> float:
+            other = side if model_group else 1.0  # 1D: the shard's other side is d_model
+            b = 1.0
+            macs = sum(b * side * other for _matrix in range(2) for _kind in range(3))
+            # In the limit of large groups a ring all-reduce sends the whole vector twice.
+            words = sum(2 * b * x for _pass in range(2) for x in ((side, other) if model_group
+                                                                  else (other,)))  # fmt: skip
+            return 2 * macs / (f * e) - words * word / (link / 2)
+
+        side = _bisect(excess, 1e-3, 1e12)
+        cases.append(({"F": flops, "eta": eta, "w_word": w, "W_net": bw, "c_MAC": 2}, side))
+    return _compare(d.result, lhs, cases)
+
+
+@oracle(
+    "tensor-parallel-crossover",
+    "hand count",
+    "the square shard side at which a layer's counted multiply-accumulates take as long "
+    "as its two families' all-reduces in large groups (each sending its vector twice), "
+    "found by bisection",
+)
+def _tp_crossover(d: Derivation) -> str:
+    return _tp_balance(d, "s_sh", model_group=True)
+
+
+@oracle(
+    "tensor-parallel-crossover-1d",
+    "hand count",
+    "the shard's $d_{\\mathrm{ff}}$ side at which a layer's counted multiply-accumulates "
+    "take as long as the ff group's all-reduce in a large group, found by bisection",
+)
+def _tp_crossover_1d(d: Derivation) -> str:
+    return _tp_balance(d, "c_sh", model_group=False)
+
+
+# --- Real runs: FLOP, traffic, MFU and memory --------------------------------------------------
+@oracle(
+    "transformer-flop",
+    "hand count",
+    "a Llama block's weight matrices listed one by one (query, key, value, output, the "
+    "MLP's), six FLOP per weight and token, attention's two $s \\times d$ products per "
+    "token in three passes, and the output layer",
+)
+def _transformer(d: Derivation) -> str:
+    cases = []
+    for layers, dm, heads, kv, dff, gates, seq, vocab in (
+        (2, 64, 8, 2, 256, 3, 128, 1000),
+        (3, 32, 4, 4, 128, 2, 16, 50),
+    ):
+        kv_width = dm * kv // heads
+        matrices = [(dm, dm), (dm, kv_width), (dm, kv_width), (dm, dm)] + [(dm, dff)] * gates
+        per_layer = sum(6 * a * b for a, b in matrices) + 3 * 2 * (2 * seq * dm)
+        total = layers * per_layer + 6 * vocab * dm
+        v = {"L": layers, "d_model": dm, "n_h": heads, "n_kv": kv, "d_ff": dff, "g_mlp": gates,
+             "s_seq": seq, "V_voc": vocab}  # fmt: skip
+        cases.append((v, total))
+    return _compare(d.result, "F_tok", cases)
+
+
+@oracle(
+    "sharded-dp-traffic",
+    "simulation",
+    "ZeRO-3's two all-gathers of the parameters and one reduce-scatter of the gradients, "
+    "each half of a simulated ring all-reduce of the rank's shard",
+)
+def _sharded_dp(d: Derivation) -> str:
+    cases = []
+    for g, tp, pp in ((2, 1, 1), (4, 2, 2), (8, 4, 1)):
+        n = 16 * g * tp * pp
+        sent, phases = ring_allreduce(g, n // (tp * pp))
+        per_phase = sent / phases
+        v = {"N": n, "w_word": 2, "g_DP": g, "N_TP": tp, "N_PP": pp}
+        cases.append((v, 3 * per_phase * 2))
+    return _compare(d.result, "V_DP", cases)
+
+
+@oracle(
+    "tp-traffic",
+    "simulation",
+    "Megatron-LM's all-reduces of each block's activations simulated on a ring: two per "
+    "block forward, two backward, two more for a recomputed forward",
+)
+def _tp_run(d: Derivation) -> str:
+    cases = []
+    for tp, pp, dp, cp, recompute in ((2, 1, 1, 1, 0), (4, 2, 2, 1, 1), (8, 4, 1, 2, 0)):
+        layers, dm, batch = 8 * pp, 16, 64 * dp * cp
+        tokens = batch // (dp * cp)
+        sent, _ = ring_allreduce(tp, tokens * dm)
+        per_block = 2 + 2 + 2 * recompute
+        v = {"B": batch, "L": layers, "d_model": dm, "w_word": 2, "N_TP": tp, "N_PP": pp,
+             "N_DP": dp, "N_CP": cp, "rho_b": recompute}  # fmt: skip
+        cases.append((v, layers // pp * per_block * sent * 2))
+    return _compare(d.result, "V_TP", cases)
+
+
+@oracle(
+    "cp-traffic",
+    "hand count",
+    "ring attention counted step by step: a rank's keys and values passed on at each of "
+    "the $N_{\\mathrm{CP}} - 1$ steps forward, and keys, values and their gradients "
+    "backward",
+)
+def _cp_run(d: Derivation) -> str:
+    cases = []
+    for cp, pp, dp, heads, kv in ((2, 1, 1, 8, 2), (4, 2, 2, 4, 4), (8, 1, 2, 16, 1)):
+        layers, dm, batch = 4 * pp, 32, 16 * cp * dp
+        tokens = batch // (cp * dp)
+        kv_words = tokens * 2 * dm * kv // heads  # keys and values of the rank's tokens
+        words = 0
+        for _layer in range(layers // pp):
+            for _step in range(cp - 1):
+                words += kv_words  # forward: keys and values
+                words += 2 * kv_words  # backward: keys and values, and their gradients
+        v = {"B": batch, "L": layers, "d_model": dm, "w_word": 2, "N_CP": cp, "N_PP": pp,
+             "N_DP": dp, "n_h": heads, "n_kv": kv}  # fmt: skip
+        cases.append((v, words * 2))
+    return _compare(d.result, "V_CP", cases)
+
+
+@oracle(
+    "run-mfu",
+    "simulation",
+    "a step whose pipeline is laid out pass by pass (pipeline.schedule, breadth-first): "
+    "model FLOP over the peak's FLOP in the longer of the stretched compute and the "
+    "overlapped communication",
+)
+def _mfu(d: Derivation) -> str:
+    from . import pipeline
+
+    cases = []
+    for n, m, v_pp, t_ovl in ((1, 1, 1, 0.0), (4, 8, 1, 0.0), (4, 8, 2, 0.0), (8, 8, 1, 50.0)):
+        batch, f_tok, f_model, peak, gpus = 1e6, 6e9, 5.5e9, 1e15, 64
+        sched = pipeline.schedule(n, m, v_pp, "breadth-first" if v_pp > 1 else "1f1b")
+        stretch = sched.makespan / sched.busy(0)
+        t = max(t_ovl, batch * f_tok / (peak * gpus) * stretch)
+        vals = {"B": batch, "F_tok": f_tok, "F_tok_model": f_model, "F_p": peak, "N_GPU": gpus,
+                "N_PP": n, "m_micro": m, "v_PP": v_pp, "t_ovl": t_ovl}  # fmt: skip
+        cases.append((vals, batch * f_model / (peak * gpus * t)))
+    return _compare(d.result, "U_MFU", cases)
+
+
+@oracle(
+    "run-memory-state",
+    "hand count",
+    "mixed-precision Adam's bytes per parameter listed (bf16 weight and gradient, fp32 "
+    "master weight and two moments; Rajbhandari et al. 2020) and the parameters of a "
+    "rank's shard dealt out to the ZeRO group one by one",
+)
+def _memory_state(d: Derivation) -> str:
+    cases = []
+    per_param = {"weight": 2, "gradient": 2, "master": 4, "momentum": 4, "variance": 4}
+    for n, tp, pp, g in ((4096, 2, 2, 4), (1200, 1, 3, 5), (64, 4, 1, 16)):
+        shard = n // (tp * pp)
+        mine = sum(1 for i in range(shard) if i % g == 0)  # rank 0's share, dealt round-robin
+        v = {"N": n, "N_TP": tp, "N_PP": pp, "g_mem": g}
+        cases.append((v, mine * sum(per_param.values())))
+    return _compare(d.result, "M_state", cases)
+
+
+@oracle(
+    "run-memory-activations",
+    "published value",
+    "Korthikanti et al. (2022), table 2: $34 s b h$ bytes of activations per GPT layer "
+    "with FlashAttention-style scores ($5 a s / h$ more without), split $t$ ways by "
+    "sequence parallelism",
+)
+def _memory_activations(d: Derivation) -> str:
+    cases = []
+    for b, seq, dm, tp in ((1, 2048, 4096, 1), (4, 4096, 8192, 8)):
+        v = {"b_mem": b, "s_mem": seq, "d_model": dm, "N_TP": tp}
+        cases.append((v, 34 * seq * b * dm / tp))
+    return _compare(d.result, "M_act", cases)
+
+
+# --- Expert parallelism ------------------------------------------------------------------------
+def _routing(n0: int, n1: int, experts: int) -> tuple[float, float]:
+    """Experts dealt round-robin to the GPUs of a group of ``n0`` GPUs in each of ``n1``
+    nodes; for a token on each GPU and each next expert equally likely, the shares that land
+    on another GPU of the same node and in another node."""
+    owner = [e % (n0 * n1) for e in range(experts)]
+    same = other = 0
+    for here in range(n0 * n1):
+        for e in range(experts):
+            there = owner[e]
+            if there // n0 == here // n0 and there != here:
+                same += 1
+            elif there // n0 != here // n0:
+                other += 1
+    total = n0 * n1 * experts
+    return same / total, other / total
+
+
+_GROUPS = ((2, 1, 4), (1, 4, 8), (4, 2, 16), (2, 3, 12), (8, 8, 128))
+
+
+@oracle(
+    "expert-parallel-same-node",
+    "hand count",
+    "experts dealt to the group's GPUs and every pair of a token's GPU and its next "
+    "expert enumerated: the share on another GPU of the node",
+)
+def _ep_same(d: Derivation) -> str:
+    cases = [({"N_EP0": a, "N_EP1": b, "S": s}, _routing(a, b, s)[0]) for a, b, s in _GROUPS]
+    return _compare(d.result, "P_EP0", cases)
+
+
+@oracle(
+    "expert-parallel-other-node",
+    "hand count",
+    "experts dealt to the group's GPUs and every pair of a token's GPU and its next "
+    "expert enumerated: the share in another node",
+)
+def _ep_other(d: Derivation) -> str:
+    cases = [({"N_EP0": a, "N_EP1": b, "S": s}, _routing(a, b, s)[1]) for a, b, s in _GROUPS]
+    return _compare(d.result, "P_EP1", cases)
+
+
+@oracle(
+    "expert-parallel-remote",
+    "hand count",
+    "experts dealt to the group's GPUs and every pair of a token's GPU and its next "
+    "expert enumerated: the share that leaves the token's GPU",
+)
+def _ep_remote(d: Derivation) -> str:
+    cases = [({"N_EP0": a, "N_EP1": b, "S": s}, sum(_routing(a, b, s))) for a, b, s in _GROUPS]
+    return _compare(d.result, "P_EP_rem", cases)
+
+
+def _ep_bytes(n0: int, n1: int, experts: int, tokens: int, gpus: int, dm: int) -> tuple[float, ...]:
+    """Bytes one GPU sends over each level at one interface, forward and backward: its share
+    of the tokens, each going where its next expert is (enumerated), d_model two-byte words."""
+    same, other = _routing(n0, n1, experts)
+    per_gpu = tokens / gpus
+    return (2 * same * per_gpu * dm * 2, 2 * other * per_gpu * dm * 2)
+
+
+@oracle(
+    "expert-parallel-interface",
+    "hand count",
+    "a GPU's tokens sent where the enumerated expert placement puts their next expert, "
+    "forward and backward, at each interface, over each level's one-way bandwidth",
+)
+def _ep_interface(d: Derivation) -> str:
+    cases = []
+    for (a, b, s), n_if in product(_GROUPS, (1, 3)):
+        tokens, gpus, dm, w0, w1 = 4096, a * b * 2, 64, 300.0, 50.0
+        q0, q1 = _ep_bytes(a, b, s, tokens, gpus, dm)
+        v = {"N_EP0": a, "N_EP1": b, "n_tok_PP": tokens, "N_GPU": gpus, "d_model": dm,
+             "w_word": 2, "W_net0": w0, "W_net1": w1, "n_if_EP": n_if}  # fmt: skip
+        cases.append((v, n_if * (q0 / (w0 / 2) + q1 / (w1 / 2))))
+    return _compare(d.result, "t_EP_bw", cases)
+
+
+@oracle(
+    "expert-parallel-crossing",
+    "hand count",
+    "at a stage boundary inside a node every token moves, over InfiniBand exactly when "
+    "the enumerated placement puts its next expert in another node",
+)
+def _ep_crossing(d: Derivation) -> str:
+    cases = []
+    for a, b, s in _GROUPS:
+        tokens, gpus, dm, w0, w1 = 4096, a * b * 2, 64, 300.0, 50.0
+        _, other = _routing(a, b, s)
+        per_gpu_bytes = 2 * tokens / gpus * dm * 2  # forward and backward
+        t = per_gpu_bytes * (1 - other) / (w0 / 2) + per_gpu_bytes * other / (w1 / 2)
+        v = {"N_EP1": b, "n_tok_PP": tokens, "N_GPU": gpus, "d_model": dm, "w_word": 2,
+             "W_net0": w0, "W_net1": w1}  # fmt: skip
+        cases.append((v, t))
+    return _compare(d.result, "t_X_bw_EP", cases)
+
+
+@oracle(
+    "expert-parallel-interfaces",
+    "hand count",
+    "$L$ layers dealt round-robin to $v N_{\\mathrm{PP}}$ chunks of consecutive layers: "
+    "the interfaces between two layers of one chunk, counted",
+)
+def _ep_interfaces(d: Derivation) -> str:
+    cases = []
+    for layers, n, v in ((8, 2, 2), (12, 3, 1), (16, 4, 4), (6, 1, 1)):
+        size = layers // (n * v)
+        inside = sum(1 for i in range(layers - 1) if i // size == (i + 1) // size)
+        cases.append(({"L": layers, "N_PP": n, "v_PP": v}, inside))
+    before = _compare(d.steps[1].expr, None, cases)
+    full = [({"L": n * k, "N_PP": n}, 0) for n, k in ((2, 1), (4, 1))]
+    return f"{before} of step 2, {_compare(d.result, None, full)} of the result"
+
+
+@oracle(
+    "expert-parallel-versus-compute",
+    "hand count",
+    "the enumerated expert traffic of one interface over the layer's multiply-accumulates"
+    " for the same tokens, counted in three passes",
+)
+def _ep_versus(d: Derivation) -> str:
+    cases = []
+    for a, b, s in _GROUPS:
+        tokens, gpus, dm, w0, w1, flops, eta = 4096, a * b * 2, 64, 300.0, 50.0, 1e15, 0.7
+        q0, q1 = _ep_bytes(a, b, s, tokens, gpus, dm)
+        macs = sum(tokens * dm * 4 * dm for _matrix in range(2) for _kind in range(3))
+        t_comp = 2 * macs / (flops * gpus * eta)
+        v = {"N_EP0": a, "N_EP1": b, "w_word": 2, "W_net0": w0, "W_net1": w1, "F": flops,
+             "eta": eta, "d_ff": 4 * dm, "c_MAC": 2}  # fmt: skip
+        cases.append((v, (q0 / (w0 / 2) + q1 / (w1 / 2)) / t_comp))
+    return _compare(d.result, "rho_EP", cases)
+
+
+# --- The search: the authors' final code's utilization -----------------------------------------
+#: Grid points of the ``h100`` sweep where the search is compared with the authors' code.
+SEARCH_POINTS = 8
+
+
+def _search_against_authors(d: Derivation, name: str) -> str:
+    """Run the search at a few h100 grid points with the step's ``name`` formula taken from
+    ``d`` (not from the library's copy) and compare with the authors' utilization."""
+    from unittest import mock
+
+    from . import model, search
+    from . import step as stepm
+    from .scenario import resolve
+
+    scn = resolve("h100")
+    original = stepm._numeric
+
+    def numeric(which: str):
+        if which != name:
+            return original(which)
+        args = original(which).__code__.co_varnames[: original(which).__code__.co_argcount]
+        expr = model.PASS_COUNTS.apply(d.result.rhs)
+        by_name = {str(x): x for x in expr.free_symbols}
+        return sp.lambdify([by_name.get(a, sp.Symbol(a)) for a in args], expr, "numpy")
+
+    reference = [r for r in search.reference_rows("h100") if r["feasible"]]
+    picked = reference[:: max(1, len(reference) // SEARCH_POINTS)][:SEARCH_POINTS]
+    points = {p.d_model: p for p in search.points(scn)}
+    worst = 0.0
+    with mock.patch.object(stepm, "_numeric", numeric):
+        for r in picked:
+            pt = points.get(int(r["d_model"]))
+            if pt is None:
+                raise PremiseError(f"no grid point of width {r['d_model']:g}")
+            got = search.optimal(scn, pt)
+            gap = abs(got["utilization"] - r["utilization"]) if got["feasible"] else math.inf
+            if not gap <= search.REFERENCE_TOLERANCE:
+                raise PremiseError(
+                    f"at {r['training_flop_16bit']:.3g} FLOP the search gives "
+                    f"{got.get('utilization', float('nan')):.4f}, the authors' code "
+                    f"{r['utilization']:.4f}"
+                )
+            worst = max(worst, gap)
+    return f"{len(picked)} grid points, within {worst:.1e}"
+
+
+@oracle(
+    "search-step-time",
+    "published value",
+    "the utilization the authors' final code finds at grid points of the `h100` sweep "
+    "(`data/paper1_reference_sweeps.csv`), the search run with this step time",
+)
+def _search_step(d: Derivation) -> str:
+    return _search_against_authors(d, "step_time")
+
+
+@oracle(
+    "search-network-time",
+    "published value",
+    "the utilization the authors' final code finds at grid points of the `h100` sweep, "
+    "the search run with this network time",
+)
+def _search_network(d: Derivation) -> str:
+    return _search_against_authors(d, "network_time")
+
+
+@oracle(
+    "search-utilization",
+    "published value",
+    "the utilization the authors' final code finds at grid points of the `h100` sweep, "
+    "the search run with this utilization",
+)
+def _search_utilization(d: Derivation) -> str:
+    return _search_against_authors(d, "utilization")
+
+
+# --- Premises and how each is justified ---------------------------------------------------------
+@dataclass(frozen=True)
+class Premise:
+    """A step of a derivation that :meth:`Derivation.verify` does not prove."""
+
+    step: int  # 1-based
+    kind: str  # "first step", "definition" or "assumption"
+    name: str  # the substitution's name, or the first step's sentence
+    cites: tuple[str, ...]  # equation labels the premise cites
+    derived: bool  # whether it was checked to be the cited result itself
+
+    @property
+    def label(self) -> str:
+        return f"step {self.step}, {self.kind}" + (f" ({self.name})" if self.step > 1 else "")
+
+
+def _cited_steps(labels: Iterable[str]) -> list[sp.Basic]:
+    found = {d.name: d for d in _all()}
+    out = []
+    for label in labels:
+        name, index = label.rsplit("-", 1)
+        if name not in found:
+            raise PremiseError(f"cites {label}, which is no derivation's step")
+        d = found[name]
+        if not 1 <= int(index) <= len(d.steps):
+            raise PremiseError(f"cites {label}; {name} has {len(d.steps)} steps")
+        out.append(d.steps[int(index) - 1].expr)
+    return out
+
+
+@cache
+def _all() -> tuple[Derivation, ...]:
+    from .derivation import all_derivations
+
+    return tuple(all_derivations())
+
+
+def _is_cited(expr: sp.Basic, cited: list[sp.Basic]) -> bool:
+    return any(_same(c, expr) for c in cited)
+
+
+def _substitution_is_cited(sub: Substitution, cited: list[sp.Basic]) -> bool:
+    """Every pair of the mapping is one of the cited equations (``lhs = rhs``)."""
+    eqs = [c for c in cited if isinstance(c, sp.Equality)]
+    return all(
+        any(e.lhs == k and _same(sp.Eq(k, v, evaluate=False), e) for e in eqs)
+        for k, v in sub.mapping.items()
+    )
+
+
+def premises(d: Derivation) -> list[Premise]:
+    """The premises of ``d``: its first step and every substitution labelled a definition or an
+    assumption, each marked *derived* where it cites a library result and is that result."""
+    out = []
+    first = d.steps[0]
+    labels = tuple("-".join(m) for m in _CITE.findall(first.text))
+    derived = bool(labels) and _is_cited(first.expr, _cited_steps(labels))
+    out.append(Premise(1, "first step", first.text, labels, derived))
+    for index, step in enumerate(d.steps[1:], start=2):
+        if step.using is None:
+            continue
+        sub = step.using
+        labels = tuple("-".join(m) for m in _CITE.findall(sub.name))
+        derived = bool(labels) and _substitution_is_cited(sub, _cited_steps(labels))
+        out.append(Premise(index, sub.kind, sub.name, labels, derived))
+    return out
+
+
+@dataclass(frozen=True)
+class Report:
+    """What :func:`check` found for one derivation."""
+
+    name: str
+    steps_proved: int
+    premises: tuple[Premise, ...]
+    oracle: Oracle | None
+    agreed: str  # the oracle's summary
+
+    @property
+    def derived(self) -> int:
+        return sum(p.derived for p in self.premises)
+
+    def line(self) -> str:
+        n, k = len(self.premises), self.steps_proved
+        by = f"{self.oracle.kind}: {self.agreed}" if self.oracle else "no oracle"
+        return (f"{k} step{'s' * (k != 1)} proved; {n} premise{'s' * (n != 1)}: "
+                f"{self.derived} derived, {n - self.derived} checked ({by})")  # fmt: skip
+
+
+def check(d: Derivation) -> Report:
+    """Verify ``d``'s steps, check its cited premises and run its oracle; raise
+    :class:`DerivationError` or :class:`PremiseError` naming what fails."""
+    d.verify()
+    found = premises(d)
+    o = ORACLES.get(d.name)
+    if o is None and not all(p.derived for p in found):
+        loose = "; ".join(p.label for p in found if not p.derived)
+        raise PremiseError(f"{d.name}: no oracle checks its premises ({loose})")
+    agreed = o.run(d) if o else ""
+    return Report(d.name, len(d.steps) - 1, tuple(found), o, agreed)
+
+
+def justification_markdown(d: Derivation) -> str:
+    """The sentence the book prints under a derivation: its premises, with their steps, and
+    where each is justified."""
+    found = premises(d)
+    o = ORACLES.get(d.name)
+    derived = [p for p in found if p.derived]
+    checked = [p for p in found if not p.derived]
+    parts = []
+    if derived:
+        refs = ", ".join(f"step {p.step} is " + " and ".join(f"{{eq}}`{c}`" for c in p.cites)
+                         for p in derived)  # fmt: skip
+        parts.append(f"derived from the library's own results ({refs})")
+    if checked:
+        steps = [str(p.step) for p in checked]
+        which = ("the first step" if steps == ["1"] else
+                 "steps " + ", ".join(steps[:-1]) + " and " + steps[-1] if len(steps) > 1
+                 else f"step {steps[0]}")  # fmt: skip
+        if o is None:
+            parts.append(f"{which} not checked")
+        else:
+            parts.append(f"{which} checked in the tests, through the result, against "
+                         f"{_ARTICLE[o.kind]}: {o.what}")  # fmt: skip
+    return "*Premises:* " + "; ".join(parts) + "."
+
+
+_ARTICLE = {"simulation": "a simulation", "hand count": "a hand count",
+            "published value": "a published value"}  # fmt: skip
+
+
+def scaled(d: Derivation, factor: int = 2) -> Derivation:
+    """``d`` with every step's right side multiplied by ``factor``: the chain still links where
+    its steps are linear, as a premise off by that factor would leave it."""
+    from dataclasses import replace
+
+    def scale(e: sp.Basic) -> sp.Basic:
+        if isinstance(e, sp.Equality):
+            return sp.Eq(e.lhs, factor * e.rhs, evaluate=False)
+        return factor * e
+
+    return replace(d, steps=tuple(replace(s, expr=scale(s.expr)) for s in d.steps))
