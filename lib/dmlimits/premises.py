@@ -564,8 +564,9 @@ def _wall(d: Derivation) -> str:
 @oracle(
     "closed-forms-nanobatch",
     "hand count",
-    "the weight-gradient matmul's counts of the matmul oracle at the peak rate: the "
-    "nanobatch whose arithmetic outlasts loading and storing each gradient word",
+    "a weight-gradient matmul's multiply-accumulates and its loads and stores of each "
+    "gradient word counted at the peak rate: the nanobatch whose arithmetic outlasts its "
+    "memory traffic, found by bisection",
 )
 def _cf_nanobatch(d: Derivation) -> str:
     cases = []
@@ -1325,14 +1326,17 @@ def justification_markdown(d: Derivation) -> str:
         parts.append(f"derived from the library's own results ({refs})")
     if checked:
         steps = [str(p.step) for p in checked]
-        which = ("the first step" if steps == ["1"] else
-                 "steps " + ", ".join(steps[:-1]) + " and " + steps[-1] if len(steps) > 1
-                 else f"step {steps[0]}")  # fmt: skip
+        if len(steps) == 1:
+            which = "the first step is" if steps == ["1"] else f"step {steps[0]}'s premise is"
+        else:
+            which = "the premises of steps " + ", ".join(steps[:-1]) + f" and {steps[-1]} are"
         if o is None:
             parts.append(f"{which} not checked")
         else:
-            parts.append(f"{which} checked in the tests, through the result, against "
-                         f"{_ARTICLE[o.kind]}: {o.what}")  # fmt: skip
+            parts.append(
+                f"{which} checked in the tests, through the result, against "
+                f"{_ARTICLE[o.kind]}: {o.what}"
+            )
     return "*Premises:* " + "; ".join(parts) + "."
 
 
