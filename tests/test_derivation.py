@@ -206,3 +206,68 @@ def test_display_equations_fit_the_column():
                 if printing.visible_width(line) > printing.MAX_WIDTH + 4:
                     wide.append((f"{d.name}-{i}", printing.visible_width(line)))
     assert not wide, wide
+
+
+# --- Reasons typeset, one meaning per symbol (issue #13) ----------------------------------------
+_MATH = re.compile(r"\$[^$]*\$|\{eq\}`[^`]*`|\{[a-z]+\}`[^`]*`|`[^`]*`")
+_UNITS = re.compile(r"\b(FLOP|bytes|GB|TB|B)/s\b|\b\d+-bit\b")
+_ASCII_MATH = (
+    r"\b[A-Za-z]+_[A-Za-z0-9,{}]+",  # an identifier with an underscore: d_model, N_TP,ff
+    r"\b\w+\s*(=|/|\^)\s*\w+",  # a = b, x / y, 2^i
+    r"\(\s*\w+\s*[-+]\s*\w+\s*\)",  # (p - 1)
+    r"\b\w\s+x\s+\w\b",  # a x b for a times b
+)
+
+
+def ascii_math(text: str) -> list[str]:
+    """Math written as plain text outside MyST's inline math and roles."""
+    bare = _UNITS.sub(" ", _MATH.sub(" ", text))
+    return [m.group(0) for p in _ASCII_MATH for m in re.finditer(p, bare)]
+
+
+def _reasons():
+    for d in ALL:
+        for i, step in enumerate(d.steps, start=1):
+            yield f"{d.name}-{i}", step.text
+            if step.using is not None:
+                yield f"{d.name}-{i} ({step.using.kind})", step.using.name
+
+
+def test_the_ascii_math_check_can_fail():
+    assert ascii_math("each GPU's d_ff / N_TP,ff hidden units") == ["d_ff", "N_TP,ff", "d_ff / N_TP"]
+    assert ascii_math("a fraction 2 (p - 1) / p") and ascii_math("an a x a shard")
+    assert not ascii_math("a fraction $2 (p - 1) / p$, derated FLOP/s over bytes/s (16-bit)")
+
+
+def test_step_reasons_are_typeset_not_ascii():
+    found = {where: hits for where, text in _reasons() if (hits := ascii_math(text))}
+    assert not found, f"reasons with math written as plain text: {found}"
+
+
+def test_reason_math_uses_the_registrys_notation():
+    """Every subscripted symbol typeset in a reason is one the registry declares, so a reason
+    writes a symbol as its equations do."""
+    from dmlimits.symbols import REGISTRY
+
+    known = {info.latex for info in REGISTRY}
+    token = re.compile(r"\\?[A-Za-z]+_\{(?:[^{}]|\{[^{}]*\})*\}")
+    unknown = {}
+    for where, text in _reasons():
+        for math in re.findall(r"\$([^$]*)\$", text):
+            for t in token.findall(math):
+                if t not in known:
+                    unknown.setdefault(where, []).append(t)
+    assert not unknown, f"symbols in reasons that the registry does not declare: {unknown}"
+
+
+def test_a_notation_has_one_meaning_in_the_whole_book():
+    from dmlimits.symbols import REGISTRY, Registry
+
+    seen = {}
+    for info in REGISTRY:
+        assert info.latex not in seen, (info.symbol, seen.get(info.latex))
+        seen[info.latex] = info.symbol
+    fresh = Registry()
+    fresh.declare("x_a", "x", "one thing", defined_in="a")
+    with pytest.raises(ValueError, match=r"notation \$x\$ already means 'one thing'"):
+        fresh.declare("x_b", "x", "another thing", defined_in="b")

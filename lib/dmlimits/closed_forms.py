@@ -64,9 +64,10 @@ KERNELS_PER_COMMUNICATION = 2
 
 # --- Assumptions, each a named substitution -------------------------------------------------
 CRITICAL_STEP = Substitution(
-    "every layer is its own pipeline stage, and a step runs the 2N_PP = 2L microbatches a "
-    "zero-bubble schedule needs; each microbatch puts n tokens through both a x a weight shards "
-    "of a node's layer in the three passes",
+    "every layer is its own pipeline stage, and a step runs the $2 N_{\\mathrm{PP}} = 2 L$ "
+    "microbatches a zero-bubble schedule needs; each microbatch puts $n_{\\mathrm{HBM}}$ tokens "
+    "through both $a_{\\mathrm{IB}} \\times a_{\\mathrm{IB}}$ weight shards of a node's layer in "
+    "the three passes",
     {t_min: 2 * s.n_layers * s.macs_per_param_token * 2 * s.flop_per_mac * n_hbm * a_ib**2
      / (g_node * s.peak_flops)},
     kind="assumption",
@@ -128,11 +129,12 @@ def shard_derivation() -> Derivation:
         "The smallest weight shard InfiniBand allows",
         [
             Step(
-                "A node holds an $a \\times a$ shard of each of a layer's two weight matrices. "
-                "For a nanobatch of $n$ tokens its arithmetic in the three passes takes as long "
-                "as its InfiniBand traffic, one direction at a time: the forward and the "
-                "activation-gradient pass each bring $n a$ words in and send $n a$ words out, "
-                "per matrix (the weight-gradient pass needs nothing new).",
+                "A node holds an $a_{\\mathrm{IB}} \\times a_{\\mathrm{IB}}$ shard of each of a "
+                "layer's two weight matrices. For a nanobatch of $n_{\\mathrm{HBM}}$ tokens its "
+                "arithmetic in the three passes takes as long as its InfiniBand traffic, one "
+                "direction at a time: the forward and the activation-gradient pass each bring "
+                "$n_{\\mathrm{HBM}} a_{\\mathrm{IB}}$ words in and send as many out, per matrix "
+                "(the weight-gradient pass needs nothing new).",
                 e1,
             ),
             Step("The nanobatch and the node size cancel.", e2, solve_for=a_ib),

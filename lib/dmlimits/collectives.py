@@ -269,10 +269,10 @@ def ring_allreduce_derivation() -> Derivation:
                 t2,
                 using=RING_STEPS,
             ),
-            Step("A chunk is a p-th of the vector.", t3, using=CHUNK),
+            Step("A chunk is a $p$-th of the vector.", t3, using=CHUNK),
             Step("There are two phases.", t4, using=CONSTANTS),
             Step(
-                "So each GPU moves a fraction 2 (p - 1) / p of the vector, just under twice the "
+                "So each GPU moves a fraction $2 (p - 1) / p$ of the vector, just under twice the "
                 "vector however large the ring: the ring all-reduce's bandwidth time hardly grows "
                 "with the number of participants.",
                 t5,
@@ -288,7 +288,8 @@ def ring_allreduce_derivation() -> Derivation:
 
 
 REPEATS_ALLREDUCE = Substitution(
-    "r_s r_p all-reduces, their traffic spread over the N GPUs; one message latency per phase "
+    "$r_s r_p$ all-reduces, their traffic spread over the $N_{\\mathrm{GPU}}$ GPUs; one message "
+    "latency per phase "
     "of each all-reduce in sequence",
     {
         t_bw: _cluster_bandwidth_time(rep_seq * rep_par * parts * q_ring, bw_level),
@@ -326,12 +327,13 @@ def repeated_allreduce_derivation() -> Derivation:
         [
             Step("A collective costs its bandwidth time plus its latency time.", a1),
             Step(
-                "Repeat an all-reduce r_s times one after another and r_p times side by side.  "
-                "The p participants of each send p Q_AR bytes in all; spread evenly over the "
-                "one-way links of the N GPUs of the cluster, the total takes that many bytes over "
-                "N W_l / 2.  Latency: the paper charges one message latency per phase, however "
-                "many steps the phase has (the chunks stream through the ring), and side-by-side "
-                "copies wait at the same time.",
+                "Repeat an all-reduce $r_s$ times one after another and $r_p$ times side by "
+                "side.  The $p$ participants of each send $p Q_{\\mathrm{AR}}$ bytes in all; "
+                "spread evenly over the one-way links of the $N_{\\mathrm{GPU}}$ GPUs of the "
+                "cluster, the total takes that many bytes over $N_{\\mathrm{GPU}} W_{\\ell} / 2$."
+                "  Latency: the paper charges one message latency per phase, however many steps"
+                " the phase has (the chunks stream through the ring), and side-by-side copies "
+                "wait at the same time.",
                 a2,
                 using=REPEATS_ALLREDUCE,
             ),
@@ -373,16 +375,17 @@ def tiled_allreduce_derivation() -> Derivation:
                 b1,
             ),
             Step(
-                "When the r_p side-by-side all-reduces of p GPUs each cover the cluster exactly, "
-                "N = r_p p.",
+                "When the $r_p$ side-by-side all-reduces of $p$ GPUs each cover the cluster "
+                "exactly, $N_{\\mathrm{GPU}} = r_p p$.",
                 b2,
                 using=TILED,
             ),
             Step(
-                "The time is then r_s times the per-GPU bandwidth time of one ring all-reduce, "
+                "The time is then $r_s$ times the per-GPU bandwidth time of one ring all-reduce, "
                 "{eq}`collectives-ring-allreduce-5`, plus its two latencies: the two forms agree.  "
-                "When N exceeds r_p p, the cluster form assumes the traffic is shared out over "
-                "every GPU's links (as the two-level all-reduce below does with its shards).",
+                "When $N_{\\mathrm{GPU}}$ exceeds $r_p p$, the cluster form assumes the traffic is "
+                "shared out over every GPU's links (as the two-level all-reduce below does with its"
+                " shards).",
                 b3,
             ),
         ],
@@ -391,7 +394,8 @@ def tiled_allreduce_derivation() -> Derivation:
 
 
 REPEATS_P2P = Substitution(
-    "r_s r_p transfers of n_w words, their traffic spread over the N GPUs; one message latency "
+    "$r_s r_p$ transfers of $n_{\\mathrm{w}}$ words, their traffic spread over the "
+    "$N_{\\mathrm{GPU}}$ GPUs; one message latency "
     "per transfer in sequence",
     {
         t_bw: _cluster_bandwidth_time(rep_seq * rep_par * n_words * word, bw_level),
@@ -418,14 +422,14 @@ def p2p_derivation() -> Derivation:
         [
             Step("Bandwidth time plus latency time.", c1),
             Step(
-                "A transfer sends n_w words once.  Repeated r_s times in sequence and r_p times "
-                "side by side, the bytes are spread over the one-way links of the N GPUs; each "
-                "transfer in sequence waits one message latency.",
+                "A transfer sends $n_{\\mathrm{w}}$ words once.  Repeated $r_s$ times in sequence "
+                "and $r_p$ times side by side, the bytes are spread over the one-way links of the "
+                "$N_{\\mathrm{GPU}}$ GPUs; each transfer in sequence waits one message latency.",
                 c2,
                 using=REPEATS_P2P,
             ),
             Step(
-                "When each GPU sends one of the side-by-side transfers, r_p = N:",
+                "When each GPU sends one of the side-by-side transfers, $r_p = N_{\\mathrm{GPU}}$:",
                 c3,
                 using=ONE_PER_GPU,
             ),
@@ -436,12 +440,12 @@ def p2p_derivation() -> Derivation:
 
 
 LEVEL_BYTES = Substitution(
-    "in the node, a ring all-reduce of the vector among p_0; between nodes, one of each GPU's "
-    "shard of n_w / p_0 words among p_1",
+    "in the node, a ring all-reduce of the vector among $p_0$; between nodes, one of each GPU's "
+    "shard of $n_{\\mathrm{w}} / p_0$ words among $p_1$",
     {q_ring0: _ring_bytes(parts0, n_words), q_ring1: _ring_bytes(parts1, n_words / parts0)},
 )
 SPLIT = Substitution(
-    "the participants split over the two levels, p = p_0 p_1", {parts0: parts / parts1}
+    "the participants split over the two levels, $p = p_0 p_1$", {parts0: parts / parts1}
 )
 
 
@@ -458,26 +462,26 @@ def two_level_traffic_derivation() -> Derivation:
         "Traffic of a two-level all-reduce",
         [
             Step(
-                "Split an all-reduce among p GPUs over the hierarchy: p_0 GPUs in each of p_1 "
-                "nodes.  Each GPU's bytes are those it sends inside its node and those it sends "
-                "to other nodes.",
+                "Split an all-reduce among $p$ GPUs over the hierarchy: $p_0$ GPUs in each of $p_1$"
+                " nodes.  Each GPU's bytes are those it sends inside its node and those it sends to"
+                " other nodes.",
                 q1,
             ),
             Step(
-                "Inside the node: a reduce-scatter among p_0, which leaves each GPU with the "
-                "node's sum of a p_0-th of the vector, and at the end an all-gather among p_0: "
-                "together the bytes of a ring all-reduce among p_0.  Between them, each GPU "
-                "all-reduces its shard with the p_1 - 1 GPUs at the same position in the other "
-                "nodes: p_0 rings side by side, each of n_w / p_0 words.",
+                "Inside the node: a reduce-scatter among $p_0$, which leaves each GPU with the "
+                "node's sum of a $p_0$-th of the vector, and at the end an all-gather among $p_0$: "
+                "together the bytes of a ring all-reduce among $p_0$.  Between them, each GPU "
+                "all-reduces its shard with the $p_1 - 1$ GPUs at the same position in the other "
+                "nodes: $p_0$ rings side by side, each of $n_{\\mathrm{w}} / p_0$ words.",
                 q2,
                 using=LEVEL_BYTES,
             ),
             Step("Two phases at each level.", q3, using=CONSTANTS),
             Step("Adding the two levels:", q4),
             Step(
-                "which is exactly the traffic of a flat ring among all p GPUs, "
+                "which is exactly the traffic of a flat ring among all $p$ GPUs, "
                 "{eq}`collectives-ring-allreduce-5`.  The split changes where the bytes go: only "
-                "(p_1 - 1) / (p - 1) of them cross the slow level.",
+                "$(p_1 - 1) / (p - 1)$ of them cross the slow level.",
                 q5,
                 using=SPLIT,
             ),
@@ -551,25 +555,29 @@ def two_level_allreduce_derivation() -> Derivation:
             ),
             Step(
                 "Each level is a set of ring all-reduces spread over the cluster: inside the "
-                "nodes, r_p p_1 all-reduces of the vector among p_0 at a time; between them, "
-                "r_p p_0 all-reduces of a p_0-th of it among p_1.",
+                "nodes, $r_p p_1$ all-reduces of the vector among $p_0$ at a time; between them, "
+                "$r_p p_0$ all-reduces of a $p_0$-th of it among $p_1$.",
                 h2,
                 using=LEVEL_COSTS,
             ),
             Step("Two phases at each level.", h3, using=CONSTANTS),
             Step(
-                "Collect the latencies.  In the between-node term the shard (n_w / p_0 words) and "
-                "its p_0 side-by-side copies have cancelled: it is the cluster form of an "
-                "all-reduce of the whole vector among p_1, which is how the paper accounts for "
-                "the levels one by one.",
+                "Collect the latencies.  In the between-node term the shard ($n_{\\mathrm{w}} / "
+                "p_0$ words) and its $p_0$ side-by-side copies have cancelled: it is the cluster "
+                "form of an all-reduce of the whole vector among $p_1$, which is how the paper "
+                "accounts for the levels one by one.",
                 h4,
             ),
-            Step("When the all-reduces tile the cluster, N = r_p p_0 p_1:", h5, using=tiled),
             Step(
-                "each GPU moves 2 (p_0 - 1) / p_0 of the vector over NVLink and "
-                "2 (p_1 - 1) / p_1 of its shard over InfiniBand, at the same time.  A level with "
+                "When the all-reduces tile the cluster, $N_{\\mathrm{GPU}} = r_p p_0 p_1$:",
+                h5,
+                using=tiled,
+            ),
+            Step(
+                "each GPU moves $2 (p_0 - 1) / p_0$ of the vector over NVLink and "
+                "$2 (p_1 - 1) / p_1$ of its shard over InfiniBand, at the same time.  A level with "
                 "one participant sends nothing and, as in the paper, pays no latency either; so "
-                "with p_1 = 1 this is the in-node all-reduce and with p_0 = 1 the between-node "
+                "with $p_1 = 1$ this is the in-node all-reduce and with $p_0 = 1$ the between-node "
                 "one.",
                 h6,
             ),
@@ -1003,7 +1011,7 @@ def crossover_derivation() -> Derivation:
             Step("Solve for the number of words.", x4, solve_for=n_words),
             Step(
                 "In bytes: the latency times the one-way bandwidth, the bytes a link carries "
-                "while one message waits, times p / (p - 1), which tends to one as the ring "
+                "while one message waits, times $p / (p - 1)$, which tends to one as the ring "
                 "grows.  Below this size latency dominates; above it, bandwidth.",
                 x5,
                 using=CROSSOVER_BYTES,

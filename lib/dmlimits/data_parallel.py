@@ -108,7 +108,7 @@ t_dp_lat = _decl(
 )
 t_rest = _decl(
     "t_rest_DP",
-    r"t_{\mathrm{pipe}}",
+    r"t_{\mathrm{rest}}",
     "time of one step without its gradient all-reduce (the pipeline's time)",
     _S,
     defined_in=CHAPTER,
@@ -122,7 +122,7 @@ t_iter = _decl(
 )
 t_comp = _decl(
     "t_comp_DP",
-    r"t_{\mathrm{comp}}",
+    r"t_{\mathrm{comp,step}}",
     "arithmetic time of one step on one GPU at the effective utilization",
     _S,
     defined_in=CHAPTER,

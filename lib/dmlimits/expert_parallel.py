@@ -129,6 +129,14 @@ n_if = _decl(
     "layer interfaces crossed one after another, each forward and backward",
     defined_in=CHAPTER,
 )
+n_only = _decl(
+    "n_EP_only",
+    r"n_{\mathrm{EP\,only}}",
+    "layer interfaces that carry expert traffic only (no pipeline stage crossing), per pass",
+    defined_in=CHAPTER,
+    integer=True,
+    may_be_zero=True,
+)
 t_ep_bw = _decl(
     "t_EP_bw",
     r"t_{\mathrm{EP,bw}}",
@@ -164,7 +172,7 @@ t_cross_bw = _decl(
 )
 t_comp = _decl(
     "t_comp_EP",
-    r"t_{\mathrm{comp}}",
+    r"t_{\mathrm{comp,EP}}",
     "matmul time of one layer's forward and backward pass at the effective utilization",
     _S,
     defined_in=CHAPTER,
@@ -463,11 +471,11 @@ def crossing_derivation() -> Derivation:
 @register
 def interfaces_derivation() -> Derivation:
     """How many layer interfaces carry expert traffic only."""
-    # Expressions, not equations: an equation "count = 0" of a positive symbol would evaluate
-    # to False.
-    i1 = sp.Add(s.n_layers - 1, -pp.CROSSINGS, evaluate=False)
-    i2 = s.n_layers - pp.interleave * pp.n_pp
-    i3 = FULL_INTERLEAVING.apply(i2)
+    # The count may be zero, so its symbol is declared non-negative: "count = 0" stays an
+    # equation instead of evaluating to False.
+    i1 = sp.Eq(n_only, sp.Add(s.n_layers - 1, -pp.CROSSINGS, evaluate=False), evaluate=False)
+    i2 = sp.Eq(n_only, s.n_layers - pp.interleave * pp.n_pp)
+    i3 = sp.Eq(n_only, FULL_INTERLEAVING.apply(i2.rhs), evaluate=False)
     return derivation(
         "expert-parallel-interfaces",
         "Interfaces with expert traffic only",
@@ -572,7 +580,7 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
         "crossing_latency": (CROSSING_LATENCY, u.second),
         "layer_compute": (LAYER_COMPUTE.mapping[t_comp], u.second),
         "ratio_to_compute": (versus_compute_derivation().result.rhs, u.one),
-        "ep_only_interfaces": (interfaces_derivation().steps[1].expr, u.one),
+        "ep_only_interfaces": (interfaces_derivation().steps[1].expr.rhs, u.one),
     }
 
 

@@ -125,8 +125,12 @@ pad = _decl(
     "g_pad", "g", "multiple to which the arithmetic pads each dimension", defined_in=CHAPTER
 )
 # Tiling of the weight shape at one boundary.
-tile_rows = _decl("r_tile", "r", "rows of tiles (tiles along d_1)", defined_in=CHAPTER)
-tile_cols = _decl("c_tile", "c", "columns of tiles (tiles along d_2)", defined_in=CHAPTER)
+tile_rows = _decl(
+    "r_tile", r"r_{\mathrm{t}}", "rows of tiles (tiles along d_1)", defined_in=CHAPTER
+)
+tile_cols = _decl(
+    "c_tile", r"c_{\mathrm{t}}", "columns of tiles (tiles along d_2)", defined_in=CHAPTER
+)
 # Traffic, times and the result.
 q_hbm = _decl(
     "Q_HBM",
@@ -425,24 +429,27 @@ def multicast_derivation() -> Derivation:
         "What distributed shared memory moves between SMs",
         [
             Step(
-                "With $r \times c$ per-SM tiles, every SM of a row of $r$ tiles needs the same "
-                "input values, and transfers between SMs are counted at both ends: each value "
-                "costs its sends and receives. Each of the $c - 1$ SMs that does not own a "
-                "partial output sends it, and the owner receives it: two transfers each.",
+                "With $r_{\\mathrm{t}} \\times c_{\\mathrm{t}}$ per-SM tiles, every SM of a row "
+                "of $r_{\\mathrm{t}}$ tiles needs the same input values, and transfers between SMs "
+                "are counted at both ends: each value costs its sends and receives. Each of the "
+                "$c_{\\mathrm{t}} - 1$ SMs that does not own a partial output sends it, and the "
+                "owner receives it: two transfers each.",
                 m1,
             ),
             Step(
                 "A multicast reaches all the SMs that need a value with one send, the input "
-                "crossing $r$ times (none at all when $r = 1$: the value stays where it is).",
+                "crossing $r_{\\mathrm{t}}$ times (none at all when $r_{\\mathrm{t}} = 1$: the "
+                "value stays where it is).",
                 m2,
                 using=MULTICAST,
             ),
         ],
         chapter=CHAPTER,
         notes=(
-            "The weight gradient's d1 x b operand is multicast along the c columns the same "
-            "way: c transfers.  Counting a separate send for every receiver (n_tx = r - 1) "
-            "would double the input's traffic to 2 (r - 1) w d2 b.",
+            "The weight gradient's $d_1 \\times b$ operand is multicast along the "
+            "$c_{\\mathrm{t}}$ columns the same way: $c_{\\mathrm{t}}$ transfers.  Counting a "
+            "separate send for every receiver ($n_{\\mathrm{tx}} = r_{\\mathrm{t}} - 1$) would "
+            "double the input's traffic to $2 (r_{\\mathrm{t}} - 1) w d_2 b$.",
         ),
     )
 

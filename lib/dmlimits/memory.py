@@ -42,6 +42,7 @@ import sympy as sp
 from . import pipeline as pl
 from . import symbols as s
 from . import tensor_parallel as tpm
+from . import transformer as tf
 from . import units as u
 from .derivation import Derivation, Step, Substitution, derivation, register
 
@@ -88,9 +89,9 @@ g_rank = _decl("g_mem", r"g_{\mathrm{s}}", "ranks that hold the same parameters 
                defined_in=CHAPTER)  # fmt: skip
 m_act = _decl("M_act", r"M_{\mathrm{act}}", "activation bytes of one layer and micro-batch", _B,
               defined_in=CHAPTER)  # fmt: skip
-seq = _decl("s_mem", "s", "tokens of a sequence on one GPU", defined_in=CHAPTER)
-mbs = _decl("b_mem", "b", "sequences in a micro-batch", defined_in=CHAPTER)
-heads = _decl("a_mem", "a", "attention heads", defined_in=CHAPTER)
+seq = _decl("s_mem", r"s_{\mathrm{GPU}}", "tokens of a sequence on one GPU", defined_in=CHAPTER)
+mbs = _decl("b_mem", r"b_{\mathrm{mb}}", "sequences in a micro-batch", defined_in=CHAPTER)
+heads = tf.n_heads  # the transformer chapter's attention heads: one symbol, one meaning
 c_act = _decl("c_act", r"c_{\mathrm{act}}", "activation bytes per token and hidden unit of a layer",
               _B, defined_in=CHAPTER)  # fmt: skip
 c_sc = _decl("c_sc", r"c_{\mathrm{sc}}", "bytes of the attention scores' term", _B,
@@ -180,7 +181,8 @@ def activation_derivation() -> Derivation:
             ),
             Step(
                 "Korthikanti et al. count the rest of a GPT layer's activations at 34 bytes a "
-                "token and hidden unit (and the scores at 5 a s / h more, without such a kernel).",
+                "token and hidden unit (and the scores at $5 n_{\\mathrm{h}} s_{\\mathrm{GPU}} / "
+                "d_{\\mathrm{model}}$ more, without such a kernel).",
                 korthikanti.apply(flash.apply(e1)),
                 using=korthikanti,
             ),

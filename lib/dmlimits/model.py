@@ -120,8 +120,8 @@ def compute_of_a_run() -> Derivation:
                 using=TOKENS,
             ),
             Step(
-                "A token visits one of the S experts in each block, so the active parameters are a "
-                "fraction 1/S of all parameters.",
+                "A token visits one of the $S$ experts in each block, so the active parameters are "
+                "a fraction $1/S$ of all parameters.",
                 c3,
                 using=ACTIVE,
             ),
@@ -226,6 +226,12 @@ def depth_from_compute() -> Derivation:
     l0 = sp.Eq(s.n_layers, DEPTH_LAW.mapping[s.n_layers])
     l1 = HIDDEN.apply(l0)
     l2 = at_width.apply(l1)
+    e = s.depth_exp
+    l2b = sp.Eq(
+        s.n_layers,
+        s.depth_coef
+        * (s.compute / (24 * s.depth_coef**2 * s.tokens_per_param)) ** (e / (2 * (e + 1))),
+    )
     x = exponent(l2.rhs)
     coefficient = _tidy_exponents(sp.powsimp(sp.simplify(l2.rhs / s.compute**x), force=True))
     l3 = sp.Eq(s.n_layers, sp.Mul(coefficient, sp.Pow(s.compute, x), evaluate=False))
@@ -236,7 +242,12 @@ def depth_from_compute() -> Derivation:
             Step("The depth law:", l0),
             Step("With the hidden width a multiple of the model width:", l1, using=HIDDEN),
             Step("Put in the width a run of compute C trains:", l2, using=at_width),
-            Step("So depth is a power of compute:", l3),
+            Step(
+                "The hidden-width ratio cancels: $r_{\\mathrm{ff}}$ times its own power "
+                "$-2(e_L + 1) / (2(e_L + 1)) = -1$.",
+                l2b,
+            ),
+            Step("Collecting the constants, depth is a power of compute:", l3),
         ],
         chapter=CHAPTER,
     )

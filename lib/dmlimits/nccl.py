@@ -60,9 +60,11 @@ busbw = _decl(
 )
 msg = _decl("M_msg", "M", "bytes all-reduced", u.byte, defined_in=CHAPTER)
 t_ar = _decl(
-    "t_ARm", r"t_{\mathrm{AR}}", "time of one measured all-reduce", u.second, defined_in=CHAPTER
+    "t_ARm", r"t_{\mathrm{meas}}", "time of one measured all-reduce", u.second, defined_in=CHAPTER
 )
-ranks = _decl("p_ranks", "p", "ranks taking part in the all-reduce", defined_in=CHAPTER)
+ranks = _decl(
+    "p_ranks", r"n_{\mathrm{ranks}}", "ranks taking part in the all-reduce", defined_in=CHAPTER
+)
 nodes = _decl("n_nodes", "n", "nodes taking part in the all-reduce", defined_in=CHAPTER)
 m_half = _decl(
     "M_half",

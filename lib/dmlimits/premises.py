@@ -1110,9 +1110,10 @@ def _ep_interfaces(d: Derivation) -> str:
         size = layers // (n * v)
         inside = sum(1 for i in range(layers - 1) if i // size == (i + 1) // size)
         cases.append(({"L": layers, "N_PP": n, "v_PP": v}, inside))
-    before = _compare(d.steps[1].expr, None, cases)
+    before = _compare(d.steps[1].expr, "n_EP_only", cases)
     full = [({"L": n * k, "N_PP": n}, 0) for n, k in ((2, 1), (4, 1))]
-    return f"{before} of step 2, {_compare(d.result, None, full)} of the result"
+    after = _compare(d.result, "n_EP_only", full)
+    return f"{before} of step 2, {after} of the result"
 
 
 @oracle(

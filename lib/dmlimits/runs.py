@@ -82,7 +82,9 @@ n_cp = _decl(
     defined_in=CHAPTER,
     integer=True,
 )
-g_shard = _decl("g_DP", "g", "ranks holding the same parameters: N_DP N_CP", defined_in=CHAPTER)
+g_shard = _decl(
+    "g_DP", r"g_{\mathrm{DP}}", "ranks holding the same parameters: N_DP N_CP", defined_in=CHAPTER
+)
 n_ag = _decl(
     "n_AG", r"n_{\mathrm{AG}}", "parameter all-gathers per step (ZeRO stage)", defined_in=CHAPTER
 )
@@ -132,7 +134,7 @@ peak_p = _decl(
     defined_in=CHAPTER,
 )
 t_stp = _decl(
-    "t_step_run", r"t_{\mathrm{step}}", "time of one optimizer step", _S, defined_in=CHAPTER
+    "t_step_run", r"t_{\mathrm{step,run}}", "time of one optimizer step", _S, defined_in=CHAPTER
 )
 t_pipe = _decl(
     "t_pipe_run",
@@ -142,7 +144,7 @@ t_pipe = _decl(
     defined_in=CHAPTER,
 )
 t_cmp = _decl(
-    "t_comp_run", r"t_{\mathrm{comp}}", "compute time of one step", _S, defined_in=CHAPTER
+    "t_comp_run", r"t_{\mathrm{comp,run}}", "compute time of one step", _S, defined_in=CHAPTER
 )
 t_ser = _decl(
     "t_ser",

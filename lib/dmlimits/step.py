@@ -56,7 +56,7 @@ t_dp_after = _decl(
     "overlaps)", _S, defined_in=CHAPTER,
 )  # fmt: skip
 t_lat = _decl(
-    "t_lat_pipe", r"t_{\mathrm{lat}}",
+    "t_lat_pipe", r"t_{\mathrm{lat,step}}",
     "latency of a step's TP, pipeline and expert messages on the critical path", _S,
     defined_in=CHAPTER,
 )  # fmt: skip
@@ -67,7 +67,7 @@ z_zb = _decl(
     defined_in=CHAPTER,
 )
 t_busy_pipe = _decl(
-    "t_busy_pipe", r"t_{\mathrm{busy}}",
+    "t_busy_pipe", r"t_{\mathrm{busy,step}}",
     "time the pipeline's GPUs are busy in a step: matmuls, or the bandwidth time hidden behind "
     "them when it is longer", _S, defined_in=CHAPTER,
 )  # fmt: skip

@@ -28,7 +28,8 @@ class SymbolInfo:
 
 
 class Registry:
-    """Symbols by name; declaring the same name twice is an error."""
+    """Symbols by name; declaring the same name twice, or a notation another symbol of the book
+    already uses, is an error (one meaning per symbol)."""
 
     def __init__(self) -> None:
         self._by_symbol: dict[sp.Symbol, SymbolInfo] = {}
@@ -42,10 +43,19 @@ class Registry:
         *,
         defined_in: str,
         integer: bool = False,
+        may_be_zero: bool = False,
     ) -> sp.Symbol:
-        sym = sp.Symbol(name, positive=True, integer=integer or None)
+        sign = {"nonnegative": True} if may_be_zero else {"positive": True}
+        sym = sp.Symbol(name, integer=integer or None, **sign)
         if sym in self._by_symbol or any(s.name == name for s in self._by_symbol):
             raise ValueError(f"symbol {name!r} is declared twice")
+        taken = next((i for i in self._by_symbol.values() if i.latex == latex), None)
+        if taken is not None:  # one meaning per symbol in the whole book
+            raise ValueError(
+                f"symbol {name!r} ({meaning}): its notation ${latex}$ already means "
+                f"{taken.meaning!r} ({taken.symbol.name}, chapter {taken.defined_in!r}); "
+                "expected a notation no other symbol of the book uses"
+            )
         self._by_symbol[sym] = SymbolInfo(sym, latex, meaning, sp.sympify(unit), defined_in)
         return sym
 

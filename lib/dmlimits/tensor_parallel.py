@@ -101,9 +101,13 @@ n_mm = _decl(
     "matmuls per layer per step on each GPU (two matrices, three kinds)",
     defined_in=CHAPTER,
 )
-shard_rows = _decl("a_sh", "a", "rows of a weight shard, d_model / N_TP,model", defined_in=CHAPTER)
-shard_cols = _decl("c_sh", "c", "columns of a weight shard, d_ff / N_TP,ff", defined_in=CHAPTER)
-shard_side = _decl("s_sh", "s", "side of a square weight shard", defined_in=CHAPTER)
+shard_rows = _decl(
+    "a_sh", r"a_{\mathrm{sh}}", "rows of a weight shard, d_model / N_TP,model", defined_in=CHAPTER
+)
+shard_cols = _decl(
+    "c_sh", r"c_{\mathrm{sh}}", "columns of a weight shard, d_ff / N_TP,ff", defined_in=CHAPTER
+)
+shard_side = _decl("s_sh", r"s_{\mathrm{sh}}", "side of a square weight shard", defined_in=CHAPTER)
 q_tp = _decl(
     "Q_TP",
     r"Q_{\mathrm{TP}}",
@@ -184,16 +188,17 @@ CONSTANTS = Substitution(
     {n_pass: PASSES, n_mm: MATMULS_PER_LAYER},
 )
 GROUP_BYTES = Substitution(
-    "a model group all-reduces each GPU's d_ff / N_TP,ff hidden units of b tokens among "
-    "N_TP,model; an ff group each GPU's d_model / N_TP,model outputs among N_TP,ff; the bytes of "
-    "a ring all-reduce (collectives chapter)",
+    "a model group all-reduces each GPU's $d_{\\mathrm{ff}} / N_{\\mathrm{TP},f}$ hidden units of "
+    "$b$ tokens among $N_{\\mathrm{TP},m}$; an ff group each GPU's $d_{\\mathrm{model}} / "
+    "N_{\\mathrm{TP},m}$ outputs among $N_{\\mathrm{TP},f}$; the bytes of a ring all-reduce "
+    "(collectives chapter)",
     {
         q_tp_m: coll.ALLREDUCE_BYTES.subs({coll.parts: tp_m, coll.n_words: b * s.d_ff / tp_f}),
         q_tp_f: coll.ALLREDUCE_BYTES.subs({coll.parts: tp_f, coll.n_words: b * s.d_model / tp_m}),
     },
 )
 ONE_D = Substitution(
-    "one-dimensional (Megatron) tensor parallelism: the d_model side is not split",
+    "one-dimensional (Megatron) tensor parallelism: the $d_{\\mathrm{model}}$ side is not split",
     {tp_m: 1},
     kind="assumption",
     source="shoeybi2019megatron",
@@ -228,9 +233,9 @@ def _latency_per_family() -> sp.Expr:
 
 
 GROUP_TIMES = Substitution(
-    "each family is the cluster form of the collectives chapter: for every one of the "
-    "b tokens the whole d_ff-wide (model group) or d_model-wide (ff group) vector, once per "
-    "pass, spread over the N_TP GPUs",
+    "each family is the cluster form of the collectives chapter: for every one of the $b$ tokens "
+    "the whole $d_{\\mathrm{ff}}$-wide (model group) or $d_{\\mathrm{model}}$-wide (ff group) "
+    "vector, once per pass, spread over the $N_{\\mathrm{TP}}$ GPUs",
     {
         t_tp_bw_m: _group_cost("allreduce_bandwidth", s.d_ff, tp_m),
         t_tp_bw_f: _group_cost("allreduce_bandwidth", s.d_model, tp_f),
@@ -245,7 +250,8 @@ GROUP_LATENCIES = Substitution(
     source="erdil2024datamovement",
 )
 SHARD = Substitution(
-    "each GPU's shard of both matrices: d_1 = d_model / N_TP,model, d_2 = d_ff / N_TP,ff",
+    "each GPU's shard of both matrices: $d_1 = d_{\\mathrm{model}} / N_{\\mathrm{TP},m}$, $d_2 = "
+    "d_{\\mathrm{ff}} / N_{\\mathrm{TP},f}$",
     {mm.d1: s.d_model / tp_m, mm.d2: s.d_ff / tp_f},
 )
 NO_PADDING = Substitution(
@@ -263,16 +269,17 @@ ARITHMETIC = Substitution(
 )
 COMPUTE_CONSTANTS = Substitution("two matrices in three kinds of matmul", {n_mm: MATMULS_PER_LAYER})
 SHARD_SIDES = Substitution(
-    "shard sides: d_model = a N_TP,model, d_ff = c N_TP,ff",
+    "shard sides: $d_{\\mathrm{model}} = a_{\\mathrm{sh}} N_{\\mathrm{TP},m}$, $d_{\\mathrm{ff}} "
+    "= c_{\\mathrm{sh}} N_{\\mathrm{TP},f}$",
     {s.d_model: shard_rows * tp_m, s.d_ff: shard_cols * tp_f},
 )
 SQUARE = Substitution(
-    "a square shard, a = c = s",
+    "a square shard, $a_{\\mathrm{sh}} = c_{\\mathrm{sh}} = s_{\\mathrm{sh}}$",
     {shard_rows: shard_side, shard_cols: shard_side},
     kind="assumption",
 )
 MANY = Substitution(
-    "many GPUs in each group: the ring fractions 1 - 1/N reach one",
+    "many GPUs in each group: the ring fractions $1 - 1/N$ reach one",
     {tp_m: sp.oo, tp_f: sp.oo},
     kind="assumption",
 )
@@ -296,17 +303,19 @@ def traffic_derivation() -> Derivation:
                 q1,
             ),
             Step(
-                "The model group sums partial hidden activations: each GPU holds d_ff / N_TP,ff "
-                "of them per token, and N_TP,model GPUs hold the same ones.  The ff group sums "
-                "partial outputs: d_model / N_TP,model per token, among N_TP,ff GPUs.",
+                "The model group sums partial hidden activations: each GPU holds $d_{\\mathrm{ff}}"
+                " / N_{\\mathrm{TP},f}$ of them per token, and $N_{\\mathrm{TP},m}$ GPUs hold the "
+                "same ones.  The ff group sums partial outputs: $d_{\\mathrm{model}} / "
+                "N_{\\mathrm{TP},m}$ per token, among $N_{\\mathrm{TP},f}$ GPUs.",
                 q2,
                 using=GROUP_BYTES,
             ),
             Step("Two passes.", q3, using=CONSTANTS),
             Step(
-                "With the d_model side unsplit the model group is a single GPU and sends "
-                "nothing: what is left is Megatron's one all-reduce of the d_model-wide output "
-                "per pass, among all N_TP,ff = N_TP GPUs.",
+                "With the $d_{\\mathrm{model}}$ side unsplit the model group is a single GPU and "
+                "sends nothing: what is left is Megatron's one all-reduce of the "
+                "$d_{\\mathrm{model}}$-wide output per pass, among all $N_{\\mathrm{TP},f} = "
+                "N_{\\mathrm{TP}}$ GPUs.",
                 q4,
                 using=ONE_D,
             ),
@@ -343,9 +352,10 @@ def bandwidth_time_derivation() -> Derivation:
             ),
             Step(
                 "The paper's accounting: for every token the whole vector is all-reduced, the "
-                "model group's d_ff words among N_TP,model GPUs and the ff group's d_model words "
-                "among N_TP,ff; the b tokens are side-by-side repeats, the passes sequential "
-                "ones, and the traffic is shared by the N_TP GPUs of the group.",
+                "model group's $d_{\\mathrm{ff}}$ words among $N_{\\mathrm{TP},m}$ GPUs and the "
+                "ff group's $d_{\\mathrm{model}}$ words among $N_{\\mathrm{TP},f}$; the $b$ "
+                "tokens are side-by-side repeats, the passes sequential ones, and the traffic "
+                "is shared by the $N_{\\mathrm{TP}}$ GPUs of the group.",
                 t2,
                 using=GROUP_TIMES,
             ),
@@ -416,9 +426,9 @@ def compute_time_derivation() -> Derivation:
             Step("The weight operand is the GPU's shard.", c3, using=SHARD),
             Step("No padding needed.", c4, using=NO_PADDING),
             Step(
-                "Six matmuls: the layer's arithmetic (c_MAC = 2 FLOP per multiply-accumulate), "
-                "split N_TP ways.  TP divides the compute per GPU and leaves the nanobatch "
-                "alone.",
+                "Six matmuls: the layer's arithmetic ($c_{\\mathrm{MAC}} = 2$ FLOP per "
+                "multiply-accumulate), split $N_{\\mathrm{TP}}$ ways.  TP divides the compute per "
+                "GPU and leaves the nanobatch alone.",
                 c5,
                 using=COMPUTE_CONSTANTS,
             ),
@@ -508,16 +518,17 @@ def crossover_1d_derivation() -> Derivation:
         [
             Step("Start from the balance in shard sides, {eq}`tensor-parallel-crossover-3`.", y1),
             Step(
-                "In 1D the model group is one GPU (a = d_model): only the ff group's traffic is "
-                "left.",
+                "In 1D the model group is one GPU ($a_{\\mathrm{sh}} = d_{\\mathrm{model}}$): "
+                "only the ff group's traffic is left.",
                 y2,
                 using=ONE_D,
             ),
-            Step("Solve for the shard's d_ff side.", y3, solve_for=shard_cols),
+            Step("Solve for the shard's $d_{\\mathrm{ff}}$ side.", y3, solve_for=shard_cols),
             Step(
                 "Many GPUs in the group.  Half the 2D side, but the 1D shard's other side is the "
-                "whole d_model, so its area is far larger: the degree at which 1D hits the "
-                "crossover grows only as d_ff, that of 2D as d_model d_ff.",
+                "whole $d_{\\mathrm{model}}$, so its area is far larger: the degree at which 1D "
+                "hits the crossover grows only as $d_{\\mathrm{ff}}$, that of 2D as "
+                "$d_{\\mathrm{model}} d_{\\mathrm{ff}}$.",
                 y4,
                 using=MANY,
             ),

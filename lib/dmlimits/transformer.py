@@ -52,7 +52,10 @@ n_kv = _decl(
 vocab = _decl("V_voc", "V", "vocabulary size", defined_in=CHAPTER)
 seq = _decl("s_seq", "s", "sequence length in tokens", defined_in=CHAPTER)
 mlp_mats = _decl(
-    "g_mlp", "g", "weight matrices of one MLP: 3 gated (SwiGLU), 2 plain", defined_in=CHAPTER
+    "g_mlp",
+    r"m_{\mathrm{MLP}}",
+    "weight matrices of one MLP: 3 gated (SwiGLU), 2 plain",
+    defined_in=CHAPTER,
 )
 p_attn = _decl("P_attn", r"P_{\mathrm{attn}}", "attention weights of one block", defined_in=CHAPTER)
 p_mlp = _decl("P_mlp", r"P_{\mathrm{mlp}}", "MLP weights of one block", defined_in=CHAPTER)
