@@ -234,7 +234,11 @@ def _reasons():
 
 
 def test_the_ascii_math_check_can_fail():
-    assert ascii_math("each GPU's d_ff / N_TP,ff hidden units") == ["d_ff", "N_TP,ff", "d_ff / N_TP"]
+    assert ascii_math("each GPU's d_ff / N_TP,ff hidden units") == [
+        "d_ff",
+        "N_TP,ff",
+        "d_ff / N_TP",
+    ]
     assert ascii_math("a fraction 2 (p - 1) / p") and ascii_math("an a x a shard")
     assert not ascii_math("a fraction $2 (p - 1) / p$, derated FLOP/s over bytes/s (16-bit)")
 
