@@ -275,3 +275,35 @@ def test_a_notation_has_one_meaning_in_the_whole_book():
     fresh.declare("x_a", "x", "one thing", defined_in="a")
     with pytest.raises(ValueError, match=r"notation \$x\$ already means 'one thing'"):
         fresh.declare("x_b", "x", "another thing", defined_in="b")
+
+
+def _denominators(tex: str) -> list[str]:
+    """The denominators of every ``\\frac`` in ``tex``, read by matching braces."""
+    out = []
+    i = tex.find(r"\frac{")
+    while i >= 0:
+        k, parts = i + len(r"\frac"), []
+        for _ in range(2):
+            depth, start = 0, k
+            while True:
+                depth += {"{": 1, "}": -1}.get(tex[k], 0)
+                k += 1
+                if depth == 0:
+                    break
+            parts.append(tex[start + 1 : k - 1])
+        out.append(parts[1])
+        i = tex.find(r"\frac{", i + 1)
+    return out
+
+
+def test_no_fraction_inside_a_denominator():
+    from dmlimits.symbols import REGISTRY
+
+    nested = [
+        f"{d.name}-{i}"
+        for d in ALL
+        for i, step in enumerate(d.steps, start=1)
+        if any(r"\frac" in den for den in _denominators(REGISTRY.latex(step.expr)))
+    ]
+    assert not nested, f"fractions inside a denominator: {nested}"
+    assert _denominators(r"\frac{a}{\frac{b}{c}}") == [r"\frac{b}{c}", "c"]

@@ -7,6 +7,7 @@ prints the same expressions the way a textbook would:
 * a sum with its positive terms first, ``t_flush - t_busy`` rather than ``-t_busy + t_flush``;
 * a sum whose terms share a whole-number factor with that factor outside, ``3 (g - 1)`` rather
   than ``3 g - 3``;
+* no fraction inside a fraction's denominator: there it is written on one line, ``(W / 2) p``;
 * every registered symbol in its declared notation.
 
 :func:`display` breaks an equation that would be wider than the text column over several lines
@@ -37,12 +38,49 @@ class BookPrinter(LatexPrinter):
     def doprint(self, expr: Any) -> str:
         return super().doprint(tidy(expr))
 
+    _in_denominator = False
+
+    def _print_Mul(self, expr: Any) -> str:
+        """No fraction inside a fraction's denominator: there a fraction is written on one line,
+        ``(W / 2) p`` or ``F t / (b d_1 d_2)``, with the parentheses it needs."""
+        if self._in_denominator:
+            coeff, rest = expr.as_coeff_Mul()
+            if coeff.is_Rational and coeff.p == 1 and coeff.q > 1 and rest.is_Symbol:
+                return rf"\left({self._print(rest)} / {coeff.q}\right)"  # a halved bandwidth
+            if any(_halved(a) for a in expr.args):
+                return " ".join(self._print(a) for a in expr.args)
+        num, den = sp.fraction(expr, exact=True)
+        if den == 1 or expr.could_extract_minus_sign():
+            return super()._print_Mul(expr)
+        if not self._in_denominator:
+            snum = self._print(num)
+            self._in_denominator = True
+            try:
+                sden = self._print(den)
+            finally:
+                self._in_denominator = False
+            return rf"\frac{{{snum}}}{{{sden}}}"
+        snum, sden = self._print(num), self._print(den)
+        if num.is_Add:
+            snum = rf"\left({snum}\right)"
+        if not (den.is_Symbol or den.is_Number):
+            sden = rf"\left({sden}\right)"
+        return rf"{snum} / {sden}"
+
     def _as_ordered_terms(self, expr: Any, order: Any = None) -> list:
         """A sum's terms with the positive ones first (``t_flush - t_busy``, ``N_PP - 1``),
         each group in sympy's order."""
         terms = list(super()._as_ordered_terms(expr, order=order))
         negative = [t for t in terms if t.could_extract_minus_sign()]
         return [t for t in terms if not t.could_extract_minus_sign()] + negative
+
+
+def _halved(expr: sp.Basic) -> bool:
+    """``W / 2`` kept as a factor of its own: a symbol times a unit fraction."""
+    if not isinstance(expr, sp.Mul):
+        return False
+    coeff, rest = expr.as_coeff_Mul()
+    return bool(coeff.is_Rational and coeff.p == 1 and coeff.q > 1 and rest.is_Symbol)
 
 
 class Log2(sp.Function):
