@@ -34,9 +34,10 @@ _build/html/index.html: $(STAMP) $(shell find lib notebooks book -type f -not -n
 	$(PY) -m dmlimits build
 
 # The library, sources, builds and HTML tests, plus nbval: every executed notebook of the
-# default book is re-run and its outputs (glued numbers included) compared.
+# default book is re-run and its outputs (glued numbers included) compared.  On every core
+# (pytest-xdist); a file's tests stay on one worker, so each notebook runs in one kernel.
 test: _build/html/index.html lint browser-deps
-	$(PY) -m pytest tests _build/executed --nbval
+	$(PY) -m pytest -n auto --dist loadfile tests _build/executed --nbval
 
 # The browser test drives Debian's Chromium through its driver; never a downloaded browser.
 browser-deps:
@@ -46,10 +47,10 @@ browser-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver; \
 	fi
 
-# The fast loop while changing a formula: lint, the library's tests, every derivation; no build.
+# The fast loop while changing a formula: lint and the library's tests on every core, no build.
+# The tests run `derivations --verify` (every step proved, every premise checked) themselves.
 check: lint
-	$(PY) -m pytest tests -q -m "not slow and not book"
-	$(PY) -m dmlimits derivations --verify > /dev/null
+	$(PY) -m pytest tests -q -n auto -m "not slow and not book"
 
 lint: $(STAMP)
 	$(PY) -m ruff check lib tests bench
