@@ -213,7 +213,7 @@ _MATH = re.compile(r"\$[^$]*\$|\{eq\}`[^`]*`|\{[a-z]+\}`[^`]*`|`[^`]*`")
 _UNITS = re.compile(r"\b(FLOP|bytes|GB|TB|B)/s\b|\b\d+-bit\b")
 _ASCII_MATH = (
     r"\b[A-Za-z]+_[A-Za-z0-9,{}]+",  # an identifier with an underscore: d_model, N_TP,ff
-    r"\b\w+\s*(=|/|\^)\s*\w+",  # a = b, x / y, 2^i
+    r"\b\w+\s*(=|/|\^|<|>)\s*\w+",  # a = b, x / y, 2^i, p > 1
     r"\(\s*\w+\s*[-+]\s*\w+\s*\)",  # (p - 1)
     r"\b\w\s+x\s+\w\b",  # a x b for a times b
 )
@@ -240,6 +240,7 @@ def test_the_ascii_math_check_can_fail():
         "d_ff / N_TP",
     ]
     assert ascii_math("a fraction 2 (p - 1) / p") and ascii_math("an a x a shard")
+    assert ascii_math("paid only when p > 1")
     assert not ascii_math("a fraction $2 (p - 1) / p$, derated FLOP/s over bytes/s (16-bit)")
 
 

@@ -341,7 +341,7 @@ def repeated_allreduce_derivation() -> Derivation:
             Step("Two phases.", a4, using=CONSTANTS),
             Step(
                 "This is the form of Erdil & Schneider-Joseph (2024): the latency is paid only "
-                "when p > 1 (with one participant nothing is sent).",
+                "when $p > 1$ (with one participant nothing is sent).",
                 a5,
             ),
         ],

@@ -487,7 +487,7 @@ def interfaces_derivation() -> Derivation:
                 "the rest carry expert traffic only.",
                 i1,
             ),
-            Step("That is:", i2),
+            Step("The two ones cancel:", i2),
             Step(
                 "With the paper's full interleaving every interface is a stage boundary, so "
                 "all expert traffic rides on pipeline crossings; without a pipeline "
