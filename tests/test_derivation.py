@@ -308,3 +308,14 @@ def test_no_fraction_inside_a_denominator():
     ]
     assert not nested, f"fractions inside a denominator: {nested}"
     assert _denominators(r"\frac{a}{\frac{b}{c}}") == [r"\frac{b}{c}", "c"]
+
+
+def test_every_step_is_an_equation_with_a_left_hand_side():
+    """No numbered equation is a bare expression or a lone 0 (issue #13)."""
+    bare = [
+        f"{d.name}-{i}"
+        for d in ALL
+        for i, step in enumerate(d.steps, start=1)
+        if not isinstance(step.expr, sp.Equality) or step.expr.lhs == 0
+    ]
+    assert not bare, f"steps without a left-hand side: {bare}"
