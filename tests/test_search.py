@@ -294,3 +294,54 @@ def test_the_disk_cache_returns_the_same_sweep(tmp_path, monkeypatch):
     other = sc.resolve("h100-no-batch-scaling", ["sweep.d_model_max_factor=2", "training.months=4"])
     assert search.cache_path(other) != path
     assert len(search.library_fingerprint()) == 64
+
+
+# --- Which parallelism when (the decision chart) -------------------------------------------------
+def test_parallelism_label_names_the_degrees_above_one():
+    one = {"tp_model": 1, "tp_ff": 1, "pp": 1, "dp": 1, "ep": 1}
+    assert search.parallelism_label(one) == "one GPU"
+    assert search.parallelism_label({**one, "tp_ff": 4, "dp": 8}) == "TP + DP"
+    assert search.parallelism_label({**one, "tp_model": 2, "pp": 4, "dp": 2, "ep": 8}) == (
+        "TP + PP + DP + EP"
+    )
+
+
+def test_the_parallelism_map_is_the_search_cell_by_cell(h100):
+    m = search.parallelism_map(h100, every=9, doublings=30)
+    pts = search.points(h100)[::9]
+    assert m["gpus"].shape == (len(pts), 30) and len(m["labels"]) == len(pts)
+    ch = search.Choices.of(h100)
+    for a, i in ((0, 11), (1, 20), (len(pts) - 1, 29)):
+        found = search.best_on(h100, pts[a], int(m["gpus"][a, i]), ch)
+        assert m["labels"][a][i] == (None if found is None else search.parallelism_label(found))
+    # Where the sweep trains a model, the map has that cluster finishing in time, and the same
+    # parallelisms; one doubling fewer does not finish.
+    sweep = {r["d_model"]: r for r in search.sweep(h100) if r["feasible"]}
+    checked = 0
+    for a, pt in enumerate(pts):
+        r = sweep.get(pt.d_model)
+        if r is None:
+            continue
+        i = round(math.log2(r["n_gpu"] / pt.experts))
+        if i >= m["gpus"].shape[1]:
+            continue
+        assert m["in_time"][a, i] and m["labels"][a][i] == search.parallelism_label(r)
+        assert i == 0 or not m["in_time"][a, i - 1]
+        checked += 1
+    assert checked >= 2
+
+
+def test_the_parallelism_map_refuses_bad_arguments(h100):
+    with pytest.raises(ValueError, match="every, doublings: got 0, 5"):
+        search.parallelism_map(h100, every=0, doublings=5)
+
+
+def test_the_decision_chart_is_drawn_from_the_map(h100):
+    from dmlimits import figures, whole_run
+
+    m = search.parallelism_map(h100, every=9, doublings=30)
+    fig = whole_run.decision_chart(h100, m)
+    figures.tidy_legends(fig)
+    assert figures.check_figure(fig) == []
+    labels = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
+    assert {x for row in m["labels"] for x in row if x} <= labels

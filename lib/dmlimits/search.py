@@ -733,6 +733,56 @@ def rows(scn: Scenario) -> list[dict[str, Any]]:
     return out
 
 
+# --- Which parallelism when ---------------------------------------------------------------------
+#: The parallelisms a decision chart names, with the degrees each one multiplies.
+PARALLELISMS = (("TP", ("tp_model", "tp_ff")), ("PP", ("pp",)), ("DP", ("dp",)), ("EP", ("ep",)))
+
+
+def parallelism_label(found: dict[str, Any]) -> str:
+    """The parallelisms a configuration uses (degree above one), e.g. ``"TP + PP + DP"``;
+    ``"one GPU"`` when it uses none."""
+    used = [name for name, keys in PARALLELISMS if math.prod(found[k] for k in keys) > 1]
+    return " + ".join(used) or "one GPU"
+
+
+def parallelism_map(
+    scn: Scenario, every: int = 3, doublings: int | None = None
+) -> dict[str, Any]:  # fmt: skip
+    """For every ``every``-th model of the sweep and every cluster of ``S 2^i`` GPUs
+    (``i < doublings``; by default two doublings beyond the largest cluster the sweep chooses),
+    the parallelisms of the fastest configuration (:func:`best_on`; None where none fits) and
+    whether it trains the model within the training time."""
+    scn = require_scenario(scn)
+    if doublings is None:
+        chosen = [r["n_gpu"] / r["sparsity"] for r in sweep(scn) if r["feasible"]]
+        doublings = max(20, math.ceil(math.log2(max(chosen, default=1.0))) + 3)
+    if not (
+        isinstance(every, int) and every >= 1 and isinstance(doublings, int) and doublings >= 1
+    ):
+        raise ValueError(
+            f"every, doublings: got {every!r}, {doublings!r}; expected whole numbers of at least 1"
+        )
+    ch = Choices.of(scn)
+    pts = points(scn)[::every]
+    labels: list[list[str | None]] = []
+    in_time = np.zeros((len(pts), doublings), dtype=bool)
+    for a, pt in enumerate(pts):
+        steps = scn["training.tokens_per_param"] * pt.params / pt.batch
+        row: list[str | None] = []
+        for i in range(doublings):
+            found = best_on(scn, pt, pt.experts * 2**i, ch)
+            row.append(None if found is None else parallelism_label(found))
+            in_time[a, i] = found is not None and steps * found["t_step"] <= scn.train_seconds
+        labels.append(row)
+    return {
+        "params": np.array([pt.params for pt in pts]),
+        "compute": np.array([pt.compute for pt in pts]),
+        "gpus": np.array([[pt.experts * 2**i for i in range(doublings)] for pt in pts], float),
+        "labels": labels,
+        "in_time": in_time,
+    }
+
+
 def linear_end_threshold(scn: Scenario) -> float:
     """The utilization at or below which linear scaling has ended: the paper's fraction of
     the GPU's effective utilization (``paper1.linear_end_fraction``)."""

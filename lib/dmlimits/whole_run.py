@@ -187,6 +187,54 @@ def strategy_figure(scns: list[Scenario]) -> plt.Figure:
     return fig
 
 
+def decision_chart(scn: Scenario, m: dict[str, Any] | None = None) -> plt.Figure:
+    """Which parallelism when: model size against cluster size, each cell coloured by the
+    parallelisms of the fastest configuration the search finds there
+    (:func:`search.parallelism_map`), pale where that configuration cannot train the model in
+    time, white where none fits; the line is the cluster the search chooses for each model (its
+    smallest that trains in time)."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    m = m or search.parallelism_map(scn)
+    names = sorted({x for row in m["labels"] for x in row if x}, key=lambda x: (len(x), x))
+    code = np.full(m["in_time"].shape, np.nan)
+    for a, row in enumerate(m["labels"]):
+        for i, label in enumerate(row):
+            if label:
+                code[a, i] = names.index(label)
+    fig, ax = plt.subplots(figsize=(7.6, 4.6))
+    colours = [PALETTE[k % len(PALETTE)] for k in range(len(names))]
+    cmap = ListedColormap(colours)
+    x_edges = np.sqrt(m["params"][1:] * m["params"][:-1])
+    x_edges = np.concatenate([[m["params"][0] ** 2 / x_edges[0]], x_edges,
+                              [m["params"][-1] ** 2 / x_edges[-1]]])  # fmt: skip
+    for a in range(len(m["params"])):
+        g = m["gpus"][a]
+        y_edges = np.concatenate([g / np.sqrt(2), [g[-1] * np.sqrt(2)]])
+        for fast, alpha in ((True, 1.0), (False, 0.35)):
+            shown = np.where(m["in_time"][a] == fast, code[a], np.nan)[:, None]
+            if np.isfinite(shown).any():
+                ax.pcolormesh(x_edges[a : a + 2], y_edges, shown, cmap=cmap, vmin=-0.5,
+                              vmax=len(names) - 0.5, alpha=alpha, shading="flat")  # fmt: skip
+    chosen = [(r["n_params_total"], r["n_gpu"]) for r in search.sweep(scn)
+              if r["feasible"] and x_edges[0] <= r["n_params_total"] <= x_edges[-1]]  # fmt: skip
+    if chosen:
+        xs, ys = zip(*chosen, strict=True)
+        ax.plot(xs, ys, color="black", lw=1.4, label="the cluster the search chooses")
+    ax.set_xscale("log")
+    ax.set_yscale("log", base=2)
+    ax.set_xlim(x_edges[0], x_edges[-1])
+    ax.set_xlabel("model parameters")
+    ax.set_ylabel("GPUs in the cluster")
+    handles = [Patch(color=c, label=n) for c, n in zip(colours, names, strict=True)]
+    handles.append(Patch(color="0.8", label="pale: cannot finish in time"))
+    ax.legend(handles=handles + ax.get_legend_handles_labels()[0], fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.02, 1.0))  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
 def step_split(scn: Scenario, r: dict[str, Any]) -> dict[str, float]:
     """A result's step split into the ideal matmul time (its useful work at the effective
     rate) and the four losses (seconds); the parts add up to the step when the losses account
