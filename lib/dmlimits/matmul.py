@@ -923,7 +923,8 @@ def figure_efficiency_map(scenarios: list[Scenario], aspect: float, n: int = 64)
         lines = ax.contour(
             nb, side, eff, levels=np.arange(2, 9, 2) / 10, colors="white", linewidths=0.6
         )
-        ax.clabel(lines, fmt="%.1f", fontsize=7)
+        for label in ax.clabel(lines, fmt="%.1f", fontsize=7, inline_spacing=8):
+            label.set_rotation(0)  # upright, however the contour turns
         ax.axvline(min_nanobatch(scn), color=PALETTE[2], ls="--", lw=1.4)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
