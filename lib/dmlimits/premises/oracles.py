@@ -1,187 +1,18 @@
-"""Premises: what justifies the steps a derivation does not prove.
-
-:meth:`dmlimits.derivation.Derivation.verify` proves that every step follows from the one before
-it.  It cannot prove the first step, nor a substitution labelled a definition or an assumption:
-those are the derivation's *premises*, and a wrong premise verifies as well as a right one.  This
-module says, for every derivation of the library, how each premise is justified:
-
-* **derived**: the premise cites a lower-level result of the library (``{eq}`name-n``` in its
-  sentence or in the substitution's name) and is checked to be that result;
-* **checked**: the derivation's result is compared, at several points, with an independent
-  *oracle* that never reads the derivation: a simulation (a ring all-reduce sent chunk by
-  chunk, a pipeline schedule laid out pass by pass), a hand count (an enumeration in plain
-  loops) or a published value (the authors' final code's outputs, the paper's numbers).  Every
-  premise of the derivation flows into its result, so a wrong first step or a false definition
-  changes the result and the oracle rejects it.
-
-``python -m dmlimits derivations --verify`` reports, per derivation, the steps proved and the
-premises checked and by what; the tests run every oracle, require one for every derivation, and
-check that each oracle rejects the derivation's result scaled by two (a premise off by a factor
-of two that :meth:`~dmlimits.derivation.Derivation.verify` would accept).
-"""
+"""One oracle per derivation of the library: each compares the derivation's result, at several
+points, with a simulation, a hand count or a published value that never reads it."""
 
 from __future__ import annotations
 
+import itertools
 import math
-import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from functools import cache
-from typing import Any
 
-import numpy as np
 import sympy as sp
 
-from .derivation import Derivation, Substitution, _same
-
-#: The kinds of independent check an oracle can be (issue #12: "a simulation, a hand count, a
-#: published value").
-ORACLE_KINDS = ("simulation", "hand count", "published value")
-#: Relative agreement an oracle requires unless it says otherwise.
-RTOL = 1e-9
-_CITE = re.compile(r"\{eq\}`([a-z0-9-]+)-(\d+)`")
-
-
-class PremiseError(AssertionError):
-    """A premise is not justified: its oracle disagrees, or it cites a result it is not."""
-
-
-@dataclass(frozen=True)
-class Oracle:
-    """An independent check of one derivation's result."""
-
-    derivation: str
-    kind: str
-    what: str  # one sentence for the book: what the result is compared with
-    check: Callable[[Derivation], str]  # raises PremiseError; returns what agreed
-
-    def __post_init__(self) -> None:
-        if self.kind not in ORACLE_KINDS:
-            raise ValueError(f"oracle kind: got {self.kind!r}; expected one of {ORACLE_KINDS}")
-
-    def run(self, d: Derivation) -> str:
-        if d.name != self.derivation:
-            raise ValueError(f"oracle of {self.derivation!r} run on {d.name!r}")
-        return self.check(d)
-
-
-ORACLES: dict[str, Oracle] = {}
-
-
-def oracle(name: str, kind: str, what: str):
-    """Register the decorated ``check(d) -> str`` as the oracle of derivation ``name``."""
-
-    def register(check: Callable[[Derivation], str]) -> Callable[[Derivation], str]:
-        if name in ORACLES:
-            raise ValueError(f"derivation {name!r} has two oracles")
-        ORACLES[name] = Oracle(name, kind, what, check)
-        return check
-
-    return register
-
-
-# --- Evaluating a derivation's expression ------------------------------------------------------
-def _rhs(expr: sp.Basic, lhs: str | None = None) -> sp.Expr:
-    if isinstance(expr, sp.Equality):
-        if lhs is not None and str(expr.lhs) != lhs:
-            raise PremiseError(f"expected an equation for {lhs}, got {expr}")
-        return expr.rhs
-    return expr
-
-
-def _at(expr: sp.Basic, values: dict[str, float], lhs: str | None = None) -> float:
-    """The right side of ``expr`` (an equation for ``lhs``) with each symbol given by name."""
-    rhs = _rhs(expr, lhs)
-    missing = sorted(str(x) for x in rhs.free_symbols if str(x) not in values)
-    if missing:
-        raise PremiseError(f"{rhs}: no value for {', '.join(missing)}")
-    return float(rhs.subs({x: values[str(x)] for x in rhs.free_symbols}))
-
-
-def _agree(got: float, want: float, where: str, rtol: float = RTOL) -> None:
-    if not math.isclose(got, want, rel_tol=rtol, abs_tol=1e-300):
-        raise PremiseError(f"{where}: the derivation gives {got:.6g}, the oracle {want:.6g}")
-
-
-def _compare(
-    expr: sp.Basic, lhs: str | None, cases: Iterable[tuple[dict[str, float], float]],
-    rtol: float = RTOL,
-) -> str:  # fmt: skip
-    n = 0
-    for values, want in cases:
-        shown = ", ".join(f"{k}={v:g}" for k, v in values.items())
-        _agree(_at(expr, values, lhs), want, f"at {shown}", rtol)
-        n += 1
-    return f"{n} point{'' if n == 1 else 's'}"
-
-
-# --- Simulations and counts (never reading a derivation) ---------------------------------------
-def ring_allreduce(p: int, n: int, seed: int = 0) -> tuple[int, int]:
-    """All-reduce ``p`` vectors of ``n`` numbers (``n`` a multiple of ``p``) on a ring, chunk by
-    chunk: a reduce-scatter, each GPU passing its running partial sum on, then an all-gather.
-    Checks that every GPU ends with the sum; returns the numbers each GPU sent and the
-    phases."""
-    rng = np.random.default_rng(seed)
-    data = [rng.standard_normal(n) for _ in range(p)]
-    want = np.sum(data, axis=0)
-    chunks = [np.array_split(v.copy(), p) for v in data]
-    sent = [0] * p
-    phases = 0
-    if p > 1:
-        phases = 2
-        for k in range(p - 1):  # reduce-scatter: GPU g sends chunk (g - k) to g + 1
-            msgs = [(g, (g - k) % p, chunks[g][(g - k) % p].copy()) for g in range(p)]
-            for g, c, payload in msgs:
-                chunks[(g + 1) % p][c] += payload
-                sent[g] += payload.size
-        for k in range(p - 1):  # all-gather: GPU g sends its finished chunk (g + 1 - k)
-            msgs = [(g, (g + 1 - k) % p, chunks[g][(g + 1 - k) % p].copy()) for g in range(p)]
-            for g, c, payload in msgs:
-                chunks[(g + 1) % p][c] = payload
-                sent[g] += payload.size
-    for g in range(p):
-        if not np.allclose(np.concatenate(chunks[g]), want):
-            raise PremiseError(f"ring all-reduce simulation: GPU {g} does not hold the sum")
-    if len(set(sent)) != 1:
-        raise PremiseError(f"ring all-reduce simulation: unequal traffic {sent}")
-    return sent[0], phases
-
-
-def two_level_allreduce(p0: int, p1: int, n: int) -> tuple[int, int]:
-    """A hierarchical all-reduce among ``p0`` GPUs in each of ``p1`` nodes, simulated: a ring
-    reduce-scatter in each node, a ring all-reduce of each GPU's shard among the GPUs holding
-    the same shard in the other nodes, a ring all-gather in each node.  Returns the numbers one
-    GPU sends inside its node and between nodes."""
-    in_node, _ = ring_allreduce(p0, n)  # reduce-scatter and all-gather together
-    between, _ = ring_allreduce(p1, n // p0)
-    return in_node, between
-
-
-def pipelined_makespan(t0: float, t1: float, chunks: int) -> float:
-    """Stream a vector in ``chunks`` pieces through a reduce-scatter on the in-node links, the
-    transfer between nodes and an all-gather on the in-node links again, each piece as soon as
-    its link is free and its previous stage done: the two-level all-reduce's bandwidth time."""
-    free0 = free1 = 0.0
-    pending: list[float] = []  # when each piece's transfer between nodes ends
-    a, b = t0 / 2 / chunks, t1 / chunks
-    for _ in range(chunks):
-        free0 += a
-        free1 = max(free1, free0) + b
-        pending.append(free1)
-    for ready in pending:
-        free0 = max(free0, ready) + a
-    return free0
-
-
-def _bisect(f: Callable[[float], float], lo: float, hi: float) -> float:
-    """The root of an increasing ``f`` between ``lo`` and ``hi``, in log space."""
-    if not f(lo) < 0 < f(hi):
-        raise PremiseError(f"no sign change between {lo:g} and {hi:g}")
-    for _ in range(200):
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
-    return math.sqrt(lo * hi)
-
+from ..derivation import Derivation
+from .base import PremiseError, _at, _compare, oracle
+from .simulations import _bisect, pipelined_makespan, ring_allreduce, two_level_allreduce
 
 # --- Collectives -------------------------------------------------------------------------------
 _RINGS = ((2, 4), (3, 6), (4, 8), (5, 20), (8, 16))
@@ -204,7 +35,7 @@ def _ring(d: Derivation) -> str:
 
 def _cluster_cases(tiled: bool) -> list[tuple[dict[str, float], float]]:
     cases = []
-    for (p, n), r_par, r_seq, extra in product(_RINGS, (1, 3), (1, 2), (1, 2)):
+    for (p, n), r_par, r_seq, extra in itertools.product(_RINGS, (1, 3), (1, 2), (1, 2)):
         if tiled and extra != 1:
             continue
         sent, phases = ring_allreduce(p, n)
@@ -217,12 +48,6 @@ def _cluster_cases(tiled: bool) -> list[tuple[dict[str, float], float]]:
             v["N_GPU"] = n_gpu
         cases.append((v, t))
     return cases
-
-
-def product(*seqs: Iterable[Any]) -> Iterable[tuple[Any, ...]]:
-    import itertools
-
-    return itertools.product(*seqs)
 
 
 @oracle(
@@ -255,7 +80,7 @@ def _tiled(d: Derivation) -> str:
 def _p2p(d: Derivation) -> str:
     expr = d.result
     cases = []
-    for n, r_seq in product((1, 1000, 4096), (1, 3)):
+    for n, r_seq in itertools.product((1, 1000, 4096), (1, 3)):
         t = sum(1e-6 + n * 2 / (10 / 2) for _ in range(r_seq))
         cases.append(({"n_w": n, "w_word": 2, "W_net": 10, "lambda_net": 1e-6, "r_seq": r_seq}, t))
     return _compare(expr, "t_P2P", cases)
@@ -432,7 +257,7 @@ def _arith(d: Derivation) -> str:
 # --- The model of training runs (the authors' final code's outputs) ----------------------------
 @cache
 def _reference_models() -> tuple[dict[str, float], ...]:
-    from . import published
+    from .. import published
 
     out = []
     for r in published.data_rows("paper1_reference_sweeps.csv"):
@@ -442,7 +267,7 @@ def _reference_models() -> tuple[dict[str, float], ...]:
 
 
 def _laws() -> dict[str, float]:
-    from .scenario import resolve
+    from ..scenario import resolve
 
     v = resolve("h100").values
     return {"k_D": v["training.tokens_per_param"], "a_L": v["depth.coefficient"],
@@ -480,7 +305,7 @@ def _model_compute_width(d: Derivation) -> str:
 
 
 def _width_cases(sparse: bool) -> list[tuple[dict[str, float], float]]:
-    from .scenario import resolve
+    from ..scenario import resolve
 
     v = resolve("h100-sparse").values
     laws = _laws()
@@ -524,8 +349,8 @@ def _depth_dense(d: Derivation) -> str:
 
 # --- Closed forms ------------------------------------------------------------------------------
 def _h100_symbols() -> dict[str, float]:
-    from . import closed_forms
-    from .scenario import resolve
+    from .. import closed_forms
+    from ..scenario import resolve
 
     scn = resolve("h100")
     out = {str(k): float(v) for k, v in closed_forms.symbol_values(scn).items()}
@@ -535,7 +360,7 @@ def _h100_symbols() -> dict[str, float]:
 
 
 def _published_close(got: float, key: str) -> str:
-    from . import published
+    from .. import published
 
     entry = published.get(key)
     if float(f"{got:.{entry.digits - 1}e}") != entry.value:
@@ -644,7 +469,7 @@ def _cf_lat_size(d: Derivation) -> str:
     "1F1B laid out pass by pass (pipeline.schedule): the idle share of the flush",
 )
 def _bubble_1f1b(d: Derivation) -> str:
-    from . import pipeline
+    from .. import pipeline
 
     cases = [({"N_PP": n, "m_micro": m}, float(pipeline.schedule(n, m).bubble))
              for n, m in ((2, 1), (2, 4), (4, 4), (4, 16), (8, 3))]  # fmt: skip
@@ -658,7 +483,7 @@ def _bubble_1f1b(d: Derivation) -> str:
     "the idle share of the flush with its waits, and with one chunk per GPU",
 )
 def _bubble_interleaved(d: Derivation) -> str:
-    from . import pipeline
+    from .. import pipeline
 
     waits = [({"N_PP": n, "m_micro": m, "v_PP": v},
               float(pipeline.schedule(n, m, v, "breadth-first", backward=1).bubble))
@@ -676,7 +501,7 @@ def _bubble_interleaved(d: Derivation) -> str:
     " that give it",
 )
 def _microbatches(d: Derivation) -> str:
-    from . import pipeline
+    from .. import pipeline
 
     cases = [({"N_PP": n, "f_bubble_max": float(pipeline.schedule(n, m).bubble)}, m)
              for n, m in ((2, 4), (4, 4), (4, 12), (8, 16))]  # fmt: skip
@@ -689,7 +514,7 @@ def _microbatches(d: Derivation) -> str:
     "a simulated flush (pipeline.schedule): its length against one GPU's busy time and the bubble",
 )
 def _flush(d: Derivation) -> str:
-    from . import pipeline
+    from .. import pipeline
 
     cases = []
     for n, m in ((2, 4), (4, 4), (8, 3)):
@@ -953,7 +778,7 @@ def _cp_run(d: Derivation) -> str:
     "overlapped communication",
 )
 def _mfu(d: Derivation) -> str:
-    from . import pipeline
+    from .. import pipeline
 
     cases = []
     for n, m, v_pp, t_ovl in ((1, 1, 1, 0.0), (4, 8, 1, 0.0), (4, 8, 2, 0.0), (8, 8, 1, 50.0)):
@@ -1070,7 +895,7 @@ def _ep_bytes(n0: int, n1: int, experts: int, tokens: int, gpus: int, dm: int) -
 )
 def _ep_interface(d: Derivation) -> str:
     cases = []
-    for (a, b, s), n_if in product(_GROUPS, (1, 3)):
+    for (a, b, s), n_if in itertools.product(_GROUPS, (1, 3)):
         tokens, gpus, dm, w0, w1 = 4096, a * b * 2, 64, 300.0, 50.0
         q0, q1 = _ep_bytes(a, b, s, tokens, gpus, dm)
         v = {"N_EP0": a, "N_EP1": b, "n_tok_PP": tokens, "N_GPU": gpus, "d_model": dm,
@@ -1145,9 +970,9 @@ def _search_against_authors(d: Derivation, name: str) -> str:
     ``d`` (not from the library's copy) and compare with the authors' utilization."""
     from unittest import mock
 
-    from . import model, search
-    from . import step as stepm
-    from .scenario import resolve
+    from .. import model, search
+    from .. import step as stepm
+    from ..scenario import resolve
 
     scn = resolve("h100")
     original = stepm._numeric
@@ -1209,150 +1034,3 @@ def _search_network(d: Derivation) -> str:
 )
 def _search_utilization(d: Derivation) -> str:
     return _search_against_authors(d, "utilization")
-
-
-# --- Premises and how each is justified ---------------------------------------------------------
-@dataclass(frozen=True)
-class Premise:
-    """A step of a derivation that :meth:`Derivation.verify` does not prove."""
-
-    step: int  # 1-based
-    kind: str  # "first step", "definition" or "assumption"
-    name: str  # the substitution's name, or the first step's sentence
-    cites: tuple[str, ...]  # equation labels the premise cites
-    derived: bool  # whether it was checked to be the cited result itself
-
-    @property
-    def label(self) -> str:
-        return f"step {self.step}, {self.kind}" + (f" ({self.name})" if self.step > 1 else "")
-
-
-def _cited_steps(labels: Iterable[str]) -> list[sp.Basic]:
-    found = {d.name: d for d in _all()}
-    out = []
-    for label in labels:
-        name, index = label.rsplit("-", 1)
-        if name not in found:
-            raise PremiseError(f"cites {label}, which is no derivation's step")
-        d = found[name]
-        if not 1 <= int(index) <= len(d.steps):
-            raise PremiseError(f"cites {label}; {name} has {len(d.steps)} steps")
-        out.append(d.steps[int(index) - 1].expr)
-    return out
-
-
-@cache
-def _all() -> tuple[Derivation, ...]:
-    from .derivation import all_derivations
-
-    return tuple(all_derivations())
-
-
-def _is_cited(expr: sp.Basic, cited: list[sp.Basic]) -> bool:
-    return any(_same(c, expr) for c in cited)
-
-
-def _substitution_is_cited(sub: Substitution, cited: list[sp.Basic]) -> bool:
-    """Every pair of the mapping is one of the cited equations (``lhs = rhs``)."""
-    eqs = [c for c in cited if isinstance(c, sp.Equality)]
-    return all(
-        any(e.lhs == k and _same(sp.Eq(k, v, evaluate=False), e) for e in eqs)
-        for k, v in sub.mapping.items()
-    )
-
-
-def premises(d: Derivation) -> list[Premise]:
-    """The premises of ``d``: its first step and every substitution labelled a definition or an
-    assumption, each marked *derived* where it cites a library result and is that result."""
-    out = []
-    first = d.steps[0]
-    labels = tuple("-".join(m) for m in _CITE.findall(first.text))
-    derived = bool(labels) and _is_cited(first.expr, _cited_steps(labels))
-    out.append(Premise(1, "first step", first.text, labels, derived))
-    for index, step in enumerate(d.steps[1:], start=2):
-        if step.using is None:
-            continue
-        sub = step.using
-        labels = tuple("-".join(m) for m in _CITE.findall(sub.name))
-        derived = bool(labels) and _substitution_is_cited(sub, _cited_steps(labels))
-        out.append(Premise(index, sub.kind, sub.name, labels, derived))
-    return out
-
-
-@dataclass(frozen=True)
-class Report:
-    """What :func:`check` found for one derivation."""
-
-    name: str
-    steps_proved: int
-    premises: tuple[Premise, ...]
-    oracle: Oracle | None
-    agreed: str  # the oracle's summary
-
-    @property
-    def derived(self) -> int:
-        return sum(p.derived for p in self.premises)
-
-    def line(self) -> str:
-        n, k = len(self.premises), self.steps_proved
-        by = f"{self.oracle.kind}: {self.agreed}" if self.oracle else "no oracle"
-        return (f"{k} step{'s' * (k != 1)} proved; {n} premise{'s' * (n != 1)}: "
-                f"{self.derived} derived, {n - self.derived} checked ({by})")  # fmt: skip
-
-
-def check(d: Derivation) -> Report:
-    """Verify ``d``'s steps, check its cited premises and run its oracle; raise
-    :class:`DerivationError` or :class:`PremiseError` naming what fails."""
-    d.verify()
-    found = premises(d)
-    o = ORACLES.get(d.name)
-    if o is None and not all(p.derived for p in found):
-        loose = "; ".join(p.label for p in found if not p.derived)
-        raise PremiseError(f"{d.name}: no oracle checks its premises ({loose})")
-    agreed = o.run(d) if o else ""
-    return Report(d.name, len(d.steps) - 1, tuple(found), o, agreed)
-
-
-def justification_markdown(d: Derivation) -> str:
-    """The sentence the book prints under a derivation: its premises, with their steps, and
-    where each is justified."""
-    found = premises(d)
-    o = ORACLES.get(d.name)
-    derived = [p for p in found if p.derived]
-    checked = [p for p in found if not p.derived]
-    parts = []
-    if derived:
-        refs = ", ".join(f"step {p.step} is " + " and ".join(f"{{eq}}`{c}`" for c in p.cites)
-                         for p in derived)  # fmt: skip
-        parts.append(f"derived from the library's own results ({refs})")
-    if checked:
-        steps = [str(p.step) for p in checked]
-        if len(steps) == 1:
-            which = "the first step is" if steps == ["1"] else f"step {steps[0]}'s premise is"
-        else:
-            which = "the premises of steps " + ", ".join(steps[:-1]) + f" and {steps[-1]} are"
-        if o is None:
-            parts.append(f"{which} not checked")
-        else:
-            parts.append(
-                f"{which} checked in the tests, through the result, against "
-                f"{_ARTICLE[o.kind]}: {o.what}"
-            )
-    return "*Premises:* " + "; ".join(parts) + "."
-
-
-_ARTICLE = {"simulation": "a simulation", "hand count": "a hand count",
-            "published value": "a published value"}  # fmt: skip
-
-
-def scaled(d: Derivation, factor: int = 2) -> Derivation:
-    """``d`` with every step's right side multiplied by ``factor``: the chain still links where
-    its steps are linear, as a premise off by that factor would leave it."""
-    from dataclasses import replace
-
-    def scale(e: sp.Basic) -> sp.Basic:
-        if isinstance(e, sp.Equality):
-            return sp.Eq(e.lhs, factor * e.rhs, evaluate=False)
-        return factor * e
-
-    return replace(d, steps=tuple(replace(s, expr=scale(s.expr)) for s in d.steps))
