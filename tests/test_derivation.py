@@ -37,15 +37,20 @@ def test_names_are_unique():
 
 
 def _broken(index: int, new_expr) -> Derivation:
+    return model.compute_from_width().with_step(index, new_expr)
+
+
+def test_a_readers_step_is_checked_both_ways():
+    """The derivation exercises: a reader's own step verifies when it is the book's step
+    written another way, and fails naming the link when it is not."""
     d = model.compute_from_width()
-    steps = list(d.steps)
-    steps[index - 1] = Step(
-        steps[index - 1].text,
-        new_expr,
-        using=steps[index - 1].using,
-        solve_for=steps[index - 1].solve_for,
-    )
-    return derivation(d.name, d.title, steps, chapter=d.chapter)
+    rewritten = sp.Eq(d.steps[4].expr.lhs, sp.expand(d.steps[4].expr.rhs))
+    assert d.with_step(5, rewritten).verify().steps[4].expr == rewritten
+    wrong = sp.Eq(d.steps[4].expr.lhs, 3 * d.steps[4].expr.rhs)
+    with pytest.raises(DerivationError, match=r"step (5|6)"):
+        d.with_step(5, wrong).verify()
+    with pytest.raises(ValueError, match=r"no step 0; expected a whole number from 1 to"):
+        d.with_step(0, rewritten)
 
 
 def test_a_wrong_rewrite_is_named():

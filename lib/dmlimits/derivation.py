@@ -46,11 +46,12 @@ class Substitution:
             )
 
     def apply(self, expr: sp.Basic) -> sp.Basic:
+        """``expr`` with every symbol of the mapping replaced (sympy's ``subs``)."""
         return expr.subs(dict(self.mapping))
 
     def replace(self, expr: sp.Basic) -> sp.Basic:
         """The same replacement, symbol for symbol, without ``subs``'s algebra: equal
-        to :meth:`apply` when every key is a symbol, and much faster on the large
+        to :meth:`Substitution.apply` when every key is a symbol, and much faster on the large
         expressions that are lambdified (the matmul hierarchy's)."""
         if not all(isinstance(k, sp.Symbol) for k in self.mapping):
             return self.apply(expr)
@@ -205,6 +206,25 @@ class Derivation:
             if index > 1:
                 self.check_step(index)
         return self
+
+    def with_step(self, index: int, expr: sp.Basic) -> Derivation:
+        """The same derivation with step ``index`` (1-based) replaced by ``expr``: a reader's
+        own version of that step, keeping the book's sentence, substitution and solved-for
+        symbol.  ``d.with_step(3, mine).verify()`` proves that ``mine`` follows from step 2
+        and that step 4 follows from it, or names the link that breaks; this is how the
+        book's derivation exercises are checked.
+
+        Raises ``ValueError`` naming the index when there is no such step, and ``TypeError``
+        (from :class:`Step`) when ``expr`` is not a sympy expression or equation."""
+        if not isinstance(index, int) or not 1 <= index <= len(self.steps):
+            raise ValueError(
+                f"{self.name}: no step {index!r}; expected a whole number from 1 to "
+                f"{len(self.steps)}"
+            )
+        old = self.steps[index - 1]
+        new = Step(old.text, sp.sympify(expr), using=old.using, solve_for=old.solve_for)
+        steps = (*self.steps[: index - 1], new, *self.steps[index:])
+        return Derivation(self.name, self.title, steps, chapter=self.chapter, notes=self.notes)
 
     @property
     def free_symbols(self) -> set[sp.Symbol]:
