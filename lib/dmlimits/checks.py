@@ -10,7 +10,8 @@ from .scenario import Scenario
 
 
 def require_scenario(scn: Any) -> Scenario:
-    """``scn`` if it is a :class:`Scenario`; otherwise a ValueError saying what to pass."""
+    """``scn`` if it is a :class:`~dmlimits.scenario.Scenario`; otherwise a ValueError saying
+    what to pass."""
     if not isinstance(scn, Scenario):
         raise ValueError(
             f"scn: got {type(scn).__name__} {scn!r:.80}; expected a "

@@ -241,6 +241,7 @@ NANOBATCH = nanobatch_derivation().result.rhs
 SHARD = shard_derivation().result.rhs
 CRITICAL_COMPUTE = critical_compute_derivation().result.rhs
 LATENCY_WALL = latency_compute_derivation().result.rhs
+#: Each closed form of the chapter by name: (expression, unit), evaluated by :func:`evaluate`.
 COST_FORMULAS = {
     "nanobatch": (NANOBATCH, u.one),
     "shard": (SHARD, u.one),

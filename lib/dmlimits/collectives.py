@@ -621,10 +621,12 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     }
 
 
+#: Each collective's time by name: (sympy expression, unit), unit-checked in the tests.
 COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]] = _formulas()
 
 # Bytes one GPU sends (and receives) in one ring all-reduce: 2 (p - 1) / p n_w w.
 ALLREDUCE_BYTES: sp.Expr = CONSTANTS.apply(_ring_bytes(parts, n_words))
+#: Bytes each collective moves per GPU and level: (sympy expression, unit).
 TRAFFIC_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]] = {
     "allreduce_bytes": (ALLREDUCE_BYTES, u.byte),
     "allreduce_two_level_bytes_intra": (

@@ -20,6 +20,7 @@ SHAPES = ("llama2-7b", "llama2-70b")
 COMM_BOUND_SHARE = 0.1
 # The A100 against the H100: one configuration for both (Fernandez et al. do not state theirs):
 # the 7B shape with FSDP at the GPU count where the paper places the onset of communication.
+#: (model, sharding, GPUs) of the one configuration run on both the A100 and the H100.
 COMMON = ("llama2-7b", "FSDP", 128)
 DROP_RANGE = (128, 2048)
 

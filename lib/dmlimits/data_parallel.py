@@ -459,6 +459,7 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     }
 
 
+#: Each data-parallel cost by name: (sympy expression, unit), unit-checked in the tests.
 COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]] = _formulas()
 
 SUMMARY = {

@@ -110,7 +110,7 @@ def _display_points(ax: plt.Axes) -> np.ndarray:
 
 
 def legend_overlap(ax: plt.Axes) -> int:
-    """How many of :func:`_display_points` the axes' legend box covers (0 without a legend)."""
+    """How many of ``_display_points`` the axes' legend box covers (0 without a legend)."""
     legend = ax.get_legend()
     if legend is None or not legend.get_visible():
         return 0
@@ -123,6 +123,7 @@ def legend_overlap(ax: plt.Axes) -> int:
     return int(inside.sum())
 
 
+#: Where a legend may go inside the axes, in the order they are tried.
 LEGEND_PLACES = ("lower left", "upper right", "lower right", "upper left", "center left",
                  "center right", "lower center", "upper center")  # fmt: skip
 

@@ -69,6 +69,7 @@ BANK_BYTES = 4
 USABLE_FRACTION = sp.Rational(3, 4)
 
 KINDS = ("forward", "activation-grad", "weight-grad")
+#: The memories whose bandwidth can bind a matmul.
 LEVELS = ("hbm", "l2", "shared")  # the memories whose bandwidth can bind
 
 _decl = s.REGISTRY.declare
@@ -282,6 +283,7 @@ def shared_bandwidth() -> sp.Expr:
     return n_banks * bank_width * n_sms * clock * s.eff_util
 
 
+#: The boundaries between memories that a matmul's data crosses.
 BOUNDARIES = ("hbm-l2", "l2-sm", "sm-sm", "shared-registers")
 
 

@@ -254,7 +254,7 @@ def _activation_bytes(cfg: Config) -> tuple[float, float]:
 
 
 def peak(cfg: Config, capacity: float | None = None) -> Memory:
-    """Peak bytes per GPU of a :class:`runs.Config` (see the module's docstring)."""
+    """Peak bytes per GPU of a :class:`~dmlimits.runs.Config` (see the module's docstring)."""
     from .runs import SHARDING
 
     sh = cfg.shape

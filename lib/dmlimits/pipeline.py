@@ -687,6 +687,7 @@ def deepest_pipeline(n_layers: Any, units: Any, zero_bubble: bool = True, rule: 
 # In the paper's accounting a forward pass is one matmul per weight matrix and a backward pass two
 # (activation gradient and weight gradient): in forward slots, a backward pass lasts two.
 BACKWARD_SLOTS = 2
+#: The orders of passes of a schedule with one flush per step.
 SCHEDULE_ORDERS = ("1f1b", "interleaved", "breadth-first")
 PASS_KINDS = {"F": "forward", "B": "backward", "W": "weight gradient"}
 

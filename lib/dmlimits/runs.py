@@ -1106,6 +1106,7 @@ def compare(rows, factors: Factors) -> Comparison:
     return Comparison(tuple(kept), tuple(its), np.array(rep), np.array(bnd), np.array(cal))
 
 
+#: The values of each calibration factor the fit tries.
 CALIBRATION_GRID = {
     "matmul": np.round(np.arange(0.30, 1.0001, 0.025), 3),
     "collective": np.round(np.arange(0.20, 1.0001, 0.05), 3),

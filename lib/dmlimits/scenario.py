@@ -75,6 +75,7 @@ def _int(default: int, doc: str, unit: str = "", **kw: Any) -> Field:
 
 _H100 = hardware.gpu_values("h100")
 
+#: Every key a scenario may set: its default, unit, check and source.
 SCHEMA: dict[str, Field] = {
     "gpu": Field(
         "choice",

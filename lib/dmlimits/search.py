@@ -33,7 +33,7 @@ from . import tensor_parallel as tpm
 from .checks import require_scenario
 from .scenario import Scenario
 
-# The order of the five degrees in the placement tables.
+#: The order of the five degrees in the placement tables.
 DEGREES = ("dp", "tp_model", "tp_ff", "pp", "ep")
 # The search gives up on a model when PATIENCE doublings of the cluster in a row each shorten the
 # step by less than MIN_GAIN (the step then creeps towards its latency floors), or after

@@ -91,7 +91,8 @@ class Registry:
         return latex(expr, self.latex_names)
 
     def display(self, expr: sp.Basic) -> str:
-        """``expr`` as display math that fits the text column (:func:`printing.display`)."""
+        """``expr`` as display math that fits the text column
+        (:func:`~dmlimits.printing.display`)."""
         from .printing import display
 
         return display(expr, self.latex_names)

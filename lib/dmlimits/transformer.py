@@ -290,6 +290,7 @@ LLAMA2 = "Touvron et al. 2023, Llama 2 (arXiv:2307.09288), Table 1 and the relea
 LLAMA3 = "Llama Team 2024, The Llama 3 Herd of Models (arXiv:2407.21783), Table 3"
 LLAMA32 = "Meta, Llama 3.2 model card and released config.json (2024)"
 
+#: Named model shapes, each with its source.
 SHAPES: dict[str, Shape] = {
     "llama2-7b": Shape("Llama 2 7B", 32, 4096, 32, 32, 11008, 32000, source=LLAMA2),
     "llama2-13b": Shape("Llama 2 13B", 40, 5120, 40, 40, 13824, 32000, source=LLAMA2),

@@ -190,9 +190,9 @@ def strategy_figure(scns: list[Scenario]) -> plt.Figure:
 def decision_chart(scn: Scenario, m: dict[str, Any] | None = None) -> plt.Figure:
     """Which parallelism when: model size against cluster size, each cell coloured by the
     parallelisms of the fastest configuration the search finds there
-    (:func:`search.parallelism_map`), pale where that configuration cannot train the model in
-    time, white where none fits; the line is the cluster the search chooses for each model (its
-    smallest that trains in time)."""
+    (:func:`~dmlimits.search.parallelism_map`), pale where that configuration cannot train the
+    model in time, white where none fits; the line is the cluster the search chooses for each
+    model (its smallest that trains in time)."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
@@ -605,7 +605,7 @@ def choice_effects(scn: Scenario) -> list[dict[str, Any]]:
     """For the scenario and each alternative of :data:`CHOICE_ALTERNATIVES`: where linear
     scaling ends, the last feasible point and, when the scenario is one of the paper's
     settings as published (no other change), how many of the authors' grid points are within
-    :data:`search.REFERENCE_TOLERANCE` utilization of theirs."""
+    :data:`~dmlimits.search.REFERENCE_TOLERANCE` utilization of theirs."""
     from .scenario import resolve_overrides
 
     reference = _is_reference(scn)
@@ -692,7 +692,7 @@ def trend_word(first: float, last: float, tolerance: float = 0.05) -> str:
 
 
 #: The scenario keys each binding cost depends on: the memory level or arithmetic that binds a
-#: matmul, and the losses of :data:`search.LOSSES` at the step's level.
+#: matmul, and the losses of :data:`~dmlimits.search.LOSSES` at the step's level.
 _MATMUL_KEYS = {
     "arithmetic": ("hardware.flop_per_clock_per_thread", "hardware.max_clock", "hardware.sms",
                    "hardware.threads_per_sm", "hardware.effective_utilization"),

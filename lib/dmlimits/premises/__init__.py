@@ -45,7 +45,7 @@ __all__ = [
 # --- Premises and how each is justified ---------------------------------------------------------
 @dataclass(frozen=True)
 class Premise:
-    """A step of a derivation that :meth:`Derivation.verify` does not prove."""
+    """A step of a derivation that :meth:`~dmlimits.derivation.Derivation.verify` does not prove."""
 
     step: int  # 1-based
     kind: str  # "first step", "definition" or "assumption"
@@ -133,7 +133,7 @@ class Report:
 
 def check(d: Derivation) -> Report:
     """Verify ``d``'s steps, check its cited premises and run its oracle; raise
-    :class:`DerivationError` or :class:`PremiseError` naming what fails."""
+    :class:`~dmlimits.derivation.DerivationError` or :class:`PremiseError` naming what fails."""
     d.verify()
     found = premises(d)
     o = ORACLES.get(d.name)
