@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,13 +30,23 @@ def built_book() -> Path:
     return HTML
 
 
-def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path = ROOT, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``python -m dmlimits ARGS``; ``env`` adds to (or, with "", removes from) the environment."""
+    full = dict(os.environ)
+    for key, value in (env or {}).items():
+        if value:
+            full[key] = value
+        else:
+            full.pop(key, None)
     return subprocess.run(
         [sys.executable, "-m", "dmlimits", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=full,
     )
 
 

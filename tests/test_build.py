@@ -9,6 +9,7 @@ import pytest
 import yaml
 from conftest import BUILD, EXECUTED, HTML, ROOT, run_cli, toc_notebooks
 from dmlimits import model, published
+from dmlimits.build import REPOSITORY_ENV
 from dmlimits.glue import read_glued
 from dmlimits.scenario import resolve
 
@@ -41,6 +42,9 @@ CHANGED = {  # a scenario file that changes the GPU, the run's length and the ba
 }
 
 
+REPOSITORY = "https://github.com/example-owner/data-movement-limits"
+
+
 @pytest.fixture(scope="module")
 def changed_build(tmp_path_factory, built_book):
     """The whole book built from a scenario file, into its own folder under _build/scenarios;
@@ -51,7 +55,10 @@ def changed_build(tmp_path_factory, built_book):
     out = ROOT / "_build" / "scenarios" / scn.slug / "html"
     shutil.rmtree(out.parent, ignore_errors=True)
     before = digest(BUILD / "html"), digest(EXECUTED)
-    proc = run_cli("build", "--scenario", str(spec))
+    # Built as the publishing workflow builds: told the repository's URL (launch buttons on).
+    # A cold build of another scenario sweeps every scenario its chapters read: allow for a
+    # loaded two-core machine (the timeout only guards against a hang).
+    proc = run_cli("build", "--scenario", str(spec), env={REPOSITORY_ENV: REPOSITORY}, timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (digest(BUILD / "html"), digest(EXECUTED)) == before, "the default book changed"
     assert (out / "index.html").is_file(), f"not built where expected: {out}"
@@ -146,3 +153,18 @@ def test_assumptions_page_shows_what_differs(changed_build):
         assert f"<strong>{row['value']}</strong>" in changed
     assert "built with the default scenario" in default
     assert "built with the default scenario" not in changed
+
+
+def test_a_known_repository_shows_the_launch_and_repository_buttons(changed_build):
+    """Issue #15: with the repository's URL (as the publishing workflow sets it), every chapter
+    has a Binder launch button that opens its MyST source, and the repository button; the
+    default book, built without it, has neither."""
+    out, _, proc = changed_build
+    assert f"launch buttons on, for {REPOSITORY}" in proc.stdout
+    html = (out / "notebooks" / "model.html").read_text()
+    assert "mybinder.org/v2/gh/example-owner/data-movement-limits/main" in html
+    assert "notebooks/model.md" in html.split("mybinder.org", 1)[1][:400]
+    assert f'href="{REPOSITORY}"' in html
+    assert "colab.research.google.com" not in html
+    default = (HTML / "notebooks" / "model.html").read_text()
+    assert "mybinder.org" not in default and REPOSITORY not in default

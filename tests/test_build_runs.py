@@ -79,6 +79,17 @@ def test_bad_scenario_file_touches_nothing(built_book, tmp_path):
     assert snapshot(HTML) == before
 
 
+@pytest.mark.parametrize("url", ["github.com/owner/name", "https://example.org/just-one", "x"])
+def test_a_bad_repository_url_is_refused_before_anything(built_book, url):
+    before, staged = snapshot(HTML), stages()
+    proc = run_cli("build", env={"DMLIMITS_REPOSITORY_URL": url})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "DMLIMITS_REPOSITORY_URL" in lines[0] and url in lines[0]
+    assert "expected https://HOST/OWNER/NAME" in lines[0]
+    assert snapshot(HTML) == before and stages() == staged
+
+
 def test_a_failing_notebook_fails_the_build_loudly(tmp_path):
     """A notebook that raises: exit 1, its cell and traceback printed, the previous book kept."""
     project = tmp_path / "project"

@@ -511,16 +511,58 @@ def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
     _say(f"  swept in {time.perf_counter() - started:.1f} s")
 
 
+#: The environment variable that tells the build the public repository's URL (the publishing
+#: workflow sets it); ``repository.url`` in _config.yml does the same for every build.
+REPOSITORY_ENV = "DMLIMITS_REPOSITORY_URL"
+_REPOSITORY_URL = re.compile(r"https://[A-Za-z0-9.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+
+
+def repository_url(config: dict) -> str:
+    """The public repository's URL: :data:`REPOSITORY_ENV` if set, else ``repository.url`` of
+    _config.yml, else ``""``.  A URL that is not ``https://HOST/OWNER/NAME`` raises
+    :class:`RepositoryError` naming it (the command checks it before anything is built)."""
+    url = os.environ.get(REPOSITORY_ENV, "").strip()
+    where = REPOSITORY_ENV
+    if not url:
+        url = str((config.get("repository") or {}).get("url") or "").strip()
+        where = "repository.url in _config.yml"
+    url = url.removesuffix(".git").rstrip("/")
+    if url and not _REPOSITORY_URL.fullmatch(url):
+        raise RepositoryError(
+            f"{where}: {url!r} is not a repository URL; expected https://HOST/OWNER/NAME, "
+            "for example https://github.com/OWNER/data-movement-limits"
+        )
+    return url
+
+
+class RepositoryError(ValueError):
+    """The repository URL the build was given is not one (a one-line message)."""
+
+
+def check_repository(root: Path | None = None) -> str:
+    """:func:`repository_url` for the project's _config.yml, before anything is built."""
+    root = root or project_root()
+    return repository_url(yaml.safe_load((root / "_config.yml").read_text()))
+
+
 def stage_config(stage: Path) -> None:
-    """Launch buttons need the public repository's URL; the theme fails without one.  Until
-    ``repository.url`` is set in _config.yml, the staged copy leaves them out."""
+    """Launch buttons and the repository button need the public repository's URL (the theme
+    fails without one).  With it (:func:`repository_url`), the staged copy shows the repository
+    button and a Binder launch button (Binder opens the MyST notebooks through jupytext; Colab
+    cannot open them, so it has none); without it, it leaves them all out and says so."""
     path = stage / "_config.yml"
     config = yaml.safe_load(path.read_text())
-    if config.get("launch_buttons") and not (config.get("repository") or {}).get("url"):
-        config.pop("launch_buttons")
+    url = repository_url(config)
+    if url:
+        config.setdefault("repository", {})["url"] = url
+        config.setdefault("html", {})["use_repository_button"] = True
+        (config.get("launch_buttons") or {}).pop("colab_url", None)
+        _say(f"launch buttons on, for {url}")
+    else:
+        config.pop("launch_buttons", None)
         config.pop("repository", None)
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        _say("launch buttons off: set repository.url in _config.yml to show them")
+        _say(f"launch buttons off: set {REPOSITORY_ENV} or repository.url in _config.yml")
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def _jupyter_book(stage: Path) -> None:
@@ -564,6 +606,7 @@ def build(scn: Scenario, output: str | None = None, jobs: int | None = None) -> 
     """Build the whole book for ``scn``; return the HTML folder.  Raises :class:`BuildError`
     (the previous book unchanged), :class:`BuildInterrupted` on SIGINT or SIGTERM."""
     root = project_root()
+    check_repository(root)
     names = toc_notebooks(root)
     final = output_dir(root, scn, output)
     work = root / "_build"

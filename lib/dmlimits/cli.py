@@ -24,6 +24,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .build import RepositoryError
 from .scenario import DEFAULT_SCENARIO, ScenarioError, describe_presets, resolve
 
 
@@ -109,9 +110,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from .build import BuildError, BuildInterrupted, build
+    from .build import BuildError, BuildInterrupted, build, check_repository
 
     scn = resolve(args.scenario, args.sets)  # validated before anything runs
+    check_repository()
     if args.jobs is not None and args.jobs < 1:
         raise ScenarioError(f"--jobs: got {args.jobs}; expected a whole number of at least 1")
     print(f"scenario: {scn.name} ({scn.origin})", flush=True)
@@ -462,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }[args.command]
     try:
         return handler(args)
-    except ScenarioError as exc:
+    except (ScenarioError, RepositoryError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader piped the output into head: not an error

@@ -1,0 +1,49 @@
+"""Publishing (issue #15): the workflow builds the book with the README's command and deploys it
+with the hosting's own actions; Binder finds the environment and the library."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from conftest import ROOT
+
+WORKFLOW = ROOT / ".github" / "workflows" / "book.yml"
+
+
+def workflow() -> dict:
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def test_the_workflow_is_valid_yaml_and_runs_on_every_push_to_main():
+    wf = workflow()
+    on = wf.get("on", wf.get(True))  # YAML 1.1 reads the key `on` as true
+    assert on["push"]["branches"] == ["main"]
+    assert wf["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+
+
+def test_the_build_step_is_make_book_and_knows_the_repository():
+    steps = workflow()["jobs"]["build"]["steps"]
+    runs = [s for s in steps if "run" in s]
+    assert [s["run"].strip() for s in runs] == ["make book"]
+    assert "DMLIMITS_REPOSITORY_URL" in runs[0]["env"]
+    uses = [s["uses"].split("@")[0] for s in steps if "uses" in s]
+    assert uses.index("actions/upload-pages-artifact") > uses.index("actions/checkout")
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-pages"))
+    assert upload["with"]["path"] == "_build/html"
+
+
+def test_the_deploy_job_uses_the_hostings_action():
+    deploy = workflow()["jobs"]["deploy"]
+    assert deploy["needs"] == "build"
+    assert [s["uses"].split("@")[0] for s in deploy["steps"]] == ["actions/deploy-pages"]
+
+
+def test_binder_installs_the_pinned_environment_and_the_library():
+    binder = (ROOT / "binder" / "requirements.txt").read_text()
+    assert binder.split() == ["-r", "../requirements.txt"]
+    post = (ROOT / "binder" / "postBuild").read_text()
+    assert "pip install --no-deps --no-build-isolation -e ." in post
+    overrides = json.loads((ROOT / "lab" / "overrides.json").read_text())
+    viewers = overrides["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]
+    assert viewers["markdown"] == "Jupytext Notebook"
