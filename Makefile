@@ -1,7 +1,9 @@
 # Data Movement Limits: two commands do everything on a fresh machine (Python 3.11 and make).
 #   make book   set up .venv, then build the whole book into _build/html
 #   make test   build what the tests need, then run every test
-# Options: SCENARIO=FILE.yaml|NAME (make book), SET="key=value ..." (make book), PYTHON=python3.11
+#   make lab    JupyterLab on the project: the chapters open as notebooks (jupytext), library installed
+# Options: SCENARIO=FILE.yaml|NAME (make book), SET="key=value ..." (make book), PYTHON=python3.11,
+#          LAB_ARGS="--no-browser --port=8899" (make lab)
 
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -11,7 +13,7 @@ STAMP := $(VENV)/.installed
 BUILD_ARGS := $(if $(SCENARIO),--scenario $(SCENARIO)) $(foreach s,$(SET),--set $(s))
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test check lint derivations clean venv browser-deps
+.PHONY: book test check lint derivations clean venv browser-deps lab
 
 # Sweeps are cached on disk, content-addressed by the library's files and the scenario: a changed
 # formula or constant never reads an old sweep.  DMLIMITS_SWEEP_CACHE=off switches it off.
@@ -51,6 +53,16 @@ browser-deps:
 # The tests run `derivations --verify` (every step proved, every premise checked) themselves.
 check: lint
 	$(PY) -m pytest tests -q -n auto -m "not slow and not book"
+
+# JupyterLab (pinned in requirements.txt, with jupytext): the MyST chapters open as notebooks
+# (lab/overrides.json makes the Jupytext notebook the default viewer of Markdown files).
+# As root (a container, CI) JupyterLab refuses to start without --allow-root.
+LAB_ARGS ?=
+LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(LAB_ROOT) \
+	  --LabApp.app_settings_dir="$(CURDIR)/lab" --LabApp.default_url=/lab/tree/notebooks/model.md \
+	  $(LAB_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check lib tests bench
