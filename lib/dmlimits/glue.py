@@ -186,7 +186,9 @@ def factor(value: float) -> str:
 
 
 def glue(key: str, value: Any, *, digits: int = 3) -> Any:
-    """Glue a number, a sympy expression or a string under ``key``; return the glued value."""
+    """Glue a number, a sympy expression, a string or a figure under ``key``; return the glued
+    value (``None`` for a figure: it is closed once stored, and a notebook cell that glues one
+    shows nothing below its code)."""
     if not isinstance(key, str) or not key or ":" in key:
         raise GlueError(f"glue key {key!r}: expected a non-empty name without ':'")
     if isinstance(value, str):
@@ -204,7 +206,7 @@ def glue(key: str, value: Any, *, digits: int = 3) -> Any:
             raise GlueError(f"glue {key!r}: the figure is not fit to read: " + "; ".join(problems))
         _paste(key, _Png(value))
         plt.close(value)
-        return value
+        return None
     if isinstance(value, sp.Basic) and not value.is_number:
         _paste(key, _Math(REGISTRY.latex(value)))
         return value
