@@ -17,7 +17,7 @@ The allow-list (documented, short):
 
 * years from 1900 to 2099 (citations, dates);
 * numbers right after a reference word: Section, Sections, §, Table, Figure, Fig., Eq.,
-  Equation, Chapter, Appendix, Exercise, Step, Part, version, Python;
+  Equation, Chapter, Appendix, Exercise, Step, Part, Week, version, Python;
 * the markers of numbered lists (``1.`` at the start of a line);
 * arXiv identifiers (``2411.01137``).
 
@@ -72,6 +72,7 @@ REFERENCE_WORDS = (
     "exercise",
     "step",
     "part",
+    "week",  # the weeks of the course page
     "version",
     "python",
     "gtx",  # a product name: the GTX 580

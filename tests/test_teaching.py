@@ -78,3 +78,188 @@ def test_built_chapter_numbers_exercises_and_hides_solutions(built_book, name):
     if "<figure" in html:
         assert re.search(r"Fig\. \d+\.\d+", html), f"{name}: figures are not numbered"
     assert 'href="../_sources/' in html and ".ipynb" in html, f"{name}: no notebook download"
+
+
+# --- Issue #15: problems of three kinds, visible code, the course, the API reference ----------
+
+KINDS = ("Derive", "Compute", "Explain")
+EXERCISE = re.compile(r":{3,}\{exercise\} ?([^\n]*)\n:label: (\S+)")
+
+
+def exercises(name: str) -> list[tuple[str, str]]:
+    """(kind, label) of every exercise of a chapter; the kind is the title's first word."""
+    return [
+        (title.split(":")[0].strip(), label) for title, label in EXERCISE.findall(markdown(name))
+    ]
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_has_four_problems_of_three_kinds(name):
+    found = exercises(name)
+    assert len(found) >= 4, f"{name}: {len(found)} exercises; at least four"
+    for kind, label in found:
+        assert kind in KINDS, f"{name}: exercise {label} has no kind ({kind!r}); one of {KINDS}"
+    missing = set(KINDS) - {k for k, _ in found}
+    assert not missing, f"{name}: no {', '.join(sorted(missing))} problem"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_derive_problems_are_checked_with_verify(name):
+    """A Derive problem's solution shows how to check the step with the library."""
+    text = markdown(name)
+    for kind, label in exercises(name):
+        if kind != "Derive":
+            continue
+        solution = re.search(
+            rf":{{3,}}\{{solution\}} {re.escape(label)}\n(.*?)\n:{{3,}}\n", text, re.S
+        )
+        assert solution, f"{name}: no solution for {label}"
+        body = solution.group(1)
+        assert ".with_step(" in body and ".verify()" in body, (
+            f"{name}: the solution of {label} does not show how to check the step "
+            "(d.with_step(i, mine).verify())"
+        )
+
+
+def code_cells(name: str) -> list[tuple[list[str], str]]:
+    nb = jupytext.read(ROOT / f"{name}.md", fmt="md:myst")
+    return [(c.metadata.get("tags", []), c.source) for c in nb.cells if c.cell_type == "code"]
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_the_code_is_shown_on_request(name):
+    """Every chapter shows (collapsed) the code of its derivations, tables and figures: short,
+    named calls into the library, no plumbing; a figure is drawn in a cell of its own."""
+    cells = code_cells(name)
+    shown = [src for tags, src in cells if "hide-input" in tags]
+    assert shown, f"{name}: no code shown on request (hide-input)"
+    for src in shown:
+        lines = [ln for ln in src.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        assert len(lines) <= 8, f"{name}: a shown cell of {len(lines)} lines:\n{src}"
+        assert not any(re.match(r"\s*(import|from) ", ln) for ln in lines), f"{name}: {src}"
+    for tags, src in cells:
+        for key in re.findall(r"glue\(\s*[\"'](fig_\w+)[\"']", src):
+            assert "hide-input" in tags, f"{name}: figure {key} is drawn in a hidden cell"
+
+
+def test_the_exercise_title_kinds_are_read():
+    assert EXERCISE.findall(":::{exercise} Derive: a step\n:label: ex-a\n") == [
+        ("Derive: a step", "ex-a")
+    ]
+
+
+COURSE = ROOT / "book" / "course.md"
+
+
+def weeks() -> list[tuple[int, str]]:
+    text = COURSE.read_text()
+    parts = re.split(r"^## Week (\d+): .*$", text, flags=re.M)
+    return [(int(parts[i]), parts[i + 1].split("\n## ")[0]) for i in range(1, len(parts), 2)]
+
+
+def test_the_course_has_six_weeks_each_read_lectured_set_and_handed_in():
+    found = weeks()
+    assert [n for n, _ in found] == [1, 2, 3, 4, 5, 6]
+    for n, body in found:
+        for part in ("**Read.**", "**Lectures.**", "**Problem set.**", "**Hand in.**"):
+            assert part in body, f"week {n} has no {part}"
+    assert "## The final project" in COURSE.read_text()
+
+
+def test_the_course_reads_every_chapter_once_in_order_and_sets_its_problems():
+    read: list[str] = []
+    for n, body in weeks():
+        chapters_of_week = re.findall(
+            r"\{doc\}`\.\./(notebooks/\w+)`", body.split("**Lectures.**")[0]
+        )
+        assert chapters_of_week, f"week {n} reads nothing"
+        read += chapters_of_week
+        problems = re.findall(r"\{ref\}`(ex-[\w-]+)`", body.split("**Problem set.**")[1])
+        assert len(problems) >= 3, f"week {n}: a problem set of {len(problems)}"
+        own = {label: kind for c in chapters_of_week for kind, label in exercises(c)}
+        others = set(problems) - set(own)
+        assert not others, f"week {n} sets problems of other weeks' chapters: {others}"
+        kinds = {own[p] for p in problems}
+        assert kinds == set(KINDS), f"week {n}: a problem set of kinds {sorted(kinds)}; all three"
+    assert read == CHAPTERS, "the course must read every chapter once, in the book's order"
+
+
+def test_the_instructors_page_says_prerequisites_grading_and_pitfalls():
+    text = (ROOT / "book" / "instructors.md").read_text()
+    for heading in ("## Prerequisites", "## How to grade the problems", "## Where students"):
+        assert heading in text
+
+
+def library_names() -> dict[str, set[str]]:
+    """Public functions and classes of every module of the library."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import dmlimits
+
+    out = {}
+    for info in pkgutil.iter_modules(dmlimits.__path__):
+        if info.name == "__main__":
+            continue
+        module = importlib.import_module(f"dmlimits.{info.name}")
+        out[info.name] = {
+            n
+            for n, obj in vars(module).items()
+            if not n.startswith("_")
+            and (inspect.isfunction(obj) or inspect.isclass(obj))
+            and (getattr(obj, "__module__", "") or "").startswith(f"dmlimits.{info.name}")
+        }
+    return out
+
+
+@pytest.mark.parametrize(
+    "path",
+    [ROOT / f"{c}.md" for c in CHAPTERS] + sorted((ROOT / "book").glob("*.md")),
+    ids=lambda p: p.name,
+)
+def test_library_functions_named_in_prose_link_to_the_api_reference(path):
+    """A function or class of the library named in prose is a {py:func} or {py:class} role
+    (a link to its entry in the API reference, checked by the strict build), not bare code."""
+    text = (
+        markdown(f"notebooks/{path.stem}") if path.parent.name == "notebooks" else path.read_text()
+    )
+    text = re.sub(r"```.*?```", "", text, flags=re.S)  # code blocks show code, not references
+    names = library_names()
+    bare = [
+        f"{m}.{n}"
+        for m, n in re.findall(r"(?<![}\w])`(?:dmlimits\.)?(\w+)\.(\w+)(?:\(.*?\))?`", text)
+        if n in names.get(m, ())
+    ]
+    assert not bare, f"{path.name}: link these to the API reference with {{py:func}}: {bare}"
+
+
+def test_the_api_reference_documents_every_module(built_book):
+    page = (ROOT / "book" / "api.md").read_text()
+    documented = set(re.findall(r"\.\. automodule:: dmlimits\.([\w.]+)", page))
+    assert set(library_names()) - {"__init__"} <= documented
+    html = (HTML / "book" / "api.html").read_text()
+    assert 'id="dmlimits.derivation.Derivation.with_step"' in html
+    assert 'id="dmlimits.search.sweep"' in html
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_shown_code_prints_no_stray_value(built_book, name):
+    """A cell shown on request displays a derivation, a table or nothing: never the repr of a
+    value it happened to end with (``<Figure size ...>``, a glued number)."""
+    import json
+
+    from conftest import EXECUTED
+
+    nb = json.loads((EXECUTED / f"{name.split('/')[-1]}.ipynb").read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code" or "hide-input" not in cell["metadata"].get("tags", []):
+            continue
+        for out in cell.get("outputs", []):
+            if out["output_type"] == "stream":
+                raise AssertionError(f"{name}: a shown cell prints {''.join(out['text'])[:80]!r}")
+            if out["output_type"] in ("execute_result", "display_data"):
+                rich = set(out["data"]) - {"text/plain"}
+                assert rich or out.get("metadata", {}).get("scrapbook"), (
+                    f"{name}: a shown cell ends with a bare value: {out['data']['text/plain']!r}"
+                )
