@@ -962,11 +962,41 @@ def best_split(
     return splits[int(np.argmin(times))]
 
 
+def node_first_levels(
+    scn: Scenario, tp_model: Any, tp_ff: Any
+) -> tuple[int | tuple[int, int], int | tuple[int, int]]:
+    """The levels ``(level_model, level_ff)`` of :func:`tp_comm_time` for a TP group placed node
+    first in nodes of ``network.node_size`` GPUs.
+
+    The model group goes first: all of it in one node if it fits, otherwise its largest divisor
+    that fits in each node.  The ff group then takes the room left in the node, again by its
+    largest divisor that fits.  Each level is 0 (the whole group in one node), 1 (one GPU of the
+    group per node) or a pair ``(GPUs per node, nodes)`` (the two-level all-reduce).  When the
+    model group fits in a node and the node's size is a multiple of it, each ff group has
+    ``node_size // tp_model`` GPUs per node, or all of them if fewer.
+    """
+    scn = _check_scenario(scn)
+    m, f = _count("tp_model", tp_model), _count("tp_ff", tp_ff)
+    node = _count("network.node_size", scn["network.node_size"])
+
+    def fit(group: int, room: int) -> tuple[int, int | tuple[int, int]]:
+        inside = max(d for d in _divisors(group) if d <= room)
+        if inside == group:
+            return inside, 0
+        return inside, 1 if inside == 1 else (inside, group // inside)
+
+    m_in, level_model = fit(m, node)
+    _, level_ff = fit(f, node // m_in)
+    return level_model, level_ff
+
+
 # --- Figures -----------------------------------------------------------------------------------
 def figure_time_vs_degree(scn: Scenario, d_model: Any = None, tokens: Any = None):
     """Per-layer compute time and TP bandwidth time against the TP degree, 1D (left) and 2D with
     the best split by the rule (right), with both groups on NVLink (beyond one node: as if the
-    NVLink domain were larger) or on InfiniBand; the latency per layer for reference.
+    NVLink domain were larger) or on InfiniBand; the latency per layer for reference.  A
+    bandwidth curve that is zero at every degree (an unbounded bandwidth) cannot be drawn on the
+    logarithmic axis: it is left out and its legend entry says so.
 
     ``d_model`` defaults to the smallest model of the sweep; ``tokens`` to one sequence."""
     import matplotlib.pyplot as plt
@@ -1004,8 +1034,13 @@ def figure_time_vs_degree(scn: Scenario, d_model: Any = None, tokens: Any = None
             lat.append(t_nv.latency)
             n *= 2
         ax.plot(degrees, comp, "o-", ms=3, color=PALETTE[0], label="compute")
-        ax.plot(degrees, nvl, "s-", ms=3, color=PALETTE[3], label="TP bandwidth, NVLink")
-        ax.plot(degrees, ib, "^-", ms=3, color=PALETTE[1], label="TP bandwidth, InfiniBand")
+        for times, style, color, name in ((nvl, "s-", PALETTE[3], "NVLink"),
+                                          (ib, "^-", PALETTE[1], "InfiniBand")):  # fmt: skip
+            label = f"TP bandwidth, {name}"
+            if not any(t > 0 for t in times):
+                # Unbounded bandwidth: zero at every degree, which a log axis cannot show.
+                times, label = [], label + ": zero, not drawn"
+            ax.plot(degrees[: len(times)], times, style, ms=3, color=color, label=label)
         ax.plot(degrees, lat, ":", color=PALETTE[2], label="TP latency (not hidden)")
         ax.axvline(node, color="grey", lw=0.8, ls="--")
         ax.text(node * 1.08, 0.97, "one node", transform=ax.get_xaxis_transform(),
@@ -1056,7 +1091,9 @@ def reference_shards(setting: str = "Default scaling") -> dict[str, np.ndarray]:
 
 def figure_reference_shards(scn: Scenario):
     """The shards of the paper's optimal configurations against the crossovers of this
-    scenario's links: where TP traffic hides on NVLink and where on InfiniBand."""
+    scenario's links: where TP traffic hides on NVLink and where on InfiniBand.  A link of
+    unbounded bandwidth has no crossover (every shard hides its traffic): no line, and its
+    legend entry says so."""
     import matplotlib.pyplot as plt
 
     from .figures import PALETTE
@@ -1077,8 +1114,12 @@ def figure_reference_shards(scn: Scenario):
     ax.plot(ref["compute"], ref["rows"], "|", ms=7, color=PALETTE[6],
             label="its $d_{\\mathrm{model}}$ side")  # fmt: skip
     for level, color, name in ((0, PALETTE[3], "NVLink"), (1, PALETTE[1], "InfiniBand")):
-        ax.axhline(crossover_shard(scn, level), color=color, ls="--",
-                   label=f"crossover of a square shard, {name} ({scn.name})")  # fmt: skip
+        side = crossover_shard(scn, level)
+        label = f"crossover of a square shard, {name} ({scn.name})"
+        if side > 0:
+            ax.axhline(side, color=color, ls="--", label=label)
+        else:  # unbounded bandwidth: every shard hides its traffic; no line on a log axis
+            ax.plot([], [], color=color, ls="--", label=f"no crossover, {name} ({scn.name})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("training compute (FLOP)")
