@@ -4,8 +4,9 @@ For every page: the console has no errors; every equation was typeset by MathJax
 element holds MathJax output, no MathJax error, no raw TeX left in the visible text) and fits
 the text column; every image loaded and has an alt text that says what it shows; the text has
 no number printed as ``1e+11``, no Python repr (``None``, ``nan``, ``array(``) and no doubled
-word; the previous and next links lead to pages that load.  Pages are served from 127.0.0.1 by
-a throwaway HTTP server; the browser is Debian's Chromium (/usr/bin/chromium) with its driver,
+word (code, math and the API reference's signatures, which are code, are not text); the
+previous and next links lead to pages that load.  Pages are served from 127.0.0.1 by a
+throwaway HTTP server; the browser is Debian's Chromium (/usr/bin/chromium) with its driver,
 never a downloaded one, and makes no request beyond this machine.
 """
 
@@ -87,9 +88,9 @@ return [...document.images].filter(i => !i.complete || i.naturalWidth === 0)
 VISIBLE_TEXT = """
 const clone = document.querySelector('main') || document.body;
 return [...clone.querySelectorAll('p, li, td, th, h1, h2, h3, figcaption, dd, dt')]
-  .filter(e => !e.closest('pre, code, .highlight, mjx-container, .math'))
+  .filter(e => !e.closest('pre, code, .highlight, mjx-container, .math, .sig'))
   .map(e => { const c = e.cloneNode(true);
-              c.querySelectorAll('mjx-container, .math, code, pre').forEach(x => x.remove());
+              c.querySelectorAll('mjx-container, .math, code, pre, .sig').forEach(x => x.remove());
               return c.textContent; })
   .join('\\n');
 """
