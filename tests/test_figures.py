@@ -87,3 +87,43 @@ def test_glue_refuses_a_figure_with_problems():
     fig.axes[0].set_xscale("linear")
     with pytest.raises(GlueError, match=r"not fit to read.*squeezed"):
         glue("bad_figure", fig)
+
+
+def _two_panels_with_a_legend_beside_the_left() -> plt.Figure:
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.9), sharey=True)
+    x = np.geomspace(1, 4096, 13)
+    for ax in axes:
+        for k, style in enumerate(("o-", "s-", "^-")):
+            ax.plot(x, (k + 1) * 1e-3 * np.ones_like(x) * x**-0.1, style, label=f"series {k}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("degree")
+    axes[0].set_ylabel("seconds")
+    axes[0].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return fig
+
+
+def test_a_legend_under_another_panel_is_found():
+    """The tensor-parallel figure's old bug: the left panel's legend, pushed to its right,
+    lay hidden under the right panel."""
+    problems = figures.check_figure(_two_panels_with_a_legend_beside_the_left())
+    assert any("under another panel" in p for p in problems), problems
+
+
+def test_a_legend_with_no_room_in_a_panel_goes_under_the_figure():
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.9), sharey=True)
+    x = np.geomspace(1, 4096, 60)
+    for ax in axes:
+        for k in range(3):  # lines that fill every place a legend could take inside
+            ax.plot(x, np.geomspace(1e-2, 1e-5, 60) * (k + 1), label=f"series {k}")
+            ax.plot(x, np.geomspace(1e-5, 1e-2, 60) * (k + 1))
+            ax.plot(x, np.full_like(x, 3e-4 * (k + 1)))
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("degree")
+    axes[0].set_ylabel("seconds")
+    axes[0].legend(loc="lower left", fontsize=14)
+    figures.tidy_legends(fig)
+    assert axes[0].get_legend() is None and len(fig.legends) == 1
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [f"series {k}" for k in range(3)]
+    assert not any("legend" in p for p in figures.check_figure(fig))

@@ -146,6 +146,35 @@ def tidy_legends(fig: plt.Figure) -> None:
             legend.set_bbox_to_anchor((1.02, 1.0), transform=ax.transAxes)
             legend.set_loc("upper left")
             fig.canvas.draw()
+            if legend_hidden_by(fig, ax):
+                # Another panel stands to the right: the legend goes under the whole figure.
+                handles, labels = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
+                legend.remove()
+                fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                           ncol=min(len(labels), 3), frameon=False,
+                           fontsize=legend_fontsize(ax))  # fmt: skip
+                fig.canvas.draw()
+
+
+def legend_fontsize(ax: plt.Axes) -> float:
+    """The font size the axes' legend uses (for a legend moved under the figure)."""
+    legend = ax.get_legend()
+    texts = legend.get_texts() if legend is not None else []
+    return texts[0].get_fontsize() if texts else plt.rcParams["legend.fontsize"]
+
+
+def legend_hidden_by(fig: plt.Figure, ax: plt.Axes) -> list[plt.Axes]:
+    """The other axes of ``fig`` whose box overlaps the legend of ``ax`` (a legend pushed
+    beside its panel onto the next one is hidden behind it)."""
+    legend = ax.get_legend()
+    if legend is None or not legend.get_visible():
+        return []
+    box = legend.get_window_extent()
+    return [
+        other
+        for other in fig.axes
+        if other is not ax and other.get_visible() and box.overlaps(other.get_window_extent())
+    ]
 
 
 def _squeezed(v: np.ndarray, lo: float, hi: float) -> bool:
@@ -206,6 +235,8 @@ def check_figure(fig: plt.Figure) -> list[str]:
         covered = legend_overlap(ax)
         if covered:
             problems.append(f"{where}: the legend covers {covered} plotted point(s)")
+        if legend_hidden_by(fig, ax):
+            problems.append(f"{where}: the legend lies under another panel of the figure")
         looks: dict[tuple, str] = {}
         for line in _data_lines(ax):
             label = line.get_label()
