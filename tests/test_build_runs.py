@@ -79,7 +79,9 @@ def test_bad_scenario_file_touches_nothing(built_book, tmp_path):
     assert snapshot(HTML) == before
 
 
-@pytest.mark.parametrize("url", ["github.com/owner/name", "https://example.org/just-one", "x"])
+@pytest.mark.parametrize(
+    "url", ["github.com/owner/name", "https://example.org/just-one", "x", "https://h/o/r/extra"]
+)
 def test_a_bad_repository_url_is_refused_before_anything(built_book, url):
     before, staged = snapshot(HTML), stages()
     proc = run_cli("build", env={"DMLIMITS_REPOSITORY_URL": url})

@@ -51,6 +51,9 @@ def test_a_readers_step_is_checked_both_ways():
         d.with_step(5, wrong).verify()
     with pytest.raises(ValueError, match=r"no step 0; expected a whole number from 1 to"):
         d.with_step(0, rewritten)
+    for bad in ("d_model", True, 3):
+        with pytest.raises(TypeError, match=r"step 5 must be a sympy expression or equation"):
+            d.with_step(5, bad)
 
 
 def test_a_wrong_rewrite_is_named():

@@ -127,3 +127,11 @@ def test_a_legend_with_no_room_in_a_panel_goes_under_the_figure():
     assert axes[0].get_legend() is None and len(fig.legends) == 1
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [f"series {k}" for k in range(3)]
     assert not any("legend" in p for p in figures.check_figure(fig))
+
+
+def test_a_figure_legend_over_a_panel_is_found():
+    fig = _two_panels_with_a_legend_beside_the_left()
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    fig.axes[0].get_legend().remove()
+    fig.legend(handles, labels, loc="center")  # in the middle of the figure: over the panels
+    assert "the figure's legend lies over a panel" in figures.check_figure(fig)

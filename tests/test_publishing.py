@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from conftest import ROOT
 
@@ -47,3 +48,31 @@ def test_binder_installs_the_pinned_environment_and_the_library():
     overrides = json.loads((ROOT / "lab" / "overrides.json").read_text())
     viewers = overrides["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]
     assert viewers["markdown"] == "Jupytext Notebook"
+
+
+def test_binder_runs_the_projects_python():
+    assert (ROOT / "binder" / "runtime.txt").read_text().strip() == "python-3.11"
+
+
+@pytest.mark.parametrize(
+    ("given", "url"),
+    [
+        ("https://github.com/o/r", "https://github.com/o/r"),
+        ("https://github.com/o/r.git", "https://github.com/o/r"),
+        ("https://github.com/o/r.git/", "https://github.com/o/r"),
+        ("", ""),
+    ],
+)
+def test_the_repository_url_is_read_and_normalized(monkeypatch, given, url):
+    from dmlimits.build import REPOSITORY_ENV, repository_url
+
+    monkeypatch.setenv(REPOSITORY_ENV, given)
+    assert repository_url({}) == url
+
+
+def test_a_bad_repository_url_names_the_value(monkeypatch):
+    from dmlimits.build import REPOSITORY_ENV, RepositoryError, repository_url
+
+    monkeypatch.setenv(REPOSITORY_ENV, "https://github.com/only-owner")
+    with pytest.raises(RepositoryError, match=r"'https://github.com/only-owner' is not a repo"):
+        repository_url({})

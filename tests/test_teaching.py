@@ -263,3 +263,29 @@ def test_shown_code_prints_no_stray_value(built_book, name):
                 assert rich or out.get("metadata", {}).get("scrapbook"), (
                     f"{name}: a shown cell ends with a bare value: {out['data']['text/plain']!r}"
                 )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_derive_snippets_work_as_printed(name):
+    """Each Derive solution's code, run as printed, verifies; the same step with its right-hand
+    side doubled is refused, naming the broken link."""
+    import sympy as sp
+    from dmlimits.derivation import DerivationError
+
+    text = markdown(name)
+    for kind, label in exercises(name):
+        if kind != "Derive":
+            continue
+        pattern = rf":{{3,}}\{{solution\}} {re.escape(label)}\n(.*?)\n:{{3,}}\n"
+        body = re.search(pattern, text, re.S).group(1)
+        code = "\n".join(re.findall(r"```python\n(.*?)```", body, re.S))
+        assert code, f"{name}: {label} shows no code"
+        scope: dict = {}
+        exec(compile(code, f"{label} (solution)", "exec"), scope)  # raises if it does not verify
+        call = re.search(r"(\w+)\.with_step\((\d+),\s*(\w+)\)", code)
+        assert call, f"{name}: {label} does not call with_step(i, mine)"
+        d, index, mine = scope[call.group(1)], int(call.group(2)), scope[call.group(3)]
+        wrong = sp.Eq(mine.lhs, 2 * mine.rhs) if isinstance(mine, sp.Equality) else 2 * mine
+        with pytest.raises(DerivationError):
+            d.with_step(index, wrong).verify()

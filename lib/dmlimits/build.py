@@ -526,7 +526,7 @@ def repository_url(config: dict) -> str:
     if not url:
         url = str((config.get("repository") or {}).get("url") or "").strip()
         where = "repository.url in _config.yml"
-    url = url.removesuffix(".git").rstrip("/")
+    url = url.rstrip("/").removesuffix(".git")
     if url and not _REPOSITORY_URL.fullmatch(url):
         raise RepositoryError(
             f"{where}: {url!r} is not a repository URL; expected https://HOST/OWNER/NAME, "

@@ -215,14 +215,20 @@ class Derivation:
         book's derivation exercises are checked.
 
         Raises ``ValueError`` naming the index when there is no such step, and ``TypeError``
-        (from :class:`Step`) when ``expr`` is not a sympy expression or equation."""
+        naming the value when ``expr`` is not a sympy expression or equation (a string, a
+        boolean that sympy made of an equation, a plain number)."""
         if not isinstance(index, int) or not 1 <= index <= len(self.steps):
             raise ValueError(
                 f"{self.name}: no step {index!r}; expected a whole number from 1 to "
                 f"{len(self.steps)}"
             )
+        if not isinstance(expr, sp.Expr | sp.Equality):
+            raise TypeError(
+                f"{self.name}: step {index} must be a sympy expression or equation written with "
+                f"the symbols of dmlimits.symbols, got {type(expr).__name__} {expr!r}"
+            )
         old = self.steps[index - 1]
-        new = Step(old.text, sp.sympify(expr), using=old.using, solve_for=old.solve_for)
+        new = Step(old.text, expr, using=old.using, solve_for=old.solve_for)
         steps = (*self.steps[: index - 1], new, *self.steps[index:])
         return Derivation(self.name, self.title, steps, chapter=self.chapter, notes=self.notes)
 

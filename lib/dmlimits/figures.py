@@ -251,6 +251,10 @@ def check_figure(fig: plt.Figure) -> list[str]:
         for name, text in (("x", ax.get_xlabel()), ("y", ax.get_ylabel())):
             if not text.strip() and not _labelled_elsewhere(fig, ax, name):
                 problems.append(f"{where}: the {name} axis has no label")
+    for legend in fig.legends:  # a legend of the whole figure must stay off every panel
+        box = legend.get_window_extent()
+        if any(ax.get_visible() and box.overlaps(ax.get_window_extent()) for ax in fig.axes):
+            problems.append("the figure's legend lies over a panel")
     for t in fig.findobj(Text):
         for math in re.findall(r"\$([^$]+)\$", t.get_text()):
             if re.search(r"_\{?[A-Za-z]{2,}", math):

@@ -10,6 +10,10 @@
   removes duplicate script *files* but not duplicate inline bodies, and the second
   ``const THEBE_JS_URL`` is a JavaScript error in the reader's console.  Identical inline
   scripts are dropped here.
+* **Binder opens the MyST source.**  The build executes each chapter into an ``.ipynb`` beside
+  it, so the theme's Binder button would open ``notebooks/NAME.ipynb``, a file the repository
+  does not have (it keeps the MyST ``.md``, which Binder opens as a notebook through jupytext).
+  The button's path is pointed at the ``.md``.
 """
 
 from __future__ import annotations
@@ -59,8 +63,24 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
     scripts[:] = kept
 
 
+def _binder_opens_myst(app, pagename, templatename, context, doctree) -> None:
+    def visit(buttons) -> None:
+        for button in buttons or []:
+            if isinstance(button, dict):
+                url = button.get("url")
+                if isinstance(url, str) and "/v2/" in url and "urlpath=" in url:
+                    head, _, path = url.partition("urlpath=")
+                    if path.endswith(".ipynb"):
+                        button["url"] = head + "urlpath=" + path.removesuffix(".ipynb") + ".md"
+                visit(button.get("items"))
+
+    visit(context.get("header_buttons"))
+
+
 def setup(app):
     app.connect("build-finished", _copy_mathjax)
     # Early: html-page-context stops at the first handler that returns a template name.
     app.connect("html-page-context", _dedupe_scripts, priority=100)
+    # After the theme adds its launch buttons (priority 501).
+    app.connect("html-page-context", _binder_opens_myst, priority=502)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
