@@ -321,7 +321,7 @@ def values(scn: Scenario) -> dict[str, float]:
     """The closed forms of a scenario: the smallest nanobatch and shard side, and the two
     limits in FLOP, both as the paper takes the batch-to-depth ratio (``t_crit_flop``,
     ``t_limit_flop``, at ``alpha``) and under the scenario's own laws (``t_crit_own_flop``,
-    ``t_limit_own_flop``, at ``alpha_own``; NaN for a sparse scenario, where the closed forms
+    ``t_limit_own_flop``, at ``alpha_own``; ``NaN`` for a sparse scenario, where the closed forms
     do not apply)."""
     dense = applies(scn)
     own = {

@@ -677,7 +677,7 @@ def _repeats(seq: Any, par: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _cluster(n_gpu: Any, default: np.ndarray, least: Any) -> np.ndarray:
-    """The GPUs the traffic spreads over: ``default`` when None; never fewer than ``least``, the
+    """The GPUs the traffic spreads over: ``default`` when ``None``; never fewer than ``least``, the
     participants of one collective."""
     if n_gpu is None:
         return default

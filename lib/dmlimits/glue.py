@@ -2,7 +2,7 @@
 
 ``glue(key, value)`` stores a value in the executing notebook for MyST-NB to paste:
 
-* a number (Python or numpy; NaN and infinity refused) is stored as a plain Python ``int`` or
+* a number (Python or numpy; ``NaN`` and infinity refused) is stored as a plain Python ``int`` or
   ``float`` under ``key``, for ``{glue:text}`key:.3g``` with the rounding in the prose, and a
   readable form under ``key.sci`` ("2.05 × 10²⁸", three significant figures) for
   ``{glue:text}`key.sci```;
@@ -39,7 +39,7 @@ class GlueError(ValueError):
 
 
 def as_number(key: str, value: Any) -> int | float:
-    """A Python int or float from a Python or numpy number; NaN, infinity and non-numbers
+    """A Python int or float from a Python or numpy number; ``NaN``, infinity and non-numbers
     raise :class:`GlueError` naming the key."""
     if isinstance(value, bool | np.bool_):
         raise GlueError(f"glue {key!r}: got a boolean {value!r}; expected a number")

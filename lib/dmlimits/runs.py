@@ -1236,7 +1236,7 @@ def strong_scaling(
 ) -> dict[str, np.ndarray]:
     """Per-GPU and overall throughput, MFU and exposed communication against the GPU count;
     ``fits`` says which configurations fit the GPUs' memory (:mod:`dmlimits.memory`), and the
-    others' throughput, MFU and times are NaN: they do not run."""
+    others' throughput, MFU and times are ``NaN``: they do not run."""
     from . import memory
 
     factors = factors or calibrated()

@@ -365,7 +365,7 @@ def used_node(node: int, n_gpu: int) -> int:
 
 
 def _placement_table(scn: Scenario, n_gpu: int) -> np.ndarray | None:
-    """Level-0 factors of the five degrees, one row per placement; None when there is one
+    """Level-0 factors of the five degrees, one row per placement; ``None`` when there is one
     level (a flat or unlimited network)."""
     if scn["network.topology"] != "two-level":
         return None
@@ -375,7 +375,7 @@ def _placement_table(scn: Scenario, n_gpu: int) -> np.ndarray | None:
 def best_on(
     scn: Scenario, pt: Point, n_gpu: int, ch: Choices, only: dict[str, int] | None = None
 ) -> dict[str, float] | None:
-    """The fastest configuration of ``n_gpu`` GPUs for model ``pt`` (None if none fits);
+    """The fastest configuration of ``n_gpu`` GPUs for model ``pt`` (``None`` if none fits);
     ``only`` restricts the candidates, e.g. ``{"pp": 64, "dp": 256}``."""
     c = _base(scn, pt, n_gpu, ch)
     if c is not None and only:
@@ -543,7 +543,7 @@ def library_fingerprint() -> str:
 
 def cache_path(scn: Scenario) -> Any:
     """Where the sweep of ``scn`` is cached on disk (content-addressed: the library's
-    fingerprint and every value of the scenario), or None when the disk cache is off."""
+    fingerprint and every value of the scenario), or ``None`` when the disk cache is off."""
     import hashlib
     import os
     from pathlib import Path
@@ -716,7 +716,7 @@ _INTEGERS = {"layers", "d_model", "sparsity", "batch_tokens", "n_gpu", "tp_model
 
 def rows(scn: Scenario) -> list[dict[str, Any]]:
     """One row of :data:`ROW_FIELDS` per model of the sweep: whole numbers as ints, a
-    configuration that was never found as None."""
+    configuration that was never found as ``None``."""
     scn = require_scenario(scn)
     out = []
     for r in sweep(scn):
@@ -750,7 +750,7 @@ def parallelism_map(
 ) -> dict[str, Any]:  # fmt: skip
     """For every ``every``-th model of the sweep and every cluster of ``S 2^i`` GPUs
     (``i < doublings``; by default two doublings beyond the largest cluster the sweep chooses),
-    the parallelisms of the fastest configuration (:func:`best_on`; None where none fits) and
+    the parallelisms of the fastest configuration (:func:`best_on`; ``None`` where none fits) and
     whether it trains the model within the training time."""
     scn = require_scenario(scn)
     if doublings is None:
@@ -834,7 +834,7 @@ REFERENCE_TOLERANCE = 0.01
 def reference_rows(setting: str) -> list[dict[str, Any]]:
     """The authors' final code's result at every model of one setting's sweep (a preset name of
     :data:`dmlimits.scenario.PAPER_PRESETS`), from ``data/paper1_reference_sweeps.csv``: numbers
-    as floats, ``feasible`` as a bool, an empty configuration as NaN."""
+    as floats, ``feasible`` as a bool, an empty configuration as ``NaN``."""
     from .scenario import PAPER_PRESETS
 
     if setting not in PAPER_PRESETS:
@@ -883,7 +883,7 @@ def reference_setting(scn: Scenario) -> str:
 def reference_comparison(scn: Scenario, setting: str | None = None) -> list[dict[str, Any]]:
     """The search's result beside the authors' at every model of ``setting`` (default: the
     scenario's own preset) for which their code found a configuration: compute, the two
-    utilizations and their difference (NaN where this search finds none), whether the
+    utilizations and their difference (``NaN`` where this search finds none), whether the
     configurations are the same (GPUs and the TP, PP, DP and EP degrees) and so is the 2D
     split of tensor parallelism (equal products often tie), and the cost that binds."""
     scn = require_scenario(scn)

@@ -206,7 +206,7 @@ def uncertainty(
 ) -> dict[str, Any]:  # fmt: skip
     """The spread of the utilization curve and of the two limits over ``n`` joint draws of
     the assumptions: ``compute`` (a common grid), ``low``/``median``/``high`` utilization at
-    each compute (quantiles over the draws, NaN where fewer than half the draws are
+    each compute (quantiles over the draws, ``NaN`` where fewer than half the draws are
     feasible), and the quantiles of the linear-scaling end and the latency wall."""
     scn = require_scenario(scn)
     variants = uncertainty_variants(scn, n, seed)

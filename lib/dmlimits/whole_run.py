@@ -38,7 +38,7 @@ def feasible(scn: Scenario) -> list[dict[str, Any]]:
 
 
 def wall_between(scn: Scenario) -> tuple[float, float]:
-    """The last feasible and the first infeasible grid point (NaN when there is none)."""
+    """The last feasible and the first infeasible grid point (``NaN`` when there is none)."""
     rows = search.sweep(scn)
     ok = [r["training_flop"] for r in rows if r["feasible"]]
     bad = [r["training_flop"] for r in rows if not r["feasible"]]
@@ -46,7 +46,8 @@ def wall_between(scn: Scenario) -> tuple[float, float]:
 
 
 def utilization_at(scn: Scenario, compute: np.ndarray) -> np.ndarray:
-    """The scenario's utilization interpolated in log compute (NaN outside its feasible grid)."""
+    """The scenario's utilization interpolated in log compute (``NaN`` outside its feasible
+    grid)."""
     rows = feasible(scn)
     x = np.log([r["training_flop"] for r in rows])
     y = np.array([r["utilization"] for r in rows])
@@ -284,7 +285,7 @@ def sensitivity_figure(scns: list[Scenario], alphas: np.ndarray) -> plt.Figure:
 def analytic_vs_simulated(scns: list[Scenario]) -> list[dict[str, Any]]:
     """For each scenario the closed forms under its own batch and depth laws beside the
     simulated limits: critical compute and the linear-scaling end, the latency wall and the
-    last feasible grid point (closed forms NaN for sparse scenarios, where they do not
+    last feasible grid point (closed forms ``NaN`` for sparse scenarios, where they do not
     apply)."""
     out = []
     for scn in scns:
@@ -402,9 +403,9 @@ def analytic_figure(rows: list[dict[str, Any]]) -> plt.Figure:
 
 # --- Tables ------------------------------------------------------------------------------------
 def sci(x: float, digits: int = 3) -> str:
-    """A number for a Markdown table: 2.05e28 as $2.05 \\times 10^{28}$, NaN as a dash, and
-    (the rule of :func:`dmlimits.glue.sci`) a whole number below ten million as a count with
-    thousands separators: 4,096 GPUs, never $4.10 \\times 10^{3}$."""
+    """A number for a Markdown table: ``2.05e28`` as ``$2.05 \\times 10^{28}$``, ``NaN`` as a
+    dash, and (the rule of :func:`dmlimits.glue.sci`) a whole number below ten million as a count
+    with thousands separators: 4,096 GPUs, never ``$4.10 \\times 10^{3}$``."""
     if not (isinstance(x, int | float) and math.isfinite(x)):
         return "—" if x != math.inf else "∞"
     if float(x).is_integer() and abs(x) < 1e7:
@@ -633,7 +634,7 @@ def choice_effects(scn: Scenario) -> list[dict[str, Any]]:
 
 
 def _is_reference(scn: Scenario) -> str | None:
-    """The paper's preset the scenario is, unchanged, or None."""
+    """The paper's preset the scenario is, unchanged, or ``None``."""
     from .scenario import PAPER_PRESETS, resolve
 
     return next(
