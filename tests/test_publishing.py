@@ -76,3 +76,20 @@ def test_a_bad_repository_url_names_the_value(monkeypatch):
     monkeypatch.setenv(REPOSITORY_ENV, "https://github.com/only-owner")
     with pytest.raises(RepositoryError, match=r"'https://github.com/only-owner' is not a repo"):
         repository_url({})
+
+
+def test_the_binder_button_opens_the_myst_source():
+    """The build executes each chapter into an .ipynb; the repository keeps the .md."""
+    from dmlimits import sphinxext
+
+    binder = "https://mybinder.org/v2/gh/o/r/main?urlpath=lab/tree/notebooks/model"
+    context = {
+        "header_buttons": [
+            {"type": "group", "label": "launch-buttons", "buttons": [
+                {"type": "link", "text": "Binder", "url": binder + ".ipynb"}]},
+            {"type": "link", "text": "repository", "url": "https://github.com/o/r"},
+        ]
+    }  # fmt: skip
+    sphinxext._binder_opens_myst(None, "notebooks/model", "page.html", context, None)
+    assert context["header_buttons"][0]["buttons"][0]["url"] == binder + ".md"
+    assert context["header_buttons"][1]["url"] == "https://github.com/o/r"

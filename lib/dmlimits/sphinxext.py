@@ -72,7 +72,7 @@ def _binder_opens_myst(app, pagename, templatename, context, doctree) -> None:
                     head, _, path = url.partition("urlpath=")
                     if path.endswith(".ipynb"):
                         button["url"] = head + "urlpath=" + path.removesuffix(".ipynb") + ".md"
-                visit(button.get("items"))
+                visit(button.get("buttons"))  # the theme's launch group
 
     visit(context.get("header_buttons"))
 
