@@ -118,8 +118,10 @@ def test_the_search_pays_expert_latency_at_the_highest_level():
     pt = search.points(scn)[0]
     ch = search.Choices.of(scn)
     c = {"pp": np.array([1]), "ep": np.array([8]), "v": np.array([1])}
+    c.update(d_model=np.array([pt.d_model]), batch=np.array([pt.batch]))
+    c.update(layers=np.array([pt.layers]), n_gpu=np.array([64.0 * 8]))
     factors = np.array([1, 2, 4, 8])
-    ok, t = search._pp_ep_distinct(scn, pt, 64 * 8, c, factors, ch)
+    ok, t = search._pp_ep_distinct(scn, c, factors, ch)
     j = list(factors).index(8)
     assert ok[0, 0, j]
     want = (pt.layers - 1) * 2 * scn["network.latency"]

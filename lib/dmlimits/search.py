@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -101,6 +102,13 @@ def placements(node: int) -> np.ndarray:
     return np.array(rows, dtype=np.int64).reshape(-1, len(DEGREES))
 
 
+@cache
+def _microbatches(pp: int, units: int, zero_bubble: bool, count: int, rule: str) -> tuple:
+    """:func:`dmlimits.pipeline.valid_microbatches`, remembered: a sweep asks for the same
+    counts hundreds of thousands of times."""
+    return ppm.valid_microbatches(pp, units, zero_bubble, count, rule)
+
+
 # --- Candidates ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Point:
@@ -153,10 +161,10 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
                 continue
             units = per_pipe // dp
             schedules: list[tuple[int, int]] = []  # (microbatches, zero bubble)
-            for m in ppm.valid_microbatches(pp, units, count=max(1, ch.microbatch_candidates)):
+            for m in _microbatches(pp, units, False, max(1, ch.microbatch_candidates), "2n"):
                 schedules.append((m, 0))
             if ch.zero_bubble and pp > 1:
-                zb = ppm.valid_microbatches(pp, units, True, 1, ch.zero_bubble_min)
+                zb = _microbatches(pp, units, True, 1, ch.zero_bubble_min)
                 schedules.extend((m, 1) for m in zb)
             for (_m, f_), (m, zb) in itertools.product(splits, schedules):
                 rows.append((tp // f_, f_, dp, pp, ep, m, zb))
@@ -171,19 +179,19 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
     return out if len(out["dp"]) else None
 
 
-def _matmul_time(scn: Scenario, pt: Point, c: dict[str, np.ndarray]) -> np.ndarray:
+def _matmul_time(scn: Scenario, c: dict[str, np.ndarray]) -> np.ndarray:
     """Seconds of a step's matmuls on one GPU: six per layer per microbatch (two weight
     matrices, three kinds each), for its layers and experts."""
-    u, back = _unique(c, ("tp_model", "tp_ff", "nanobatch"))
-    a = pt.d_model / u["tp_model"]
-    f = pt.d_ff / u["tp_ff"]
+    u, back = _unique(c, ("tp_model", "tp_ff", "nanobatch", "d_model", "d_ff"))
+    a = u["d_model"] / u["tp_model"]
+    f = u["d_ff"] / u["tp_ff"]
     b = u["nanobatch"]
     six = sum(
         matmul.matmul_time(scn, x1, x2, b, kind)
         for kind in matmul.KINDS
         for x1, x2 in ((f, a), (a, f))
     )[back]
-    return (pt.layers / c["pp"]) * (pt.experts / c["ep"]) * c["m"] * six
+    return (c["layers"] / c["pp"]) * (c["experts"] / c["ep"]) * c["m"] * six
 
 
 # --- Costs per parallelism, for every level-0 factor ----------------------------------------
@@ -240,59 +248,62 @@ def _gather(ok: np.ndarray, t: coll.CommTime, back: np.ndarray) -> tuple:
 
 
 def _per_parallelism(
-    scn: Scenario, pt: Point, n_gpu: int, c: dict[str, np.ndarray],
-    factors: np.ndarray | None, ch: Choices,
-) -> dict[str, coll.CommTime | tuple[np.ndarray, coll.CommTime]]:  # fmt: skip
+    scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None, ch: Choices
+) -> dict[str, coll.CommTime | tuple[np.ndarray, coll.CommTime]]:
     """Bandwidth (levels added) and latency of each parallelism for every level-0 option."""
     out: dict[str, Any] = {}
-    u, back = _unique(c, ("dp",))
+    u, back = _unique(c, ("dp", "params", "n_gpu"))
     i, o, ok = _options(u["dp"], factors)
-    t = dpm.dp_time(scn, pt.params, i, o, float(n_gpu), overlap_levels=False)
+    t = dpm.dp_time(
+        scn, u["params"][:, None], i, o, u["n_gpu"][:, None], overlap_levels=False
+    )  # fmt: skip
     out["dp"] = _gather(ok, coll.CommTime(*np.broadcast_arrays(t.bandwidth, t.latency)), back)
-    u, back = _unique(c, ("dp", "ep", "tp_model", "tp_ff"))
-    tokens = (pt.batch / (u["dp"] * u["ep"]))[:, None]
-    stage_layers = (pt.layers / c["pp"])[:, None]
+    u, back = _unique(c, ("dp", "ep", "tp_model", "tp_ff", "batch", "d_model", "d_ff"))
+    tokens = (u["batch"] / (u["dp"] * u["ep"]))[:, None]
+    stage_layers = (c["layers"] / c["pp"])[:, None]
     for name in ("tp_model", "tp_ff"):
         i, o, ok = _options(u[name], factors)
         t = tpm.tp_family_time(
-            scn, name, pt.d_model, pt.d_ff, tokens, u["tp_model"][:, None],
-            u["tp_ff"][:, None], i, o, overlap_levels=False,
+            scn, name, u["d_model"][:, None], u["d_ff"][:, None], tokens,
+            u["tp_model"][:, None], u["tp_ff"][:, None], i, o, overlap_levels=False,
         )  # fmt: skip
         t = coll.CommTime(*np.broadcast_arrays(t.bandwidth, t.latency))
         ok, t = _gather(ok, t, back)
         # Bandwidth: this GPU's layers; latency: every layer, on the pipeline's critical path.
-        out[name] = (ok, coll.CommTime(t.bandwidth * stage_layers, t.latency * pt.layers))
-    out["pp_ep"] = _pp_ep(scn, pt, n_gpu, c, factors, ch)
+        out[name] = (
+            ok, coll.CommTime(t.bandwidth * stage_layers, t.latency * c["layers"][:, None])
+        )  # fmt: skip
+    out["pp_ep"] = _pp_ep(scn, c, factors, ch)
     return out
 
 
 def _pp_ep(
-    scn: Scenario, pt: Point, n_gpu: int, c: dict[str, np.ndarray],
-    factors: np.ndarray | None, ch: Choices,
-) -> tuple[np.ndarray, coll.CommTime]:  # fmt: skip
+    scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None, ch: Choices
+) -> tuple[np.ndarray, coll.CommTime]:
     """Pipeline and expert traffic at layer interfaces, computed per distinct (PP, EP, v)."""
-    u, back = _unique(c, ("pp", "ep", "v"))
-    ok, t = _pp_ep_distinct(scn, pt, n_gpu, u, factors, ch)
+    u, back = _unique(c, ("pp", "ep", "v", "d_model", "batch", "layers", "n_gpu"))
+    ok, t = _pp_ep_distinct(scn, u, factors, ch)
     t = coll.CommTime(*np.broadcast_arrays(t.bandwidth, t.latency))
     return _gather(np.broadcast_to(ok, t.bandwidth.shape), t, back)
 
 
 def _pp_ep_distinct(
-    scn: Scenario, pt: Point, n_gpu: int, c: dict[str, np.ndarray],
-    factors: np.ndarray | None, ch: Choices,
-) -> tuple[np.ndarray, coll.CommTime]:  # fmt: skip
+    scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None, ch: Choices
+) -> tuple[np.ndarray, coll.CommTime]:
     pi, po, pok = _options(c["pp"], factors)
     ei, eo, eok = _options(c["ep"], factors)
     v = c["v"][:, None, None]
+    d_model, batch = c["d_model"][:, None, None], c["batch"][:, None, None]
+    layers, n_gpu = c["layers"][:, None, None], c["n_gpu"][:, None, None]
     pp_i, pp_o = pi[:, :, None], po[:, :, None]
     ep_i, ep_o = ei[:, None, :], eo[:, None, :]
     within, across = ppm.level_crossings(pp_i, pp_o, v)
     cross = [
-        epm.crossing_time(scn, pt.d_model, pt.batch, ep_i, ep_o, level, k, float(n_gpu))
+        epm.crossing_time(scn, d_model, batch, ep_i, ep_o, level, k, n_gpu)
         for level, k in ((0, within), (1, across))
     ]
     only = epm.ep_time(
-        scn, pt.d_model, pt.batch, ep_i, ep_o, pt.layers - v * pp_i * pp_o, float(n_gpu),
+        scn, d_model, batch, ep_i, ep_o, layers - v * pp_i * pp_o, n_gpu,
         latency=ch.expert_latency,
     )  # fmt: skip
     ok = pok[:, :, None] & eok[:, None, :]
@@ -306,10 +317,9 @@ def _pp_ep_distinct(
 
 
 def _costs(
-    scn: Scenario, pt: Point, n_gpu: int, c: dict[str, np.ndarray],
-    factors: np.ndarray | None, ch: Choices,
-) -> dict[str, _Table]:  # fmt: skip
-    both = [_per_parallelism(_one_level(scn, lv), pt, n_gpu, c, factors, ch) for lv in (0, 1)]
+    scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None, ch: Choices
+) -> dict[str, _Table]:
+    both = [_per_parallelism(_one_level(scn, lv), c, factors, ch) for lv in (0, 1)]
     flat = scn["network.topology"] != "two-level"
     out = {}
     for name, (ok, t0) in both[0].items():
@@ -372,30 +382,65 @@ def _placement_table(scn: Scenario, n_gpu: int) -> np.ndarray | None:
     return placements(used_node(int(scn["network.node_size"]), n_gpu))
 
 
-def best_on(
-    scn: Scenario, pt: Point, n_gpu: int, ch: Choices, only: dict[str, int] | None = None
-) -> dict[str, float] | None:
-    """The fastest configuration of ``n_gpu`` GPUs for model ``pt`` (``None`` if none fits);
-    ``only`` restricts the candidates, e.g. ``{"pp": 64, "dp": 256}``."""
-    c = _base(scn, pt, n_gpu, ch)
-    if c is not None and only:
-        keep = np.logical_and.reduce([c[k] == v for k, v in only.items()])
-        c = {k: v[keep] for k, v in c.items()} if keep.any() else None
-    if c is None:
+#: The search prunes, before costing them, the candidates whose lower bound on the step time
+#: (their matmuls stretched by their bubble, with no network time and no latency) exceeds a
+#: step time another candidate of the same cluster achieves; this environment variable set to
+#: ``off`` makes it cost every candidate.  Pruning changes no result
+#: (tests/test_search_pruning.py compares every preset's sweep both ways).
+PRUNE_ENV = "DMLIMITS_SEARCH_PRUNE"
+#: Candidates of each cluster costed first, those of least bound: the fastest of them sets the
+#: step time that the others' bounds must not exceed.
+SEEDS = 64
+
+
+def pruning() -> bool:
+    """Whether the search prunes (:data:`PRUNE_ENV` is not ``off``)."""
+    return os.environ.get(PRUNE_ENV, "on").strip().lower() != "off"
+
+
+#: The columns of a model of the sweep that every candidate of a batch carries, so that the
+#: candidates of several (model, cluster) pairs are costed in one pass of array operations.
+_POINT_COLUMNS = ("d_model", "d_ff", "layers", "experts", "batch")
+
+
+def _candidates(
+    scn: Scenario, items: list[tuple[Point, int]], ch: Choices, only: dict[str, int] | None
+) -> tuple[dict[str, np.ndarray], list[int], np.ndarray] | None:
+    """Every candidate of every (model, cluster) pair, concatenated with the pair's columns;
+    the pairs that have candidates, and the first row of each one's segment."""
+    parts: list[dict[str, np.ndarray]] = []
+    owners: list[int] = []
+    for k, (pt, n_gpu) in enumerate(items):
+        c = _base(scn, pt, n_gpu, ch)
+        if c is not None and only:
+            keep = np.logical_and.reduce([c[key] == v for key, v in only.items()])
+            c = {key: v[keep] for key, v in c.items()} if keep.any() else None
+        if c is None:
+            continue
+        rows = len(c["dp"])
+        for name in _POINT_COLUMNS:
+            c[name] = np.full(rows, getattr(pt, name), dtype=np.int64)
+        c["params"] = np.full(rows, pt.params)
+        c["n_gpu"] = np.full(rows, float(n_gpu))
+        parts.append(c)
+        owners.append(k)
+    if not parts:
         return None
-    table = _placement_table(scn, n_gpu)
-    if table is None:
-        factors = None
-        columns = {k: np.zeros(1, dtype=np.int64) for k in DEGREES}
-    elif len(table) == 0:
-        return None
-    else:
-        factors = np.unique(table)
-        columns = {k: np.searchsorted(factors, table[:, j]) for j, k in enumerate(DEGREES)}
-    tables = _costs(scn, pt, n_gpu, c, factors, ch)
-    t_mm = _matmul_time(scn, pt, c)
-    bubble = ppm.bubble_fraction(c["pp"], c["m"], c["v"], zero_bubble=False)
-    bubble = np.where(c["zero_bubble"] == 1, 0.0, bubble)
+    sizes = np.array([len(p["dp"]) for p in parts])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}, owners, starts
+
+
+def _take(c: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: v[rows] for k, v in c.items()}
+
+
+def _evaluate(
+    scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None,
+    columns: dict[str, np.ndarray], ch: Choices, t_mm: np.ndarray, bubble: np.ndarray,
+) -> dict[str, Any]:  # fmt: skip
+    """Every candidate (rows) on every placement (columns): the step time and its parts."""
+    tables = _costs(scn, c, factors, ch)
 
     def pick(name: str, attr: str) -> np.ndarray:
         """The table's value for every candidate (rows) on every placement (columns).  Column
@@ -428,30 +473,115 @@ def best_on(
         )  # fmt: skip
     total = sum(a + b for a, b in levels.values())
     t = np.where(np.isfinite(total), t, np.inf)
+    t = np.where(np.isnan(t), np.inf, t)  # never seen; a NaN would otherwise win no argmin
     COUNTS["candidates"] += t.size
-    # The fastest; among equally fast ones the least network time, then the first.
-    flat_t = t.ravel()
-    k = int(np.argmin(np.where(flat_t == flat_t.min(), total.ravel(), np.inf)))
-    if not np.isfinite(t.ravel()[k]):
-        return None
-    r, j = divmod(k, t.shape[1])
-    out = {key: float(c[key][r]) for key in ("tp_model", "tp_ff", "dp", "pp", "ep", "m", "v")}
-    out["zero_bubble"] = float(c["zero_bubble"][r])
-    out["nanobatch"] = float(c["nanobatch"][r])
+    return {"t": t, "total": total, "levels": levels, "t_net": t_net, "lat_pipe": lat_pipe,
+            "lat_dp": lat_dp}  # fmt: skip
+
+
+def best_on(
+    scn: Scenario, pt: Point, n_gpu: int, ch: Choices, only: dict[str, int] | None = None
+) -> dict[str, float] | None:
+    """The fastest configuration of ``n_gpu`` GPUs for model ``pt`` (``None`` if none fits);
+    ``only`` restricts the candidates, e.g. ``{"pp": 64, "dp": 256}``."""
+    return best_on_many(scn, [(pt, n_gpu)], ch, only)[0]
+
+
+def best_on_many(
+    scn: Scenario, items: list[tuple[Point, int]], ch: Choices,
+    only: dict[str, int] | None = None,
+) -> list[dict[str, float] | None]:  # fmt: skip
+    """:func:`best_on` for several (model, cluster size) pairs: the candidates of the pairs
+    whose clusters use the same GPUs of each node are costed together, in one pass of array
+    operations, and each pair's fastest is found within its own candidates."""
+    out: list[dict[str, float] | None] = [None] * len(items)
+    groups: dict[int, list[int]] = {}
+    node = int(scn["network.node_size"]) if scn["network.topology"] == "two-level" else 0
+    for k, (_pt, n_gpu) in enumerate(items):
+        groups.setdefault(used_node(node, n_gpu) if node else 0, []).append(k)
+    for ks in groups.values():
+        found = _best_in_group(scn, [items[k] for k in ks], ch, only)
+        for k, f in zip(ks, found, strict=True):
+            out[k] = f
+    return out
+
+
+def _best_in_group(
+    scn: Scenario, items: list[tuple[Point, int]], ch: Choices, only: dict[str, int] | None
+) -> list[dict[str, float] | None]:
+    out: list[dict[str, float] | None] = [None] * len(items)
+    batch = _candidates(scn, items, ch, only)
+    if batch is None:
+        return out
+    c, owners, starts = batch
+    table = _placement_table(scn, items[0][1])
+    if table is None:
+        factors = None
+        columns = {k: np.zeros(1, dtype=np.int64) for k in DEGREES}
+    elif len(table) == 0:
+        return out
+    else:
+        factors = np.unique(table)
+        columns = {k: np.searchsorted(factors, table[:, j]) for j, k in enumerate(DEGREES)}
+    t_mm = _matmul_time(scn, c)
+    bubble = ppm.bubble_fraction(c["pp"], c["m"], c["v"], zero_bubble=False)
+    bubble = np.where(c["zero_bubble"] == 1, 0.0, bubble)
+    segment = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(t_mm))))
+    if pruning() and len(t_mm) > len(starts):
+        # A lower bound on every candidate's step time: its matmuls stretched by its bubble
+        # (search-step-time with no network time and no latency; every term it leaves out is
+        # a non-negative addend or a max's argument).  The candidate with the least bound in
+        # each segment is costed first; no candidate whose bound exceeds the step time it
+        # achieves can be the fastest, nor tie with it.
+        bound = stepm.step_time(t_mm, 0.0, 0.0, 0.0, 0.0, bubble, c["zero_bubble"])
+        order = np.lexsort((bound, segment))
+        first = np.searchsorted(segment[order], np.arange(len(starts)))
+        rank = np.arange(len(order)) - first[segment[order]]
+        seeds = order[rank < SEEDS]
+        seeded = _evaluate(
+            scn, _take(c, seeds), factors, columns, ch, t_mm[seeds], bubble[seeds]
+        )  # fmt: skip
+        achieved = np.full(len(starts), np.inf)
+        np.minimum.at(achieved, segment[seeds], seeded["t"].min(axis=1))
+        keep = np.flatnonzero(bound <= achieved[segment])
+        c, t_mm, bubble, segment = _take(c, keep), t_mm[keep], bubble[keep], segment[keep]
+        starts = np.searchsorted(segment, np.arange(len(starts)))
+    ev = _evaluate(scn, c, factors, columns, ch, t_mm, bubble)
+    t, total = ev["t"], ev["total"]
+    # Each pair's fastest; among equally fast ones the least network time, then the first.
+    fastest = np.minimum.reduceat(t.min(axis=1), starts)
+    is_fastest = t == fastest[segment][:, None]
+    least = np.minimum.reduceat(np.where(is_fastest, total, np.inf).min(axis=1), starts)
+    hit = is_fastest & (total == least[segment][:, None])
+    rows = np.flatnonzero(hit.any(axis=1))
+    segs, first = np.unique(segment[rows], return_index=True)
+    levels = ev["levels"]
     parts = {
         "t_dp": levels["dp"], "t_tp": tuple(
             levels["tp_model"][i] + levels["tp_ff"][i] for i in (0, 1)
         ), "t_pp_ep": levels["pp_ep"],
     }  # fmt: skip
-    out.update({k: float(a[r, j] + b[r, j]) for k, (a, b) in parts.items()})
-    out.update(
-        t_step=float(t[r, j]), t_matmul=float(t_mm[r]), t_network=float(t_net[r, j]),
-        t_latency=float(lat_pipe[r, j] + lat_dp[r, j]), t_latency_pipe=float(lat_pipe[r, j]),
-        t_latency_dp=float(lat_dp[r, j]), bubble=float(bubble[r]),
-        t_network_total=float(total[r, j]),
-    )  # fmt: skip
-    for name in DEGREES:
-        out[f"{name}_intra"] = out[name] if factors is None else float(factors[columns[name][j]])
+    for s, r in zip(segs, rows[first], strict=True):
+        j = int(np.argmax(hit[r]))
+        if not np.isfinite(fastest[s]):
+            continue
+        keys = ("tp_model", "tp_ff", "dp", "pp", "ep", "m", "v")
+        found = {key: float(c[key][r]) for key in keys}
+        found["zero_bubble"] = float(c["zero_bubble"][r])
+        found["nanobatch"] = float(c["nanobatch"][r])
+        found.update({k: float(a[r, j] + b[r, j]) for k, (a, b) in parts.items()})
+        lat_pipe, lat_dp = ev["lat_pipe"], ev["lat_dp"]
+        found.update(
+            t_step=float(t[r, j]), t_matmul=float(t_mm[r]), t_network=float(ev["t_net"][r, j]),
+            t_latency=float(lat_pipe[r, j] + lat_dp[r, j]), t_latency_pipe=float(lat_pipe[r, j]),
+            t_latency_dp=float(lat_dp[r, j]), bubble=float(bubble[r]),
+            t_network_total=float(total[r, j]),
+        )  # fmt: skip
+        for name in DEGREES:
+            found[f"{name}_intra"] = (
+                found[name] if factors is None else float(factors[columns[name][j]])
+            )
+        out[owners[s]] = found
     return out
 
 
@@ -459,40 +589,72 @@ def optimal(scn: Scenario, pt: Point, ch: Choices | None = None) -> dict[str, An
     """The smallest cluster ``S 2^i`` whose best configuration trains ``pt`` within the
     training time, and that configuration; ``feasible`` is False (with the fastest
     configuration found) when none does."""
+    return optimal_many(scn, [pt], ch)[0]
+
+
+def optimal_many(
+    scn: Scenario, pts: list[Point], ch: Choices | None = None
+) -> list[dict[str, Any]]:  # fmt: skip
+    """:func:`optimal` for several models: each doubles its own cluster, and the clusters that
+    every model still searching tries next are costed together (:func:`best_on_many`)."""
     scn = require_scenario(scn)
     ch = ch or Choices.of(scn)
     budget = scn.train_seconds
-    steps = scn["training.tokens_per_param"] * pt.params / pt.batch
-    # No cluster beats the kernel-latency floor: every GPU runs six matmul kernels per layer
-    # of its stage per microbatch, and there are at least as many microbatches as stages.
-    floor = len(matmul.KINDS) * 2 * pt.layers * float(scn["hardware.kernel_latency"])
-    # Nor the effective utilization: the smallest cluster worth trying.
-    least = pt.compute / (budget * scn.peak_flops * float(scn["hardware.effective_utilization"]))
-    first = max(0, math.ceil(math.log2(max(least / pt.experts, 1.0)) - 1e-9))
-    best: dict[str, Any] | None = None
-    stale = 0
-    for i in range(first, first + MAX_DOUBLINGS):
+    out: list[dict[str, Any] | None] = [None] * len(pts)
+    state: dict[int, dict[str, Any]] = {}
+    for k, pt in enumerate(pts):
+        steps = scn["training.tokens_per_param"] * pt.params / pt.batch
+        # No cluster beats the kernel-latency floor: every GPU runs six matmul kernels per
+        # layer of its stage per microbatch, and there are at least as many microbatches as
+        # stages.
+        floor = len(matmul.KINDS) * 2 * pt.layers * float(scn["hardware.kernel_latency"])
+        # Nor the effective utilization: the smallest cluster worth trying.
+        least = pt.compute / (
+            budget * scn.peak_flops * float(scn["hardware.effective_utilization"])
+        )  # fmt: skip
+        first = max(0, math.ceil(math.log2(max(least / pt.experts, 1.0)) - 1e-9))
         if steps * floor > budget:
-            break
-        n_gpu = pt.experts * 2**i
-        found = best_on(scn, pt, n_gpu, ch)
-        if found is None:
-            continue
-        found["n_gpu"] = float(n_gpu)
-        found["train_seconds"] = steps * found["t_step"]
-        if found["train_seconds"] <= budget:
-            found["feasible"] = True
-            return _finish(scn, pt, found)
-        if best is None or found["t_step"] < (1 - MIN_GAIN) * best["t_step"]:
-            stale = 0
+            out[k] = _infeasible(scn, pt, None)
         else:
-            stale += 1
-        if best is None or found["t_step"] < best["t_step"]:
-            best = found
-        if stale >= PATIENCE:
-            break
-    # No cluster trains the model in time: no configuration and no utilization (the fastest step
-    # the search saw depends on where it gave up, so it is kept only as a diagnostic).
+            state[k] = {"steps": steps, "i": first, "end": first + MAX_DOUBLINGS,
+                        "best": None, "stale": 0}  # fmt: skip
+    while state:
+        ks = list(state)
+        found_all = best_on_many(
+            scn, [(pts[k], pts[k].experts * 2 ** state[k]["i"]) for k in ks], ch
+        )
+        for k, found in zip(ks, found_all, strict=True):
+            st, pt = state[k], pts[k]
+            n_gpu = pt.experts * 2 ** st["i"]
+            st["i"] += 1
+            if found is not None:
+                found["n_gpu"] = float(n_gpu)
+                found["train_seconds"] = st["steps"] * found["t_step"]
+                if found["train_seconds"] <= budget:
+                    found["feasible"] = True
+                    out[k] = _finish(scn, pt, found)
+                    del state[k]
+                    continue
+                best = st["best"]
+                if best is None or found["t_step"] < (1 - MIN_GAIN) * best["t_step"]:
+                    st["stale"] = 0
+                else:
+                    st["stale"] += 1
+                if best is None or found["t_step"] < best["t_step"]:
+                    st["best"] = found
+                if st["stale"] >= PATIENCE:
+                    out[k] = _infeasible(scn, pt, st["best"])
+                    del state[k]
+                    continue
+            if st["i"] >= st["end"]:
+                out[k] = _infeasible(scn, pt, st["best"])
+                del state[k]
+    return out  # type: ignore[return-value]
+
+
+def _infeasible(scn: Scenario, pt: Point, best: dict[str, Any] | None) -> dict[str, Any]:
+    """No cluster trains the model in time: no configuration and no utilization (the fastest
+    step the search saw depends on where it gave up, so it is kept only as a diagnostic)."""
     fastest = best["t_step"] if best is not None else math.nan
     return _finish(
         scn, pt, {"feasible": False, "n_gpu": math.nan, "t_step": math.nan,
@@ -589,7 +751,7 @@ def sweep(scn: Scenario) -> list[dict[str, Any]]:
         results = _load(path) if path is not None else None
         if results is None:
             ch = Choices.of(scn)
-            results = [optimal(scn, pt, ch) for pt in points(scn)]
+            results = optimal_many(scn, points(scn), ch)
             for r in results:
                 r.update(losses(scn, r))
             if path is not None:
@@ -764,16 +926,15 @@ def parallelism_map(
         )
     ch = Choices.of(scn)
     pts = points(scn)[::every]
-    labels: list[list[str | None]] = []
+    labels: list[list[str | None]]
     in_time = np.zeros((len(pts), doublings), dtype=bool)
-    for a, pt in enumerate(pts):
-        steps = scn["training.tokens_per_param"] * pt.params / pt.batch
-        row: list[str | None] = []
-        for i in range(doublings):
-            found = best_on(scn, pt, pt.experts * 2**i, ch)
-            row.append(None if found is None else parallelism_label(found))
+    labels = [[] for _ in pts]
+    for i in range(doublings):  # every model on its cluster of S 2^i GPUs, costed together
+        found_all = best_on_many(scn, [(pt, pt.experts * 2**i) for pt in pts], ch)
+        for a, (pt, found) in enumerate(zip(pts, found_all, strict=True)):
+            steps = scn["training.tokens_per_param"] * pt.params / pt.batch
+            labels[a].append(None if found is None else parallelism_label(found))
             in_time[a, i] = found is not None and steps * found["t_step"] <= scn.train_seconds
-        labels.append(row)
     return {
         "params": np.array([pt.params for pt in pts]),
         "compute": np.array([pt.compute for pt in pts]),
