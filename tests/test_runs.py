@@ -400,3 +400,20 @@ def test_bound_without_communication_is_the_flop_ratio_over_the_bubble():
         transformer.flop_token * (1 + (pl.n_pp - 1) / (pl.interleave * pl.n_micro))
     )
     assert sp.simplify(no_comm - expected) == 0
+
+
+@pytest.mark.parametrize(
+    "name, preset",
+    [
+        ("LLAMA2-7B", "llama2-7b"),
+        ("Llama-2 70B", "llama2-70b"),
+        ("llama_2_7b", "llama2-7b"),
+        ("Llama 3.1 8B", "llama3-8b"),
+        ("LLAMA3-70B", "llama3-70b"),
+        ("Llama 3.1 405B", "llama3-405b"),
+    ],
+)
+def test_model_names_match_whatever_their_case_and_separators(name, preset):
+    """Issue #14: a row's model name finds its preset regardless of case, dashes, dots and
+    underscores (the Playbook's file writes LLAMA2-7B)."""
+    assert runs._shape({"model": name}, []) is transformer.SHAPES[preset]

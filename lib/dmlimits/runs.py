@@ -827,14 +827,20 @@ def _shape(row: dict, assumed: list[str]) -> tf.Shape:
     layers, width = _int(row, "layers"), _int(row, "d_model")
     params = float(row["params_b"]) * 1e9 if (row.get("params_b") or "").strip() else None
     key = name.lower().replace(" ", "")
+    # Names are matched whatever their case and separators: "Llama-2 7B", "LLAMA2-7B" and
+    # "llama_2_7b" are one model.  Llama 3 and 3.1 share their shapes.
+    bare = re.sub(r"[-_.]", "", key)
     for alias, preset in (
-        ("llama3.18b", "llama3-8b"),
-        ("llama3.170b", "llama3-70b"),
-        ("llama3.1405b", "llama3-405b"),
-        ("llama-27b", "llama2-7b"),
-        ("llama-270b", "llama2-70b"),
+        ("llama318b", "llama3-8b"),
+        ("llama3170b", "llama3-70b"),
+        ("llama31405b", "llama3-405b"),
+        ("llama38b", "llama3-8b"),
+        ("llama370b", "llama3-70b"),
+        ("llama3405b", "llama3-405b"),
+        ("llama27b", "llama2-7b"),
+        ("llama270b", "llama2-70b"),
     ):
-        if alias in key:
+        if alias in bare:
             return tf.SHAPES[preset]
     size = re.search(r"(\d+)b\b", key.replace("(", " ").replace(")", " ") + " ")
     if "nanotron" in key or key in PLAYBOOK_SHAPES:
