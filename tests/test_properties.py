@@ -205,6 +205,7 @@ def small_cases(draw):
     return scn, pt, n_gpu
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None, derandomize=True)
 @given(small_cases())
 def test_the_search_equals_an_exhaustive_search(case):

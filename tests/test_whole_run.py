@@ -53,6 +53,7 @@ def test_tables_have_one_row_per_scenario_and_mark(h100):
     assert choices.count("`search.") == sum(k.startswith("search.") for k in sc.SCHEMA)
 
 
+@pytest.mark.slow
 def test_choice_effects_compare_with_the_authors_only_in_their_settings(h100):
     rows = whole_run.choice_effects(h100)
     assert rows[0]["within"] == rows[0]["compared"] >= 20
