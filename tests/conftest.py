@@ -50,9 +50,42 @@ def run_cli(
     )
 
 
+#: What nbval's kernels run without: the build's sweep cache and the search's pruning.  nbval
+#: re-executes every notebook of the default book, which was built with both (and with the
+#: cache of executed notebooks), and compares every output: so the book built with them is
+#: checked to be the book computed without them.
+UNCACHED = {"DMLIMITS_SWEEP_CACHE": "off", "DMLIMITS_SEARCH_PRUNE": "off"}
+
+
+def _nbval_uncached(collector) -> None:
+    """Start this notebook's kernel with :data:`UNCACHED` and compare its figures too (nbval
+    skips PNG outputs unless told; the book's figures are byte-for-byte reproducible)."""
+    if getattr(collector, "_dmlimits_uncached", False):
+        return
+    collector._dmlimits_uncached = True
+    collector.skip_compare = tuple(k for k in collector.skip_compare if k != "image/png")
+    start = collector.setup
+
+    def setup() -> None:
+        saved = {k: os.environ.get(k) for k in UNCACHED}
+        os.environ.update(UNCACHED)
+        try:
+            start()  # the kernel inherits the environment it starts with
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    collector.setup = setup
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test that reads the built book is marked ``book``, so that ``-m "not book"`` (make
-    check) runs the library tests without a build."""
+    check) runs the library tests without a build; nbval's notebooks run uncached."""
     for item in items:
         if "built_book" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.book)
+        if type(item.parent).__name__ == "IPyNbFile":
+            _nbval_uncached(item.parent)

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from conftest import BUILD, EXECUTED, HTML, ROOT, run_cli, toc_notebooks
 from dmlimits import model, published
-from dmlimits.build import REPOSITORY_ENV
+from dmlimits.build import NOTEBOOK_CACHE_ENV, REPOSITORY_ENV
 from dmlimits.glue import read_glued
 from dmlimits.scenario import resolve
 
@@ -56,24 +56,41 @@ def changed_build(tmp_path_factory, built_book):
     shutil.rmtree(out.parent, ignore_errors=True)
     before = digest(BUILD / "html"), digest(EXECUTED)
     # Built as the publishing workflow builds: told the repository's URL (launch buttons on).
-    # A cold build of another scenario sweeps every scenario its chapters read: allow for a
-    # loaded two-core machine (the timeout only guards against a hang).
-    proc = run_cli("build", "--scenario", str(spec), env={REPOSITORY_ENV: REPOSITORY}, timeout=1800)
+    # Its notebooks are cached in a folder of its own, empty at first, so that every notebook
+    # runs.  A cold build of another scenario sweeps every scenario its chapters read: allow for
+    # a loaded two-core machine (the timeout only guards against a hang).
+    cache = tmp_path_factory.mktemp("notebook-cache")
+    env = {REPOSITORY_ENV: REPOSITORY, NOTEBOOK_CACHE_ENV: str(cache)}
+    proc = run_cli("build", "--scenario", str(spec), env=env, timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (digest(BUILD / "html"), digest(EXECUTED)) == before, "the default book changed"
     assert (out / "index.html").is_file(), f"not built where expected: {out}"
-    yield out, scn, proc
+    yield out, scn, proc, spec, env
     shutil.rmtree(out.parent, ignore_errors=True)
 
 
+def test_a_rebuild_reads_every_notebook_from_the_cache(changed_build, tmp_path):
+    """The same scenario built again with the same cache executes no notebook and gives the
+    same executed notebooks, byte for byte, and the same pages."""
+    out, _, _, spec, env = changed_build
+    again = tmp_path / "html"
+    proc = run_cli("build", "--scenario", str(spec), "--output", str(again), env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    n = len(toc_notebooks())
+    assert f"executing 0 of {n} notebook(s)" in proc.stdout and f"{n} unchanged" in proc.stdout
+    assert digest(again.parent / "executed") == digest(out.parent / "executed")
+    pages = [p.relative_to(out) for p in out.rglob("*.html")]
+    assert pages and all((again / p).read_bytes() == (out / p).read_bytes() for p in pages)
+
+
 def test_build_reports_progress_and_timings(changed_build):
-    _, _, proc = changed_build
+    proc = changed_build[2]
     n = len(toc_notebooks())
     assert f"[{n}/{n}]" in proc.stdout and "timings:" in proc.stdout and "total" in proc.stdout
 
 
 def test_changed_assumptions_change_the_chapters_numbers(changed_build):
-    out, scn, _ = changed_build
+    out, scn = changed_build[:2]
     old = read_glued(EXECUTED / "model.ipynb")
     new = read_glued(out.parent / "executed" / "model.ipynb")
     # The values that depend on the changed assumptions moved, to what the library computes...
@@ -93,7 +110,7 @@ def test_changed_assumptions_reach_the_whole_run_chapters(changed_build):
     library's values for the changed scenario."""
     from dmlimits import closed_forms, search
 
-    out, scn, _ = changed_build
+    out, scn = changed_build[:2]
     head = search.headline(scn)
     for name, key, value in [
         ("search", "linear_end", head["linear_scaling_end_flop"]),
@@ -124,14 +141,14 @@ def _figure(notebook: Path, key: str) -> bytes:
 
 @pytest.mark.parametrize("key", ["fig_budget", "fig_batch"])
 def test_changed_assumptions_change_the_figures(changed_build, key):
-    out, _, _ = changed_build
+    out = changed_build[0]
     assert _figure(out.parent / "executed" / "model.ipynb", key) != _figure(
         EXECUTED / "model.ipynb", key
     )
 
 
 def test_changed_build_html_shows_the_new_values(changed_build):
-    out, scn, _ = changed_build
+    out, scn = changed_build[:2]
     text = (out / "notebooks" / "model.html").read_text()
     assert f'<span class="pasted-text">{scn["training.months"]:g}</span>-month run' in text
     assert (
@@ -143,7 +160,7 @@ def test_changed_build_html_shows_the_new_values(changed_build):
 def test_assumptions_page_shows_what_differs(changed_build):
     from dmlimits import assumptions
 
-    out, scn, _ = changed_build
+    out, scn = changed_build[:2]
     changed = (out / "notebooks" / "assumptions.html").read_text()
     default = (HTML / "notebooks" / "assumptions.html").read_text()
     rows = [r for r in assumptions.table(scn) if r["changed"]]
@@ -159,7 +176,7 @@ def test_a_known_repository_shows_the_launch_and_repository_buttons(changed_buil
     """Issue #15: with the repository's URL (as the publishing workflow sets it), every chapter
     has a Binder launch button that opens its MyST source, and the repository button; the
     default book, built without it, has neither."""
-    out, _, proc = changed_build
+    out, proc = changed_build[0], changed_build[2]
     assert f"launch buttons on, for {REPOSITORY}" in proc.stdout
     html = (out / "notebooks" / "model.html").read_text()
     assert "mybinder.org/v2/gh/example-owner/data-movement-limits/main" in html

@@ -160,7 +160,8 @@ def _start_build(output: Path, mark: str, wait_for: str = "started") -> tuple:
     import sys
     import time
 
-    env = dict(os.environ, DMLIMITS_TEST_MARK=mark)
+    # The notebook cache off: a build whose notebooks were all cached would start no kernel.
+    env = dict(os.environ, DMLIMITS_TEST_MARK=mark, DMLIMITS_NOTEBOOK_CACHE="off")
     proc = subprocess.Popen(
         [sys.executable, "-m", "dmlimits", "build", "--output", str(output)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,

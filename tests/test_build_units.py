@@ -135,3 +135,65 @@ def test_code_cells_counts_the_injected_parameters_cell(tmp_path):
     )
     assert build.code_cells(f) == 3
     assert build.bar(0.5, 8) == "████░░░░" and build.bar(2, 4) == "████"
+
+
+# --- The cache of executed notebooks (issue #16) ---------------------------------------------
+def _project(tmp_path):
+    """A project of one notebook, with a requirements file, for the cache key."""
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "a.md").write_text("# A\n")
+    (tmp_path / "requirements.txt").write_text("numpy==1\n")
+    return tmp_path
+
+
+def test_a_notebooks_address_changes_with_every_input(tmp_path, monkeypatch):
+    """Its source, its parameters, the library and the pinned environment each move the
+    address; the same inputs give the same address."""
+    from dmlimits import search
+
+    root = _project(tmp_path)
+    params = {"scenario": "h100", "overrides": {}}
+    key = build.notebook_key(root, "notebooks/a", params)
+    assert build.notebook_key(root, "notebooks/a", dict(params)) == key
+    seen = {key}
+
+    def changed() -> str:
+        new = build.notebook_key(root, "notebooks/a", params)
+        assert new not in seen
+        seen.add(new)
+        return new
+
+    params = {"scenario": "h100", "overrides": {"training.months": 6}}
+    changed()
+    (root / "notebooks" / "a.md").write_text("# A, edited\n")
+    changed()
+    (root / "requirements.txt").write_text("numpy==2\n")
+    changed()
+    monkeypatch.setattr(search, "library_fingerprint", lambda: "another library")
+    changed()
+
+
+def test_the_cache_gives_back_what_it_stored_and_can_be_switched_off(tmp_path, monkeypatch):
+    work = tmp_path / "_build"
+    monkeypatch.delenv(build.NOTEBOOK_CACHE_ENV, raising=False)
+    cache = build.notebook_cache_dir(work)
+    assert cache == work / "cache" / "notebooks"
+    executed = tmp_path / "executed.ipynb"
+    executed.write_bytes(b'{"cells": []}')
+    target = tmp_path / "stage" / "notebooks" / "a.ipynb"
+    assert not build._cached_copy(cache, "k", target)
+    build._cache_store(cache, "k", executed)
+    assert build._cached_copy(cache, "k", target)
+    assert target.read_bytes() == executed.read_bytes()
+    assert not list(cache.glob(".tmp-*"))
+    monkeypatch.setenv(build.NOTEBOOK_CACHE_ENV, "off")
+    assert build.notebook_cache_dir(work) is None
+    assert not build._cached_copy(None, "k", target)
+
+
+def test_a_cached_notebook_keeps_its_last_measured_time(tmp_path):
+    build.remember_seconds(tmp_path, [build.Timing("notebooks/a", 7.0)])
+    build.remember_seconds(tmp_path, [build.Timing("notebooks/a", 0.0, cached=True),
+                                      build.Timing("notebooks/b", 2.0)])  # fmt: skip
+    assert build.schedule(["notebooks/b", "notebooks/a"], tmp_path) == [
+        "notebooks/a", "notebooks/b"]  # fmt: skip

@@ -166,6 +166,7 @@ def remove_stale_stages(work: Path) -> list[Path]:
 class Timing:
     notebook: str
     seconds: float
+    cached: bool = False  # taken from the cache of executed notebooks, not executed
 
 
 def project_root() -> Path:
@@ -320,6 +321,68 @@ def parameters_for(nb: Any, params: dict) -> dict:
     return {k: v for k, v in params.items() if k in names}
 
 
+#: The cache of executed notebooks: this environment variable names its folder ("off": no
+#: cache); a build uses ``_build/cache/notebooks`` unless it is set.
+NOTEBOOK_CACHE_ENV = "DMLIMITS_NOTEBOOK_CACHE"
+
+
+def notebook_cache_dir(work: Path) -> Path | None:
+    """Where executed notebooks are cached, or ``None`` when the cache is off."""
+    folder = os.environ.get(NOTEBOOK_CACHE_ENV, str(work / "cache" / "notebooks"))
+    return None if folder in ("", "off") else Path(folder)
+
+
+def _read_source(root: Path, name: str) -> Any:
+    import jupytext
+
+    return jupytext.read(root / f"{name}.md", fmt="md:myst")  # MyST whatever the header says
+
+
+def notebook_key(root: Path, name: str, parameters: dict) -> str:
+    """The address of a notebook's execution: everything its outputs can depend on.
+
+    A chapter's kernel reads nothing but its own source, the parameters papermill injects and
+    the library (its code, data files and presets: :func:`dmlimits.search.library_fingerprint`),
+    run by the pinned environment (requirements.txt) on one Python.  A change to any of these
+    gives another address, so a cached execution is never read for other inputs."""
+    import hashlib
+
+    from . import search
+
+    h = hashlib.sha256()
+    requirements = root / "requirements.txt"
+    for part in (
+        name.encode(),
+        (root / f"{name}.md").read_bytes(),
+        search.library_fingerprint().encode(),
+        json.dumps(parameters, sort_keys=True, default=repr).encode(),
+        requirements.read_bytes() if requirements.is_file() else b"",
+        sys.version.encode(),
+    ):
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()
+
+
+def _cached_copy(cache: Path | None, key: str, target: Path) -> bool:
+    """Copy the cached execution ``key`` to ``target``; False when there is none."""
+    if cache is None or not (cache / f"{key}.ipynb").is_file():
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(cache / f"{key}.ipynb", target)
+    return True
+
+
+def _cache_store(cache: Path | None, key: str, executed: Path) -> None:
+    """Add an execution to the cache atomically (a reader sees the whole notebook or none)."""
+    if cache is None:
+        return
+    cache.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache, prefix=".tmp-", suffix=".ipynb")
+    os.close(fd)
+    shutil.copyfile(executed, tmp)
+    os.replace(tmp, cache / f"{key}.ipynb")
+
+
 def _execute_one(
     root: Path, stage: Path, name: str, params: dict, socket_dir: Path,
     progress: Progress | None = None,
@@ -327,10 +390,9 @@ def _execute_one(
     import jupytext
     import papermill as pm
 
-    source = root / f"{name}.md"
     target = stage / f"{name}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    nb = jupytext.read(source, fmt="md:myst")  # MyST whatever the header says
+    nb = _read_source(root, name)
     nb.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3",
@@ -438,25 +500,45 @@ def schedule(names: list[str], work: Path) -> list[str]:
 
 
 def remember_seconds(work: Path, timings: list[Timing]) -> None:
+    """Keep each executed notebook's time for :func:`schedule`; a notebook read from the cache
+    keeps the time it took when it last ran."""
     path = work / SECONDS_FILE
-    path.write_text(json.dumps({t.notebook: round(t.seconds, 1) for t in timings}, indent=1))
+    try:
+        seconds = json.loads(path.read_text())
+    except (OSError, ValueError):
+        seconds = {}
+    if not isinstance(seconds, dict):
+        seconds = {}
+    seconds.update({t.notebook: round(t.seconds, 1) for t in timings if not t.cached})
+    path.write_text(json.dumps(seconds, indent=1))
 
 
 def execute_notebooks(
     root: Path, stage: Path, names: list[str], params: dict, jobs: int
 ) -> list[Timing]:
+    """Execute every notebook into ``stage``; a notebook whose execution the cache holds
+    (:func:`notebook_key`) is copied from it instead of executed again."""
     total = len(names)
-    order = schedule(names, root / "_build")
-    timings: list[Timing] = []
+    cache = notebook_cache_dir(root / "_build")
+    keys = {n: notebook_key(root, n, parameters_for(_read_source(root, n), params)) for n in names}
+    timings = [
+        Timing(n, 0.0, cached=True)
+        for n in names
+        if _cached_copy(cache, keys[n], stage / f"{n}.ipynb")
+    ]
+    hits = {t.notebook for t in timings}
+    todo = [n for n in schedule(names, root / "_build") if n not in hits]
     failures: list[str] = []
-    _say(f"executing {total} notebook(s) with {jobs} worker(s)")
+    where = "cache off" if cache is None else f"{len(hits)} unchanged, read from the cache"
+    _say(f"executing {len(todo)} of {total} notebook(s) with {jobs} worker(s) ({where})")
+    if not todo:
+        return sorted(timings, key=lambda t: names.index(t.notebook))
     socket_dir = Path(tempfile.mkdtemp(prefix="dmlimits-kernels-"))
-    progress = Progress({n: code_cells(root / f"{n}.md") for n in names})
+    progress = Progress({n: code_cells(root / f"{n}.md") for n in todo})
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         futures = {
-            pool.submit(_execute_one, root, stage, n, params, socket_dir, progress): n
-            for n in order
+            pool.submit(_execute_one, root, stage, n, params, socket_dir, progress): n for n in todo
         }
         for done, future in enumerate(as_completed(futures), start=1):
             name = futures[future]
@@ -464,10 +546,11 @@ def execute_notebooks(
                 t = future.result()
             except Exception as exc:  # a notebook raised: report it fully, then fail
                 failures.append(_describe_failure(name, exc, stage))
-                progress.finish(name, f"[{done}/{total}] FAILED {name}.md")
+                progress.finish(name, f"[{done}/{len(todo)}] FAILED {name}.md")
                 continue
             timings.append(t)
-            progress.finish(name, f"[{done}/{total}] {name}.md  {t.seconds:.1f} s")
+            _cache_store(cache, keys[name], stage / f"{name}.ipynb")
+            progress.finish(name, f"[{done}/{len(todo)}] {name}.md  {t.seconds:.1f} s")
     except BaseException:
         # Interrupted: start nothing new and stop the kernels now, without waiting for them.
         pool.shutdown(wait=False, cancel_futures=True)
@@ -653,7 +736,7 @@ def _build(
         shutil.rmtree(stage, ignore_errors=True)
     _say("timings:")
     for t in timings:
-        _say(f"  {t.notebook + '.md':<32} {t.seconds:6.1f} s")
+        _say(f"  {t.notebook + '.md':<32} " + ("cached" if t.cached else f"{t.seconds:6.1f} s"))
     _say(f"  {'total':<32} {time.perf_counter() - started:6.1f} s")
     _say(f"built {final / 'index.html'}")
     return final
