@@ -143,6 +143,16 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
     if pt.batch % (pt.experts * unit):
         return None
     width = pt.d_model * pt.d_ff
+    per_pipe = pt.batch // (pt.experts * unit)  # microbatch units per replica, times dp
+    # Whether the replicas and the optimizer state fit depends on the data-parallel degree
+    # alone: the degrees that do not fit are left out before their configurations are listed.
+    # A degree divides the microbatch units as well as the cluster (so it is at most the
+    # batch, however large the cluster).
+    degrees = np.array([d for d in _divisors(rest) if per_pipe % d == 0], dtype=np.int64)
+    fits = dpm.memory_fits(scn, pt.params, degrees, float(n_gpu))
+    fitting = set(degrees[np.atleast_1d(fits)].tolist())
+    if not fitting:
+        return None
     rows: list[tuple[int, ...]] = []
     for tp in _divisors(rest):
         if width % tp:
@@ -155,8 +165,9 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
         if not splits:
             continue
         for dp in _divisors(rest // tp):
+            if dp not in fitting:
+                continue
             pp = rest // (tp * dp)
-            per_pipe = pt.batch // (pt.experts * unit)  # microbatch units per replica, times dp
             if per_pipe % dp or pt.layers % pp:
                 continue
             units = per_pipe // dp
@@ -174,9 +185,7 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
     out = dict(zip(("tp_model", "tp_ff", "dp", "pp", "ep", "m", "zero_bubble"), a.T, strict=True))
     out["v"] = np.where((out["zero_bubble"] == 0) & (out["pp"] > 1), pt.layers // out["pp"], 1)
     out["nanobatch"] = pt.batch / (out["dp"] * out["m"] * pt.experts)
-    fits = dpm.memory_fits(scn, pt.params, out["dp"], float(n_gpu))
-    out = {k: v[fits] for k, v in out.items()}
-    return out if len(out["dp"]) else None
+    return out
 
 
 def _matmul_time(scn: Scenario, c: dict[str, np.ndarray]) -> np.ndarray:
