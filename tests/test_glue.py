@@ -53,6 +53,36 @@ def test_glue_pastes_numbers_math_and_text(monkeypatch):
         g.glue("a:b", 1.0)
 
 
+def test_paste_gives_what_myst_nbs_glue_gives(monkeypatch):
+    """The kernel glues without importing myst_nb: the display data and metadata it sends are
+    those of myst_nb.glue(..., display=False) for a number, text, math and a figure."""
+    import IPython.display
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import myst_nb
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    objects = {
+        "n": 2.05e28, "t": g._Text("hello"), "m": g._Math("x^2"), "f": g._Png(fig),
+    }  # fmt: skip
+    plt.close(fig)
+    import myst_nb.ext.glue
+
+    sent = []
+    record = lambda *a, **k: sent.append((a, k))  # noqa: E731
+    monkeypatch.setattr(IPython.display, "display", record)  # what ours calls
+    monkeypatch.setattr(myst_nb.ext.glue, "ipy_display", record)  # what myst_nb's calls
+    for key, obj in objects.items():
+        g._paste(key, obj)
+        ours = sent.pop()
+        myst_nb.glue(key, obj, display=False)
+        assert sent.pop() == ours, key
+    assert ours[0][0] and all(k.startswith(g.GLUE_PREFIX) for k in ours[0][0])
+
+
 @pytest.mark.parametrize(
     ("value", "text"),
     [

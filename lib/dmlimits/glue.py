@@ -132,10 +132,21 @@ class _Png:
         return "<figure>"
 
 
-def _paste(key: str, obj: Any) -> None:
-    from myst_nb import glue as myst_glue
+#: MyST-NB's glue protocol (``myst_nb.glue`` with ``display=False``, the version pinned in
+#: requirements.txt): the value's display data, each MIME type under this prefix, with the
+#: key in the output's ``scrapbook`` metadata.  Written out here so that a chapter's kernel does
+#: not import myst_nb, whose imports (nbformat, jsonschema and its format checkers) cost two to
+#: four seconds per notebook; tests/test_glue.py checks it gives what ``myst_nb.glue`` gives.
+GLUE_PREFIX = "application/papermill.record/"
 
-    myst_glue(key, obj, display=False)
+
+def _paste(key: str, obj: Any) -> None:
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display
+
+    bundle, metadata = format_display_data(obj)
+    metadata["scrapbook"] = {"name": key, "mime_prefix": GLUE_PREFIX}
+    display({GLUE_PREFIX + k: v for k, v in bundle.items()}, raw=True, metadata=metadata)
 
 
 def significant_digits(text: str) -> int:
