@@ -346,9 +346,26 @@ def law_values(scn: Scenario) -> dict[sp.Symbol, float]:
 
 
 def exponent_values(scn: Scenario, law: str | None = None) -> dict[str, float]:
+    """The exponent against compute of each quantity of :data:`EXPONENT_SYMBOLS` (d_model,
+    layers, batch, steps, batch per layer) under the scenario's laws, as numbers."""
     law = law or scn["batch.law"]
     values = law_values(scn)
-    return {k: float(e.subs(values)) for k, e in exponents(scn["model.sparse"], law).items()}
+    key = (bool(scn["model.sparse"]), law, tuple(sorted((str(k), v) for k, v in values.items())))
+    return dict(_exponent_values(key, values))
+
+
+#: The exponents' values by (sparse, law, the laws' values): sympy substitutes them exactly,
+#: which costs about 20 ms, and the chapters ask for the same few scenarios hundreds of times.
+_EXPONENT_VALUES: dict[tuple, dict[str, float]] = {}
+
+
+def _exponent_values(key: tuple, values: dict[sp.Symbol, float]) -> dict[str, float]:
+    if key not in _EXPONENT_VALUES:
+        sparse, law, _ = key
+        _EXPONENT_VALUES[key] = {
+            k: float(e.subs(values)) for k, e in exponents(sparse, law).items()
+        }
+    return _EXPONENT_VALUES[key]
 
 
 @cache
