@@ -21,10 +21,27 @@ export DMLIMITS_SWEEP_CACHE ?= $(CURDIR)/_build/cache/sweeps
 
 venv: $(STAMP)
 
+# The pinned requirements are installed with uv (pinned here; about 5 s instead of pip's minute
+# and a half on the project's machine), falling back to pip when uv cannot be had or fails;
+# INSTALLER=pip skips uv.
+UV_VERSION := 0.13.9
+INSTALLER ?= uv
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@if [ "$(INSTALLER)" != uv ]; then \
+	  echo "installing requirements.txt with pip"; $(PIP) -r requirements.txt; \
+	elif ! $(PIP) uv==$(UV_VERSION) >/dev/null 2>&1; then \
+	  echo "could not install uv $(UV_VERSION): installing requirements.txt with pip"; \
+	  $(PIP) -r requirements.txt; \
+	elif ! $(VENV)/bin/uv pip install --quiet --python $(PY) -r requirements.txt; then \
+	  echo "uv failed (above): installing requirements.txt with pip"; \
+	  $(PIP) -r requirements.txt; \
+	else \
+	  echo "installed requirements.txt with uv $(UV_VERSION)"; \
+	fi
+	$(PIP) --no-deps --no-build-isolation -e .
 	@touch $@
 
 book: $(STAMP)
