@@ -346,7 +346,7 @@ def law_values(scn: Scenario) -> dict[sp.Symbol, float]:
 
 
 def exponent_values(scn: Scenario, law: str | None = None) -> dict[str, float]:
-    """The exponent against compute of each quantity of :data:`EXPONENT_SYMBOLS` (d_model,
+    """The exponent against compute of each quantity of ``EXPONENT_SYMBOLS`` (d_model,
     layers, batch, steps, batch per layer) under the scenario's laws, as numbers."""
     law = law or scn["batch.law"]
     values = law_values(scn)
