@@ -417,3 +417,33 @@ def test_model_names_match_whatever_their_case_and_separators(name, preset):
     """Issue #14: a row's model name finds its preset regardless of case, dashes, dots and
     underscores (the Playbook's file writes LLAMA2-7B)."""
     assert runs._shape({"model": name}, []) is transformer.SHAPES[preset]
+
+
+@pytest.mark.parametrize(
+    "name, published_b",
+    # Brown et al. 2020, Table 2.1 (n_params, rounded there; learned position embeddings,
+    # 2048 d_model, are not counted here).
+    [("gpt3-125m", 0.125), ("gpt3-350m", 0.350), ("gpt3-760m", 0.760), ("gpt3-1.3b", 1.3),
+     ("gpt3-2.7b", 2.7), ("gpt3-6.7b", 6.7), ("gpt3-13b", 13.0), ("gpt3-175b", 175.0)],
+)  # fmt: skip
+def test_gpt3_presets_have_their_published_parameter_counts(name, published_b):
+    assert transformer.SHAPES[name].params / 1e9 == pytest.approx(published_b, rel=0.025)
+
+
+@pytest.mark.parametrize(
+    "name, preset",
+    [("GPT-3 175B", "gpt3-175b"), ("gpt3-1.3b", "gpt3-1.3b"), ("GPT-3 XL", "gpt3-1.3b"),
+     ("GPT3 13B", "gpt3-13b"), ("GPT-3 Medium", "gpt3-350m"), ("gpt-3 6.7B", "gpt3-6.7b")],
+)  # fmt: skip
+def test_a_gpt3_row_without_layers_finds_its_preset(name, preset):
+    """Issue #14: a row naming a GPT-3 size (or Table 2.1's label) without layers and d_model is
+    modelled as that GPT-3; a row that gives them keeps Megatron-LM's GPT shape."""
+    assert runs._shape({"model": name}, []) is transformer.SHAPES[preset]
+    given = runs._shape({"model": name, "layers": "96", "d_model": "12288"}, [])
+    assert given.vocab == transformer.GPT_VOCAB and given.layers == 96
+
+
+def test_a_name_that_is_not_a_modelled_gpt3_says_why():
+    for name in ("GPT-3", "GPT-3.5 Turbo"):
+        with pytest.raises(ValueError, match="cannot infer the shape"):
+            runs._shape({"model": name}, [])

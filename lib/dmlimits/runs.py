@@ -859,6 +859,8 @@ def _shape(row: dict, assumed: list[str]) -> tf.Shape:
         if "llama" in key:
             raise ValueError(f"no Llama preset matches {name!r}")
         return tf.gpt_shape(name, layers, width)
+    if gpt3 := _gpt3(name):
+        return gpt3
     if params and "llama" in key:
         nearest = min(tf.LLAMA_FAMILY, key=lambda k: abs(math.log(tf.SHAPES[k].params / params)))
         base = tf.SHAPES[nearest]
@@ -868,6 +870,21 @@ def _shape(row: dict, assumed: list[str]) -> tf.Shape:
         f"cannot infer the shape of {name!r}: expected layers and d_model, or a "
         "Llama-style model with params_b"
     )
+
+
+def _gpt3(name: str) -> tf.Shape | None:
+    """The GPT-3 of Brown et al. (2020) a name gives by size ("GPT-3 175B", "gpt3-1.3b") or by
+    label ("GPT-3 XL"); ``None`` when the name is not GPT-3's.  (A row that gives layers and
+    d_model is modelled from them instead, with Megatron-LM's vocabulary.)"""
+    text = name.lower()
+    if not re.search(r"gpt[-_ ]?3(?![.\d])", text):
+        return None
+    for size, (label, *_) in tf.GPT3_SIZES.items():
+        if re.search(rf"(?<![\d.]){re.escape(size)}\b", text) or re.search(
+            rf"\b{re.escape(label.lower())}\b", text
+        ):
+            return tf.SHAPES[f"gpt3-{size}"]
+    return None
 
 
 PLAYBOOK_COLUMNS = {"gpus", "zero_stage", "micro_batch", "mfu_pct"}

@@ -303,6 +303,27 @@ SHAPES: dict[str, Shape] = {
 }
 LLAMA_FAMILY = ("llama3.2-1b", "llama3.2-3b", "llama3-8b", "llama3-70b", "llama3-405b")
 
+GPT3 = "Brown et al. 2020, Language Models are Few-Shot Learners (arXiv:2005.14165), Table 2.1"
+#: GPT-3's vocabulary: GPT-2's byte-pair encoding (Radford et al. 2019), as GPT-3 reuses it.
+GPT3_VOCAB = 50257
+#: The GPT-3 family (Brown et al. 2020, Table 2.1): layers, d_model and heads by size; a plain MLP
+#: four times as wide and the input embedding shared with the output (GPT-2's architecture).
+GPT3_SIZES = {
+    "125m": ("Small", 12, 768, 12),
+    "350m": ("Medium", 24, 1024, 16),
+    "760m": ("Large", 24, 1536, 16),
+    "1.3b": ("XL", 24, 2048, 24),
+    "2.7b": ("2.7B", 32, 2560, 32),
+    "6.7b": ("6.7B", 32, 4096, 32),
+    "13b": ("13B", 40, 5140, 40),
+    "175b": ("175B", 96, 12288, 96),
+}
+for _size, (_label, _layers, _width, _heads) in GPT3_SIZES.items():
+    SHAPES[f"gpt3-{_size}"] = Shape(
+        f"GPT-3 {_label}", _layers, _width, _heads, _heads, 4 * _width, GPT3_VOCAB,
+        gated=False, tied=True, source=GPT3,
+    )  # fmt: skip
+
 GPT_VOCAB = 51200  # Narayanan et al. 2021, section 5.1 (and the published rows' notes)
 GPT_HEAD_WIDTH = 128  # heads do not change the FLOP count of multi-head attention
 
