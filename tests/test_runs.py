@@ -447,3 +447,24 @@ def test_a_name_that_is_not_a_modelled_gpt3_says_why():
     for name in ("GPT-3", "GPT-3.5 Turbo"):
         with pytest.raises(ValueError, match="cannot infer the shape"):
             runs._shape({"model": name}, [])
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "preset"),
+    [("B200", "b200", "b200"), ("GB200 NVL72", "gb200", "gb200-nvl72")],
+)
+def test_blackwell_rows_are_modelled_from_the_books_presets(text, name, preset):
+    """Issue #14: rows on B200 and GB200 clusters are modelled, with the book's GPU presets'
+    peak, HBM, node size and links (one way: half the preset's both-ways bandwidth)."""
+    from dmlimits import hardware
+
+    assert runs._gpu(text) == name
+    cl, v = runs.cluster(name), hardware.gpu_values(preset)
+    assert cl.peak("bf16") == runs._peak(preset) and cl.peak("fp8") == 2 * cl.peak("bf16")
+    assert cl.hbm == v["hardware.hbm_capacity"] and cl.node_size == v["network.node_size"]
+    assert cl.nvlink == v["network.intra_node.bandwidth"] / 2
+    assert cl.nic == v["network.inter_node.bandwidth"] / 2
+    row = {"model": "Llama 3.1 70B", "gpu": text, "n_gpus": "256", "tp": "8", "dp": "32"}
+    row.update(seq_len="8192", mbs="1", sharding="FSDP", metric="MFU", value="40")
+    [out] = runs.predict_rows([row])
+    assert not out["prediction_error"] and 0 < float(out["predicted_mfu_bound"]) <= 1

@@ -449,6 +449,30 @@ CLUSTERS: dict[str, Cluster] = {
 }
 
 
+def _blackwell(gpu: str, label: str, power_w: float, source: str) -> Cluster:
+    """A Blackwell cluster from the book's GPU preset: its peak, derate, latency, HBM, node
+    size and links (the preset's bandwidths are both ways; a cluster's are one way)."""
+    v = hardware.gpu_values(gpu)
+    return Cluster(
+        gpu, label, _peak(gpu), 2 * _peak(gpu), _derate(gpu), _hop(gpu),
+        float(v["network.intra_node.bandwidth"]) / 2, float(v["network.inter_node.bandwidth"]) / 2,
+        int(v["network.node_size"]), power_w,
+        f"the {hardware.gpu_label(gpu)} preset (peak, derate, latency, HBM, links, node size; "
+        f"FP8 dense twice BF16, as the datasheet); {source}",
+        float(v["hardware.hbm_capacity"]),
+    )  # fmt: skip
+
+
+CLUSTERS["b200"] = _blackwell(
+    "b200", "B200 (HGX, 8-GPU NVLink node, 400 Gb/s a GPU)", 1000,
+    "NVIDIA HGX B200 specifications: up to 1,000 W a GPU",
+)  # fmt: skip
+CLUSTERS["gb200"] = _blackwell(
+    "gb200-nvl72", "GB200 NVL72 (72-GPU NVLink domain, 400 Gb/s a GPU)", 1200,
+    "NVIDIA GB200 NVL72 specifications: up to 1,200 W a GPU",
+)  # fmt: skip
+
+
 def cluster(name: str) -> Cluster:
     try:
         return CLUSTERS[name]
@@ -819,6 +843,10 @@ def _gpu(text: str) -> str:
         return "h100"
     if t.startswith("H200"):
         return "h200"
+    if t.startswith("GB200"):
+        return "gb200"
+    if t.startswith("B200"):
+        return "b200"
     raise ValueError(f"GPU {text!r} is not one of the modelled clusters ({', '.join(CLUSTERS)})")
 
 
