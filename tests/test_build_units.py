@@ -1,5 +1,6 @@
 """Parts of the build pipeline that need no notebook execution."""
 
+import pytest
 import yaml
 from conftest import ROOT
 from dmlimits import build
@@ -197,3 +198,34 @@ def test_a_cached_notebook_keeps_its_last_measured_time(tmp_path):
                                       build.Timing("notebooks/b", 2.0)])  # fmt: skip
     assert build.schedule(["notebooks/b", "notebooks/a"], tmp_path) == [
         "notebooks/a", "notebooks/b"]  # fmt: skip
+
+
+def test_an_interrupted_build_starts_no_kernel_and_stops_late_children(tmp_path):
+    """A child that appears after the first look (a worker thread starting a kernel as the
+    signal came) is stopped too, and the kernel manager refuses to start a kernel once the
+    build is stopping."""
+    import asyncio
+    import subprocess
+    import sys
+    import threading
+
+    late: list[subprocess.Popen] = []
+
+    def start_late() -> None:
+        late.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+
+    early = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    timer = threading.Timer(0.15, start_late)
+    timer.start()
+    try:
+        assert build.stop_children(grace=0.5, settle=0.4) == 2
+        timer.join()
+        assert early.poll() is not None and late and late[0].poll() is not None
+        manager = build._ipc_kernel_manager(tmp_path)()
+        with pytest.raises(RuntimeError, match="interrupted"):
+            asyncio.run(manager._launch_kernel(["true"]))
+    finally:
+        build.STOPPING.clear()
+        for p in [early, *late]:
+            p.kill()
+            p.wait()

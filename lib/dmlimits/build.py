@@ -97,21 +97,40 @@ def signals_deferred():
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
-def stop_children(grace: float = 1.0) -> int:
+#: Set once a build is interrupted: no kernel starts after it (a worker thread that was about
+#: to start one when the signal came refuses instead).
+STOPPING = threading.Event()
+
+
+def stop_children(grace: float = 1.0, settle: float = 0.3) -> int:
     """Terminate every process this one started (kernels, workers, jupyter-book), then kill
-    those still alive after ``grace`` seconds; return how many there were."""
+    those still alive after ``grace`` seconds; look again until no child has appeared for
+    ``settle`` seconds (a worker thread may have been starting a kernel when the build was
+    interrupted); return how many there were."""
     import psutil
 
-    children = psutil.Process().children(recursive=True)
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            child.terminate()
-    _, alive = psutil.wait_procs(children, timeout=grace)
-    for child in alive:
-        with contextlib.suppress(psutil.Error):
-            child.kill()
-    psutil.wait_procs(alive, timeout=grace)
-    return len(children)
+    STOPPING.set()
+    stopped = 0
+    quiet_since = time.monotonic()
+    deadline = quiet_since + grace + 1.0
+    while time.monotonic() < deadline:
+        children = psutil.Process().children(recursive=True)
+        if not children:
+            if time.monotonic() - quiet_since >= settle:
+                break
+            time.sleep(0.05)
+            continue
+        stopped += len(children)
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                child.terminate()
+        _, alive = psutil.wait_procs(children, timeout=grace)
+        for child in alive:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        psutil.wait_procs(alive, timeout=grace)
+        quiet_since = time.monotonic()
+    return stopped
 
 
 @contextlib.contextmanager
@@ -307,6 +326,13 @@ def _ipc_kernel_manager(socket_dir: Path):
             kwargs.setdefault("transport", "ipc")
             kwargs.setdefault("ip", str(Path(tempfile.mkdtemp(dir=socket_dir)) / "k"))
             super().__init__(**kwargs)
+
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            if STOPPING.is_set():  # the build was interrupted: start no kernel
+                raise RuntimeError("the build was interrupted: no kernel is started")
+            return await super()._async_launch_kernel(kernel_cmd, **kw)
+
+        _launch_kernel = _async_launch_kernel
 
     return IpcKernelManager
 
@@ -690,6 +716,7 @@ def build(scn: Scenario, output: str | None = None, jobs: int | None = None) -> 
     (the previous book unchanged), :class:`BuildInterrupted` on SIGINT or SIGTERM."""
     root = project_root()
     check_repository(root)
+    STOPPING.clear()
     names = toc_notebooks(root)
     final = output_dir(root, scn, output)
     work = root / "_build"
