@@ -56,7 +56,7 @@ _build/html/index.html: $(STAMP) $(shell find lib notebooks book -type f -not -n
 # default book is re-run and its outputs (glued numbers included) compared.  On every core
 # (pytest-xdist); a file's tests stay on one worker, so each notebook runs in one kernel.
 test: _build/html/index.html lint browser-deps
-	$(PY) -m pytest -n auto --dist loadfile tests _build/executed --nbval
+	$(PY) -m pytest -n auto --dist loadfile --durations=15 tests _build/executed --nbval
 
 # The browser test drives Debian's Chromium through its driver; never a downloaded browser.
 browser-deps:

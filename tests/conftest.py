@@ -81,11 +81,28 @@ def _nbval_uncached(collector) -> None:
     collector.setup = setup
 
 
+#: Test files that take minutes (a whole build of another scenario, real builds interrupted,
+#: the browser), run first: make test hands out whole files to its workers in collection order
+#: (--dist loadfile), so the longest start first and the short ones fill in beside them.
+LONGEST_FIRST = ("test_build.py", "test_build_runs.py", "test_browser.py")
+
+
+def _run_order(item) -> tuple[int, int]:
+    name = Path(str(item.fspath)).name
+    if name in LONGEST_FIRST:
+        return 0, LONGEST_FIRST.index(name)
+    if name.endswith(".ipynb"):  # nbval: the executed chapters, each a few to 25 seconds
+        return 1, 0
+    return 2, 0
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test that reads the built book is marked ``book``, so that ``-m "not book"`` (make
-    check) runs the library tests without a build; nbval's notebooks run uncached."""
+    check) runs the library tests without a build; nbval's notebooks run uncached; the longest
+    files are run first (:data:`LONGEST_FIRST`; the sort is stable)."""
     for item in items:
         if "built_book" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.book)
         if type(item.parent).__name__ == "IPyNbFile":
             _nbval_uncached(item.parent)
+    items.sort(key=_run_order)
