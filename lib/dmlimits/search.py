@@ -11,6 +11,12 @@ trains the model within the training time (Erdil & Schneider-Joseph 2024).
 
 The per-level costs of a candidate depend only on that parallelism's own level-0 factor, so
 each is computed once per option and the placements are gathered from those tables.
+
+Two things make it fast without changing a result (tests/test_search_pruning.py): the
+candidates of every model still searching are costed together, one pass of array operations
+per doubling of the clusters (:func:`optimal_many`, :func:`best_on_many`), and a lower bound on
+each candidate's step time, its matmuls stretched by its bubble, prunes those that cannot beat
+what the candidates of least bound achieve (:data:`PRUNE_ENV`).
 """
 
 from __future__ import annotations
