@@ -99,6 +99,8 @@ def signals_deferred():
 
 #: Set once a build is interrupted: no kernel starts after it (a worker thread that was about
 #: to start one when the signal came refuses instead).
+#:
+#: :meta hide-value:
 STOPPING = threading.Event()
 
 
