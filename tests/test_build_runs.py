@@ -99,8 +99,10 @@ def test_a_failing_notebook_fails_the_build_loudly(tmp_path):
     for item in ("_config.yml", "book", "notebooks"):
         src = ROOT / item
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, project / item)
+    # The book's first page and the broken chapter: what a failure does does not depend on how
+    # many chapters ran before it, and executing all of them took minutes.
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    toc["parts"][-1]["chapters"].insert(0, {"file": "notebooks/broken"})
+    toc["parts"] = [{"caption": "Broken", "chapters": [{"file": "notebooks/broken"}]}]
     (project / "_toc.yml").write_text(yaml.safe_dump(toc))
     (project / "notebooks" / "broken.md").write_text(
         (ROOT / "notebooks" / "notation.md").read_text().split("```{code-cell}")[0]
