@@ -415,7 +415,8 @@ def test_bound_without_communication_is_the_flop_ratio_over_the_bubble():
 )
 def test_model_names_match_whatever_their_case_and_separators(name, preset):
     """Issue #14: a row's model name finds its preset regardless of case, dashes, dots and
-    underscores (the Playbook's file writes LLAMA2-7B)."""
+    underscores (the issue met a measured set that writes LLAMA2-7B; the Playbook's benchmark
+    file names its models 1B, 3B, 8B and 80B)."""
     assert runs._shape({"model": name}, []) is transformer.SHAPES[preset]
 
 
