@@ -469,3 +469,39 @@ def test_blackwell_rows_are_modelled_from_the_books_presets(text, name, preset):
     row.update(seq_len="8192", mbs="1", sharding="FSDP", metric="MFU", value="40")
     [out] = runs.predict_rows([row])
     assert not out["prediction_error"] and 0 < float(out["predicted_mfu_bound"]) <= 1
+
+
+# --- Leave-one-source-out validation ------------------------------------------------------------
+def test_each_source_is_predicted_by_a_fit_that_never_saw_it():
+    """The factors that predict a source held out are the fit on every other source's rows, and
+    its held-out error is what those factors give on that source alone."""
+    result = confront.held_out()
+    rows = runs.dev_rows()
+    labels = {confront.source_label(r) for r in runs.compare(rows, runs.calibrated()).rows}
+    assert {g["source"] for g in result["by_source"]} == labels
+    for g in result["by_source"]:
+        rest = [r for r in rows if confront.source_label(r) != g["source"]]
+        mine = [r for r in rows if confront.source_label(r) == g["source"]]
+        assert g["factors"] == runs.calibrate(rest)
+        held = runs.compare(mine, runs.calibrate(rest))
+        assert g["held_out_points"] == pytest.approx(held.median_abs_error_points)
+        assert g["rows"] == held.n
+    # Fitted without a source, the factors predict it worse than the fit that saw it (pooled):
+    # the in-sample error understates what a new framework should expect.
+    assert result["held_out_points"] > result["in_sample_points"]
+
+
+def test_held_out_refuses_rows_without_a_throughput():
+    rows = [r for r in runs.dev_rows() if r["metric"] == "peak_memory"]
+    with pytest.raises(ValueError, match="no row with a throughput"):
+        confront.held_out(rows)
+
+
+def test_step_time_error_is_the_predicted_over_the_measured_step_less_one():
+    """On a row that reports its iteration time, the error computed from utilizations is the
+    predicted step over the measured one, less one."""
+    row = next(r for r in runs.dev_rows() if r["metric"].startswith("iteration_time"))
+    it = runs.interpret(row)
+    pred = runs.predict(it.config, runs.calibrated())
+    err = confront.step_time_errors(it.reported, runs.utilization(pred, it.counting))
+    assert err == pytest.approx(pred.step_time_s / float(row["value"]) - 1)

@@ -277,6 +277,81 @@ def exceptions_markdown(cmp: runs.Comparison) -> str:
     return "\n".join(lines).replace("%", "\\%")
 
 
+# --- Out of sample: each source predicted by the factors fitted without it ---------------------
+def step_time_errors(reported: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    """Relative error of the predicted step time, positive when the prediction is slower than
+    the run.  Utilization is the step's FLOP time at peak over the step time, so the ratio of
+    step times is the inverse ratio of utilizations: ``reported / predicted - 1``."""
+    return np.asarray(reported) / np.asarray(predicted) - 1
+
+
+def held_out(rows=None) -> dict:
+    """Leave-one-source-out validation of the calibrated mode.
+
+    For each source of :func:`source_label`, the factors are fitted (:func:`runs.calibrate`) on
+    the rows of every other source and predict that source's rows, which the fit never saw.
+    Returns ``by_source`` (one dict a source: its rows, the factors fitted without it, and the
+    median absolute MFU error and median absolute step-time error in sample and held out) and
+    the pooled median errors over every modelled row, each row predicted by the fit that left
+    its source out."""
+    rows = runs.dev_rows() if rows is None else tuple(rows)
+    every = runs.calibrated() if rows is runs.dev_rows() else runs.calibrate(rows)
+    labels = [source_label(r) for r in rows]
+    out, pooled_in, pooled_out, step_in, step_out = [], [], [], [], []
+    for label in dict.fromkeys(labels):
+        mine = [r for r, lab in zip(rows, labels, strict=True) if lab == label]
+        rest = [r for r, lab in zip(rows, labels, strict=True) if lab != label]
+        inside = runs.compare(mine, every)
+        if not inside.n:
+            continue
+        fit = runs.calibrate(rest)
+        outside = runs.compare(mine, fit)
+        s_in = step_time_errors(inside.reported, inside.calibrated)
+        s_out = step_time_errors(outside.reported, outside.calibrated)
+        pooled_in.append(np.abs(inside.errors))
+        pooled_out.append(np.abs(outside.errors))
+        step_in.append(np.abs(s_in))
+        step_out.append(np.abs(s_out))
+        out.append(
+            {
+                "source": label,
+                "rows": inside.n,
+                "factors": fit,
+                "in_sample_points": inside.median_abs_error_points,
+                "held_out_points": outside.median_abs_error_points,
+                "in_sample_step": float(np.median(np.abs(s_in))),
+                "held_out_step": float(np.median(np.abs(s_out))),
+                "held_out_bias_points": float(np.median(outside.errors) * 100),
+            }
+        )
+    if not out:
+        raise ValueError("no row with a throughput metric: nothing to validate")
+    return {
+        "by_source": out,
+        "in_sample_points": float(np.median(np.concatenate(pooled_in)) * 100),
+        "held_out_points": float(np.median(np.concatenate(pooled_out)) * 100),
+        "in_sample_step": float(np.median(np.concatenate(step_in))),
+        "held_out_step": float(np.median(np.concatenate(step_out))),
+    }
+
+
+def held_out_markdown(result: dict) -> str:
+    lines = [
+        "| Source | Rows | Factors fitted without it (matmul, collective, overlap) | "
+        "MFU error in sample (points) | MFU error held out (points) | "
+        "Step-time error in sample | Step-time error held out |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for g in result["by_source"]:
+        f = g["factors"]
+        lines.append(
+            f"| {g['source']} | {g['rows']} | {f.matmul:.3g}, {f.collective:.3g}, "
+            f"{f.overlap:.2g} | {g['in_sample_points']:.1f} | {g['held_out_points']:.1f} | "
+            f"{g['in_sample_step']:.0%} | {g['held_out_step']:.0%} |"
+        )
+    return "\n".join(lines).replace("%", "\\%")
+
+
 def playbook_agreement(cmp: runs.Comparison) -> float:
     """Median ratio of the MFU the Playbook reports to the MFU its tokens per second give
     under this book's FLOP count, over the configurations that report both."""
