@@ -1,0 +1,217 @@
+"""How well ``python -m dmlimits predict`` predicts real runs: the figures of issue #14's targets.
+
+Printed, never asserted (the tests assert what must hold; this measures how far from the targets
+the model is):
+
+* **Coverage**: the share of rows on GPUs that are modelled (no ``prediction_error``), in the
+  project's published-runs file and, when ``../shared`` is beside the project, in the Ultra-Scale
+  Playbook's benchmark file.
+* **MFU**: the calibrated mode's median absolute error in sample (fitted on every development
+  row) and held out (each source predicted by the factors fitted without it,
+  :func:`dmlimits.confront.held_out`), pooled and by source.
+* **Step time**: the median absolute relative error of the predicted step, on multi-node and on
+  single-node rows, in sample and held out.
+* **Peak memory**: on the benchmark file (when present), the median relative error of the
+  predicted peak against the recorded one, and how often the predicted fit agrees with whether
+  the run ran or crashed out of memory; on the published rows that report a peak memory
+  (torchtitan's), the same error.
+
+    .venv/bin/python bench/bench_predict.py [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from dmlimits import confront, memory, runs
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT.parent / "shared" / "data" / "hf_ultrascale_benchmarks.csv"
+GIB = 2**30
+
+#: Issue #14's targets.
+TARGETS = {
+    "step_multi_node_held_out": 0.15,
+    "step_single_node_held_out": 0.25,
+    "mfu_held_out_points": 4.0,
+    "mfu_per_source_held_out_points": 7.0,
+    "memory_median_error": 0.15,
+    "oom_agreement": 0.90,
+    "coverage": 0.95,
+}
+
+
+def _coverage(rows) -> tuple[int, int]:
+    out = runs.predict_rows(rows)
+    return sum(1 for r in out if not r.get("prediction_error")), len(out)
+
+
+def _held_out_rows(rows):
+    """Every modelled row with its reported and held-out predicted utilization."""
+    labels = [confront.source_label(r) for r in rows]
+    reported, held, inside, nodes = [], [], [], []
+    every = runs.calibrated()
+    for label in dict.fromkeys(labels):
+        mine = [r for r, lab in zip(rows, labels, strict=True) if lab == label]
+        rest = [r for r, lab in zip(rows, labels, strict=True) if lab != label]
+        a = runs.compare(mine, runs.calibrate(rest))
+        b = runs.compare(mine, every)
+        if not a.n:
+            continue
+        reported.append(a.reported)
+        held.append(a.calibrated)
+        inside.append(b.calibrated)
+        nodes.append([it.config.n_gpus > it.config.cluster.node_size for it in a.interpretations])
+    return (np.concatenate(reported), np.concatenate(held), np.concatenate(inside),
+            np.concatenate(nodes))  # fmt: skip
+
+
+def _memory_on_bench(rows) -> dict:
+    err, agree = [], 0
+    for r in rows:
+        peak = memory.peak(runs.interpret(r).config)
+        ok = r["status"] == "ok"
+        agree += peak.fits == ok
+        if ok and r.get("gpu_memory_gb"):
+            measured = float(r["gpu_memory_gb"]) * GIB
+            err.append(peak.total / measured - 1)
+    err = np.array(err)
+    return {
+        "runs": len(rows),
+        "with_memory": len(err),
+        "median_abs_error": float(np.median(np.abs(err))),
+        "median_signed_error": float(np.median(err)),
+        "oom_agreement": agree / len(rows),
+    }
+
+
+def _memory_published() -> dict:
+    err = []
+    for r in runs.dev_rows():
+        if r["metric"] != "peak_memory":
+            continue
+        unit = {"GiB": GIB, "GB": 1e9}[r["unit"]]
+        err.append(memory.peak(runs.interpret(r).config).total / (float(r["value"]) * unit) - 1)
+    err = np.array(err)
+    return {"rows": len(err), "median_abs_error": float(np.median(np.abs(err))),
+            "median_signed_error": float(np.median(err))}  # fmt: skip
+
+
+def measure() -> dict:
+    rows = runs.dev_rows()
+    out: dict = {}
+    ok, n = _coverage(rows)
+    out["coverage_published"] = {"modelled": ok, "rows": n, "share": ok / n}
+    loso = confront.held_out()
+    out["mfu"] = {
+        "in_sample_points": loso["in_sample_points"],
+        "held_out_points": loso["held_out_points"],
+        "by_source": {
+            g["source"]: {
+                "rows": g["rows"],
+                "in_sample": g["in_sample_points"],
+                "held_out": g["held_out_points"],
+            }
+            for g in loso["by_source"]
+        },
+    }
+    reported, held, inside, multi = _held_out_rows(rows)
+    step_held = np.abs(confront.step_time_errors(reported, held))
+    step_in = np.abs(confront.step_time_errors(reported, inside))
+    out["step_time"] = {
+        name: {
+            "rows": int(sel.sum()),
+            "in_sample": float(np.median(step_in[sel])),
+            "held_out": float(np.median(step_held[sel])),
+        }
+        for name, sel in (("multi_node", multi), ("single_node", ~multi))
+    }
+    out["memory_published"] = _memory_published()
+    if BENCH.is_file():
+        with BENCH.open() as fh:
+            bench = list(csv.DictReader(fh))
+        ok, n = _coverage(bench)
+        out["coverage_benchmark_file"] = {"modelled": ok, "rows": n, "share": ok / n}
+        out["memory_benchmark_file"] = _memory_on_bench(bench)
+    return out
+
+
+def _verdict(value: float, target: float, higher_is_better: bool = False) -> str:
+    met = value >= target if higher_is_better else value <= target
+    return "met" if met else "missed"
+
+
+def report(m: dict) -> str:
+    t = TARGETS
+    lines = ["Predicting real runs (issue #14's targets)", ""]
+    for key in ("coverage_published", "coverage_benchmark_file"):
+        if key in m:
+            c = m[key]
+            lines.append(
+                f"coverage, {key.split('_', 1)[1].replace('_', ' ')}: {c['modelled']} of "
+                f"{c['rows']} rows ({c['share']:.1%}; target {t['coverage']:.0%}: "
+                f"{_verdict(c['share'], t['coverage'], True)})"
+            )
+    mfu = m["mfu"]
+    lines += [
+        "",
+        f"MFU, median absolute error: in sample {mfu['in_sample_points']:.1f} points; held out "
+        f"(leave one source out) {mfu['held_out_points']:.1f} points "
+        f"(target {t['mfu_held_out_points']:g}: "
+        f"{_verdict(mfu['held_out_points'], t['mfu_held_out_points'])})",
+    ]
+    per_source = t["mfu_per_source_held_out_points"]
+    for source, g in mfu["by_source"].items():
+        lines.append(
+            f"  {source:36s} {g['rows']:3d} rows  in sample {g['in_sample']:5.1f}  held out "
+            f"{g['held_out']:5.1f} points ({_verdict(g['held_out'], per_source)} against "
+            f"{per_source:g})"
+        )
+    st = m["step_time"]
+    lines.append("")
+    for key, target in (("multi_node", "step_multi_node_held_out"),
+                        ("single_node", "step_single_node_held_out")):  # fmt: skip
+        g = st[key]
+        lines.append(
+            f"step time, {key.replace('_', '-')} ({g['rows']} rows), median absolute error: in "
+            f"sample {g['in_sample']:.0%}; held out {g['held_out']:.0%} (target "
+            f"{t[target]:.0%}: {_verdict(g['held_out'], t[target])})"
+        )
+    mp = m["memory_published"]
+    lines += [
+        "",
+        f"peak memory, published rows ({mp['rows']}, torchtitan; not fitted): median absolute "
+        f"error {mp['median_abs_error']:.0%} (signed {mp['median_signed_error']:+.0%})",
+    ]
+    if "memory_benchmark_file" in m:
+        mb = m["memory_benchmark_file"]
+        lines += [
+            f"peak memory, benchmark file ({mb['with_memory']} runs that ran): median absolute "
+            f"error {mb['median_abs_error']:.0%} (signed {mb['median_signed_error']:+.0%}; target "
+            f"{t['memory_median_error']:.0%}: "
+            f"{_verdict(mb['median_abs_error'], t['memory_median_error'])})",
+            f"out of memory called right on {mb['oom_agreement']:.1%} of {mb['runs']} runs "
+            f"(target {t['oom_agreement']:.0%}: "
+            f"{_verdict(mb['oom_agreement'], t['oom_agreement'], True)})",
+        ]
+    else:
+        lines.append(f"(no {BENCH}: the benchmark file's figures are left out)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args(argv)
+    m = measure()
+    print(json.dumps(m, indent=2) if args.json else report(m))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
