@@ -50,18 +50,67 @@ def test_zero_stages_split_what_they_say():
         ), sharding
 
 
+def _llama_layer_bytes(sh) -> float:
+    """One Llama layer's activations per token, tensor by tensor, 2 bytes a value: the
+    attention block's norm input and output, query, keys, values and attention output; the MLP
+    block's norm input and output, gate and up outputs, the SiLU of the gate and the product."""
+    d, f, kv = sh.d_model, sh.d_ff, sh.kv_width
+    attention = d + d + d + kv + kv + d
+    mlp = d + d + f + f + f + f
+    return 2 * (attention + mlp)
+
+
 def test_activations_by_hand():
-    """One layer of a micro-batch keeps 34 bytes a token and hidden unit (FlashAttention keeps
-    no scores); tensor parallelism without sequence parallelism splits 24 of them; full
-    recomputation keeps the layer's input, 2 bytes."""
+    """Llama 2 7B keeps its tensors (no scores: FlashAttention) for every layer, and the
+    logits (10 bytes a vocabulary entry) at the loss; tensor parallelism without sequence
+    parallelism splits all but the norms' inputs and outputs; full recomputation keeps the
+    layers' inputs and one layer's tensors."""
     sh = transformer.shape("llama2-7b")
-    tok = 4096
-    base = _config("llama2-7b", n=8, sharding="fsdp")
-    assert memory.peak(base).activations == pytest.approx(34 * tok * sh.d_model * sh.layers)
+    tok, d, L = 4096, sh.d_model, sh.layers
+    per_layer = _llama_layer_bytes(sh)
+    base = memory.peak(_config("llama2-7b", n=8, sharding="fsdp"))
+    assert base.activations == pytest.approx(per_layer * tok * L)
+    assert base.logits == pytest.approx(10 * tok * sh.vocab)
     tp = memory.peak(_config("llama2-7b", n=8, tp=4, sharding="fsdp"))
-    assert tp.activations == pytest.approx((10 + 24 / 4) * tok * sh.d_model * sh.layers)
+    norms = 2 * 4 * d
+    assert tp.activations == pytest.approx((norms + (per_layer - norms) / 4) * tok * L)
+    assert tp.logits == pytest.approx(10 * tok * sh.vocab / 4)
     full = memory.peak(_config("llama2-7b", n=8, sharding="fsdp", recompute="full"))
-    assert full.activations == pytest.approx(2 * tok * sh.d_model * sh.layers)
+    assert full.activations == pytest.approx(2 * d * tok * L + per_layer * tok)
+
+
+def test_a_gpt_block_keeps_korthikantis_34_bytes():
+    sh = transformer.gpt_shape("gpt", 24, 2048)
+    total, unsplit = memory.layer_bytes_per_token(sh)
+    assert (total, unsplit) == (34 * 2048, 10 * 2048)
+
+
+def test_sequence_parallelism_splits_everything_but_what_it_gathers():
+    """With sequence parallelism a layer's tensors are split t ways; a framework that keeps the
+    gathered inputs of its column-parallel linears adds two whole hidden vectors a token."""
+    sh = transformer.shape("llama2-7b")
+    tok, d, L = 4096, sh.d_model, sh.layers
+    per_layer = _llama_layer_bytes(sh)
+    sp = memory.peak(_config("llama2-7b", n=8, tp=4, sharding="fsdp", sequence_parallel=True))
+    assert sp.activations == pytest.approx(per_layer / 4 * tok * L)
+    kept = memory.peak(_config("llama2-7b", n=8, tp=4, sharding="fsdp", sequence_parallel=True,
+                               keeps_gathered_inputs=True))  # fmt: skip
+    assert kept.activations - sp.activations == pytest.approx(2 * 2 * d * tok * L)
+
+
+def test_the_busiest_pipeline_stage_sets_the_peak():
+    """In 1F1B the first stage holds as many micro-batches as there are stages, of its share of
+    the layers; the last holds one and the logits.  The peak is the larger, not their sum."""
+    sh = transformer.shape("llama2-7b")
+    tok, L = 4096, sh.layers
+    per_layer = _llama_layer_bytes(sh)
+    cfg = runs.Config(shape=sh, cluster=runs.cluster("h100"), n_gpus=8, pp=4, dp=2,
+                      global_batch_tokens=64 * tok, seq_len=tok, sharding="zero1")  # fmt: skip
+    m = memory.peak(cfg)
+    first = 4 * per_layer * tok * L / 4
+    last = per_layer * tok * L / 4 + 10 * tok * sh.vocab
+    assert m.activations + m.logits == pytest.approx(max(first, last))
+    assert m.logits == (0.0 if first > last else pytest.approx(10 * tok * sh.vocab))
 
 
 def test_predict_says_it_does_not_fit(capsys):
@@ -84,11 +133,37 @@ def test_every_published_row_gets_the_memory_columns(capsys):
     assert all(r["predicted_fits"] == "true" for r in rows)
 
 
+def _bench_rows():
+    with BENCH.open() as fh:
+        return list(csv.DictReader(fh))
+
+
 @pytest.mark.skipif(not BENCH.is_file(), reason="needs ../shared/data/hf_ultrascale_benchmarks.csv")
 def test_the_check_agrees_with_recorded_out_of_memory_outcomes():
     """On the Ultra-Scale Playbook's 3,287 runs (crashed or out of memory, or ran), the peak
-    estimate's verdict agrees with the outcome 86% of the time (measured); the floor here is
-    80%."""
-    rows = list(csv.DictReader(BENCH.open()))
+    estimate's verdict agrees with the outcome 88% of the time (measured); the floor here is
+    85%."""
+    rows = _bench_rows()
     agree = sum(memory.peak(runs.interpret(r).config).fits == (r["status"] == "ok") for r in rows)
-    assert agree / len(rows) >= 0.80
+    assert agree / len(rows) >= 0.85
+
+
+@pytest.mark.skipif(not BENCH.is_file(), reason="needs ../shared/data/hf_ultrascale_benchmarks.csv")
+def test_the_overhead_is_the_fit_on_the_benchmark_file():
+    """OVERHEAD_BYTES is what fit_overhead finds on the runs that ran: a changed formula that
+    moves the fit fails here until the constant is refitted.  The fitted peak is within 25% of
+    the recorded one for the median run (measured: 21%)."""
+    rows = [r for r in _bench_rows() if r["status"] == "ok" and r["gpu_memory_gb"]]
+    configs = [runs.interpret(r).config for r in rows]
+    measured = [float(r["gpu_memory_gb"]) * 1e9 for r in rows]
+    assert memory.fit_overhead(configs, measured) == memory.OVERHEAD_BYTES
+    errors = [abs(memory.peak(c).total / m - 1) for c, m in zip(configs, measured, strict=True)]
+    assert sorted(errors)[len(errors) // 2] <= 0.25
+
+
+def test_fit_overhead_finds_a_known_overhead_and_refuses_mismatched_input():
+    configs = [_config("llama2-7b", n=8, sharding="fsdp", recompute=r) for r in ("none", "full")]
+    counted = [memory.peak(c).total - memory.OVERHEAD_BYTES for c in configs]
+    assert memory.fit_overhead(configs, [x + 2 * 2**30 for x in counted]) == 2 * 2**30
+    with pytest.raises(ValueError, match="one measured peak a configuration"):
+        memory.fit_overhead(configs, [1e9])

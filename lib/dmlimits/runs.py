@@ -531,6 +531,9 @@ class Config:
     recompute: str = "none"
     sequence_parallel: bool = False
     fp8_allgather: bool = False
+    # Sequence parallelism keeps the all-gathered inputs of the column-parallel linears for the
+    # backward pass (autograd over a gather), rather than gathering them again (Megatron-LM).
+    keeps_gathered_inputs: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_gpus", "tp", "pp", "dp", "cp", "ep", "mbs", "vpp", "seq_len"):
@@ -946,6 +949,20 @@ def normalize(row: dict) -> tuple[dict, list[str]]:
     }, ["the Ultra-Scale Playbook's layout: H100s, eight a node, bf16"]
 
 
+#: Sources whose tensor parallelism also splits the sequence outside its region, and keeps the
+#: gathered inputs of its column-parallel linears for the backward pass (autograd saves the
+#: output of the all-gather).  torchtitan's tensor-parallel plan shards the norms over the
+#: sequence (its ``SequenceParallel`` layers); for the Ultra-Scale Playbook's nanotron runs both
+#: are read off their recorded memory: what a micro-batch adds falls as one over the
+#: tensor-parallel degree towards a floor of about two hidden vectors a token and layer.
+SEQUENCE_PARALLEL_SOURCES = ("torchtitan", "ultra-scale playbook")
+
+
+def _splits_sequence(source: str) -> bool:
+    text = source.lower()
+    return any(key in text for key in SEQUENCE_PARALLEL_SOURCES)
+
+
 def interpret(row: dict) -> Interpretation:
     """A published row as a configuration, with every value the row leaves out assumed and
     named.  Raises ValueError (with the reason) when the row cannot be modelled."""
@@ -1009,6 +1026,14 @@ def interpret(row: dict) -> Interpretation:
     else:
         recompute = "none"
     vpp = _int(row, "vpp", 1) or 1
+    sequence_parallel = "seqpar" in text or "seq-parallel" in text
+    keeps_gathered = False
+    if tp > 1 and not sequence_parallel and _splits_sequence(source):
+        sequence_parallel = keeps_gathered = True
+        assumed.append(
+            "tensor parallelism with sequence parallelism, the gathered inputs kept (the "
+            "framework's way)"
+        )
     cfg = Config(
         shape=shape,
         cluster=cl,
@@ -1025,7 +1050,8 @@ def interpret(row: dict) -> Interpretation:
         vpp=vpp,
         precision=precision,
         recompute=recompute,
-        sequence_parallel="seqpar" in text or "seq-parallel" in text,
+        sequence_parallel=sequence_parallel,
+        keeps_gathered_inputs=keeps_gathered,
         fp8_allgather="fp8 all-gather" in precision_text,
     )
     counting = THROUGHPUT_METRICS.get(metric)
