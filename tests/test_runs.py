@@ -390,16 +390,47 @@ def test_calibrated_mode_on_runs_it_was_not_fitted_to():
 
 def test_bound_without_communication_is_the_flop_ratio_over_the_bubble():
     """The derivation's last step (what the book renders), with no communication, is the
-    share of model FLOP in the hardware FLOP, shrunk by the pipeline bubble."""
+    share of model FLOP in the hardware FLOP at the paper's effective utilization, shrunk by
+    the pipeline bubble."""
     from dmlimits import pipeline as pl
+    from dmlimits import symbols
 
     d = runs.mfu_derivation()
     assert "label: run-mfu-5" in d.markdown()
     no_comm = d.result.rhs.subs(runs.t_ovl, 0)
-    expected = transformer.flop_token_model / (
-        transformer.flop_token * (1 + (pl.n_pp - 1) / (pl.interleave * pl.n_micro))
+    expected = (
+        symbols.eff_util
+        * transformer.flop_token_model
+        / (transformer.flop_token * (1 + (pl.n_pp - 1) / (pl.interleave * pl.n_micro)))
     )
     assert sp.simplify(no_comm - expected) == 0
+
+
+def test_the_bound_mode_is_the_derivations_bound_with_the_gpus_derate():
+    """predict in bound mode gives, for a run whose communication hides, what step 5 of
+    run-mfu gives with the GPU's effective utilization: one stage, no recomputation, one GPU
+    node of tensor-free FSDP with a large batch."""
+    from dmlimits import pipeline, symbols
+
+    cfg = runs.Config(shape=transformer.shape("llama2-7b"), cluster=runs.cluster("h100"),
+                      n_gpus=8, dp=8, global_batch_tokens=8 * 16 * 4096, seq_len=4096,
+                      mbs=16)  # fmt: skip
+    pred = runs.predict(cfg)
+    parts = runs.components(cfg)
+    assert parts["dp_bw"] < parts["compute"] / cfg.cluster.derate  # communication hides
+    sh = cfg.shape
+    expected = runs.mfu_derivation().result.rhs.subs(
+        {
+            symbols.eff_util: cfg.cluster.derate,
+            runs.t_ovl: 0,
+            pipeline.n_pp: 1,
+            transformer.flop_token_model: sh.model_flop_per_token(4096),
+            transformer.flop_token: sh.flop_per_token(4096),
+        }
+    )
+    assert pred.mfu == pytest.approx(float(expected))
+    # No recomputation and one stage: the bound is the derate itself, not one.
+    assert pred.mfu == pytest.approx(cfg.cluster.derate)
 
 
 @pytest.mark.parametrize(

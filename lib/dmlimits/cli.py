@@ -348,7 +348,14 @@ def _add_predict(sub) -> None:
     p.add_argument("--precision", default="bf16", help="bf16, fp16 or fp8; default: %(default)s")
     p.add_argument("--recompute", default="none", help="none, selective or full")
     p.add_argument("--vpp", type=int, default=1, help="model chunks a GPU (interleaved 1F1B)")
-    p.add_argument("--mode", choices=("bound", "calibrated", "both"), default="both")
+    p.add_argument(
+        "--mode",
+        choices=("bound", "calibrated", "both"),
+        default="both",
+        help="bound: the paper's ideal (matmuls at the GPU's effective utilization, every "
+        "collective hidden, no latency); calibrated: the factors fitted on published runs; "
+        "default: %(default)s",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 

@@ -774,8 +774,8 @@ def _cp_run(d: Derivation) -> str:
     "run-mfu",
     "simulation",
     "a step whose pipeline is laid out pass by pass (pipeline.schedule, breadth-first): "
-    "model FLOP over the peak's FLOP in the longer of the stretched compute and the "
-    "overlapped communication",
+    "model FLOP over the peak's FLOP in the longer of the stretched compute, at the effective "
+    "utilization, and the overlapped communication",
 )
 def _mfu(d: Derivation) -> str:
     from .. import pipeline
@@ -785,9 +785,10 @@ def _mfu(d: Derivation) -> str:
         batch, f_tok, f_model, peak, gpus = 1e6, 6e9, 5.5e9, 1e15, 64
         sched = pipeline.schedule(n, m, v_pp, "breadth-first" if v_pp > 1 else "1f1b")
         stretch = sched.makespan / sched.busy(0)
-        t = max(t_ovl, batch * f_tok / (peak * gpus) * stretch)
+        eta = 0.7
+        t = max(t_ovl, batch * f_tok / (peak * gpus * eta) * stretch)
         vals = {"B": batch, "F_tok": f_tok, "F_tok_model": f_model, "F_p": peak, "N_GPU": gpus,
-                "N_PP": n, "m_micro": m, "v_PP": v_pp, "t_ovl": t_ovl}  # fmt: skip
+                "N_PP": n, "m_micro": m, "v_PP": v_pp, "t_ovl": t_ovl, "eta": eta}  # fmt: skip
         cases.append((vals, batch * f_model / (peak * gpus * t)))
     return _compare(d.result, "U_MFU", cases)
 
