@@ -34,10 +34,12 @@ This module extends the accounting just enough to meet them.  Per optimizer step
   adds to the pipeline's time; overlappable communication hides behind up to a fraction ``phi``
   of it.
 
-Two modes.  The **bound** keeps the paper's ideal assumptions (``eta_mm = 1``, every
-collective at its link's full bandwidth, no latency, all communication overlappable and
-``phi = 1``): no run can beat it in this accounting.  The **calibrated** mode names three
-efficiency factors, fitted on the development rows only (:func:`calibrate`): the matmul
+Two modes.  The **bound** keeps the paper's ideal assumptions (matmuls at the GPU's effective
+utilization, ``eta_mm = eta``, the paper's clock derate; every collective at its link's full
+bandwidth, no latency, all communication overlappable and ``phi = 1``): no run can beat it in
+this accounting.  The **calibrated** mode names three efficiency factors, fitted on the
+development split (:func:`dev_rows`: the published runs of ``published_runs.csv``, every row
+of it; :func:`dmlimits.confront.held_out` validates the fit source by source): the matmul
 efficiency ``eta_mm``, the collective efficiency ``eta_c`` (the fraction of a link's bandwidth a
 collective achieves) and the overlap ``phi``; tensor-parallel collectives are serial (they sit
 between a block's matmuls), and network collectives pay a latency for every call: all-reduces
@@ -1146,6 +1148,10 @@ def predict_rows(rows, factors: Factors | None = None) -> list[dict]:
 
 @cache
 def dev_rows() -> tuple[dict[str, str], ...]:
+    """The development split: every row of the project's published-runs file, which the
+    calibration fits on.  There is no held-out file; out-of-sample errors come from leaving
+    one source out (:func:`dmlimits.confront.held_out`) and, where it is beside the project,
+    from the Ultra-Scale Playbook's full benchmark file (``bench/bench_predict.py``)."""
     return published.data_rows(DATA)
 
 
