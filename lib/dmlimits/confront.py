@@ -288,8 +288,9 @@ def step_time_errors(reported: np.ndarray, predicted: np.ndarray) -> np.ndarray:
 def held_out(rows=None) -> dict:
     """Leave-one-source-out validation of the calibrated mode.
 
-    For each source of :func:`source_label`, the factors are fitted (:func:`runs.calibrate`) on
-    the rows of every other source and predict that source's rows, which the fit never saw.
+    For each source of :func:`source_label`, the factors are fitted
+    (:func:`dmlimits.runs.calibrate`) on the rows of every other source and predict that
+    source's rows, which the fit never saw.
     Returns ``by_source`` (one dict a source: its rows, the factors fitted without it, and the
     median absolute MFU error and median absolute step-time error in sample and held out) and
     the pooled median errors over every modelled row, each row predicted by the fit that left
