@@ -536,3 +536,36 @@ def test_step_time_error_is_the_predicted_over_the_measured_step_less_one():
     pred = runs.predict(it.config, runs.calibrated())
     err = confront.step_time_errors(it.reported, runs.utilization(pred, it.counting))
     assert err == pytest.approx(pred.step_time_s / float(row["value"]) - 1)
+
+
+# --- Fernandez et al.'s onset and drop ----------------------------------------------------------
+def test_the_drop_bound_matches_a_step_with_a_constant_cost():
+    """A step of C / n + c at a fixed batch: the drop drop_for_share gives is what the per-GPU
+    throughput does, and largest_share_for_drop inverts it; a cost growing with n drops more."""
+    lo, hi, share = 128, 2048, 0.1
+    c = 1.0
+    big_c = (1 - share) / share * c * lo  # compute at lo is (1 - share) of the step
+
+    def per_gpu(n, cost):
+        return (1 / n) / (big_c / n + cost)
+
+    drop = 1 - per_gpu(hi, c) / per_gpu(lo, c)
+    assert confront.drop_for_share(share, lo, hi) == pytest.approx(drop)
+    assert confront.largest_share_for_drop(drop, lo, hi) == pytest.approx(share)
+    assert 1 - per_gpu(hi, 2 * c) / per_gpu(lo, c) > drop
+    with pytest.raises(ValueError, match="expected 0 <= drop < 1"):
+        confront.largest_share_for_drop(1.2)
+
+
+def test_each_hypothesis_changes_one_thing_and_moves_the_curve():
+    """The first row is the chapter's calibrated curve; every other changes the model and, by
+    slowing communication, exposes more of it at every multi-node count."""
+    rows = confront.hypotheses()
+    base = runs.strong_scaling("llama2-7b", "h100", "FSDP")
+    first = rows[0]["llama2-7b"]["curve"]
+    np.testing.assert_array_equal(first["step_s"], base["step_s"])
+    multi = base["gpus"] > 8
+    for r in rows[1:]:
+        c = r["llama2-7b"]["curve"]
+        assert (c["exposed_s"][multi] > base["exposed_s"][multi]).all(), r["label"]
+        assert r["llama2-7b"]["drop"] > confront.per_gpu_drop(base), r["label"]

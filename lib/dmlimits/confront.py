@@ -8,6 +8,7 @@ values they set beside them come from ``published_values.csv``.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 
@@ -65,6 +66,95 @@ def common_mfu(gpu: str) -> float:
     shape, strategy, n = COMMON
     cfg = runs.scaling_config(shape, gpu, n, strategy)
     return runs.predict(cfg, runs.calibrated()).mfu
+
+
+# --- Why the onset comes late: one change at a time ------------------------------------------
+def _one_nic(c: runs.Cluster) -> runs.Cluster:
+    return replace(c, nic=c.nic / c.node_size)
+
+
+def _slow_rings(c: runs.Cluster) -> runs.Cluster:
+    return replace(c, hop_latency=RING_LATENCY_FACTOR * c.hop_latency)
+
+
+#: How many times the paper's per-step network latency the slow-ring hypothesis takes.
+RING_LATENCY_FACTOR = 10
+
+
+def _lowest_held_out_collective() -> float:
+    """The lowest collective efficiency a leave-one-source-out fit finds (:func:`held_out`)."""
+    return min(g["factors"].collective for g in held_out()["by_source"])
+
+
+#: Each hypothesis changes one thing of the calibrated model: (label, what it changes, the
+#: factors changed from the calibrated ones, the cluster changed from the GPU's).  A callable
+#: gives its value when the hypotheses are evaluated.
+HYPOTHESES = (
+    ("the model as calibrated", "nothing", {}, None),
+    ("one NIC a GPU", "a collective across nodes gets its own GPU's NIC only, not the node's "
+     "NICs pooled", {}, _one_nic),
+    ("slow rings", f"each step of a ring all-gather or reduce-scatter across nodes waits "
+     f"{RING_LATENCY_FACTOR} times the paper's network latency", {}, _slow_rings),
+    ("slow collectives", "the collective efficiency of the least efficient "
+     "leave-one-source-out fit", {"collective": _lowest_held_out_collective}, None),
+)  # fmt: skip
+
+
+def hypotheses(gpu: str = "h100") -> list[dict]:
+    """FSDP alone in Fernandez et al.'s setting under each of :data:`HYPOTHESES`: the GPU
+    count where communication starts to bind (:func:`comm_bound_onset`) and the per-GPU drop
+    from 128 to 2048 GPUs (:func:`per_gpu_drop`), for both shapes.  ``factors`` gives the
+    factors each was evaluated with."""
+    base = runs.calibrated()
+    out = []
+    for label, change, changed, cluster_fn in HYPOTHESES:
+        hw = None if cluster_fn is None else cluster_fn(runs.cluster(gpu))
+        factors = {k: (v() if callable(v) else v) for k, v in changed.items()}
+        row = {"label": label, "change": change, "factors": replace(base, **factors)}
+        for shape in SHAPES:
+            c = runs.strong_scaling(shape, gpu, "FSDP", row["factors"], hardware=hw)
+            row[shape] = {"onset": comm_bound_onset(c), "drop": per_gpu_drop(c), "curve": c}
+        out.append(row)
+    return out
+
+
+def drop_for_share(share: float, lo: int = DROP_RANGE[0], hi: int = DROP_RANGE[1]) -> float:
+    """The per-GPU throughput drop from ``lo`` to ``hi`` GPUs at a fixed batch when exposed
+    communication takes ``share`` of the step at ``lo`` and stays constant per GPU (the least
+    drop for a cost that does not shrink; see :func:`largest_share_for_drop`)."""
+    if not 0 <= share < 1 or not 0 < lo < hi:
+        raise ValueError(f"expected 0 <= share < 1 and 0 < lo < hi, got {share!r}, {lo!r}, {hi!r}")
+    return 1 - lo / (lo * (1 - share) + share * hi)
+
+
+def largest_share_for_drop(drop: float, lo: int = DROP_RANGE[0], hi: int = DROP_RANGE[1]) -> float:
+    """The largest share of the step at ``lo`` GPUs that exposed communication can take, given
+    a per-GPU throughput drop of ``drop`` from ``lo`` to ``hi`` GPUs at a fixed batch.
+
+    At a fixed batch a step is ``C / n + c(n)``: compute shrinks as one over the GPUs.  If the
+    exposed cost ``c`` does not shrink as GPUs are added (FSDP's bytes per GPU do not; latencies
+    grow), per-GPU throughput ``(B / n) / step`` falls from ``lo`` to ``hi`` by at least
+    ``1 - lo / (lo (1 - sigma) + sigma hi)``, where ``sigma = c / step`` at ``lo``, with equality
+    for a constant cost.  Solving for ``sigma``: ``lo drop / ((1 - drop) (hi - lo))``."""
+    if not 0 <= drop < 1 or not 0 < lo < hi:
+        raise ValueError(f"expected 0 <= drop < 1 and 0 < lo < hi, got {drop!r}, {lo!r}, {hi!r}")
+    return lo * drop / ((1 - drop) * (hi - lo))
+
+
+def hypotheses_markdown(rows: list[dict]) -> str:
+    names = {s: s.replace("llama2-", "").upper() for s in SHAPES}
+    head = " | ".join(f"onset, {names[s]} | drop, {names[s]}" for s in SHAPES)
+    lines = [f"| Hypothesis | What it changes | {head} |", "|---|---|" + "---|" * 2 * len(SHAPES)]
+    for r in rows:
+        cells = []
+        for s in SHAPES:
+            onset = r[s]["onset"]
+            cells += ["beyond 2,048" if onset is None else f"{onset:,.0f}", f"{r[s]['drop']:.0%}"]
+        change = r["change"]
+        if r["factors"].collective != runs.calibrated().collective:
+            change += f" ({r['factors'].collective:.2g})"
+        lines.append(f"| {r['label']} | {change} | " + " | ".join(cells) + " |")
+    return "\n".join(lines).replace("%", "\\%")
 
 
 #: Drawn in black beside the model's curves: what Fernandez et al. (2024) report.

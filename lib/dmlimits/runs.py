@@ -1289,8 +1289,15 @@ STRATEGIES = {
 
 
 def scaling_config(
-    shape: str, gpu: str, n_gpus: int, strategy: str, batch_tokens: float = FIXED_BATCH_TOKENS
+    shape: str,
+    gpu: str,
+    n_gpus: int,
+    strategy: str,
+    batch_tokens: float = FIXED_BATCH_TOKENS,
+    hardware: Cluster | None = None,
 ) -> Config:
+    """The configuration of Fernandez et al.'s setting at ``n_gpus`` GPUs with ``strategy``;
+    ``hardware``, when given, replaces the named GPU's cluster (to test a changed fabric)."""
     try:
         extra = STRATEGIES[strategy]
     except KeyError:
@@ -1305,7 +1312,7 @@ def scaling_config(
     for recompute in ("none", "full"):
         cfg = Config(
             shape=tf.shape(shape),
-            cluster=cluster(gpu),
+            cluster=cluster(gpu) if hardware is None else hardware,
             n_gpus=n_gpus,
             global_batch_tokens=batch_tokens,
             seq_len=SEQ_LEN,
@@ -1327,6 +1334,7 @@ def strong_scaling(
     factors: Factors | None = None,
     counts: tuple[int, ...] = GPU_COUNTS,
     batch_tokens: float = FIXED_BATCH_TOKENS,
+    hardware: Cluster | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-GPU and overall throughput, MFU and exposed communication against the GPU count;
     ``fits`` says which configurations fit the GPUs' memory (:mod:`dmlimits.memory`), and the
@@ -1334,7 +1342,7 @@ def strong_scaling(
     from . import memory
 
     factors = factors or calibrated()
-    cfgs = [scaling_config(shape, gpu, n, strategy, batch_tokens) for n in counts]
+    cfgs = [scaling_config(shape, gpu, n, strategy, batch_tokens, hardware) for n in counts]
     fits = np.array([memory.peak(c).fits for c in cfgs])
     preds = [predict(c, factors) for c in cfgs]
     out = {
