@@ -11,6 +11,8 @@ the model is):
   :func:`dmlimits.confront.held_out`), pooled and by source.
 * **Step time**: the median absolute relative error of the predicted step, on multi-node and on
   single-node rows, in sample and held out.
+* **Outside the development split**: the same errors on MosaicML's MPT runs
+  (``published_runs_holdout.csv``), which no fit reads.
 * **Peak memory**: on the benchmark file (when present), the median relative error of the
   predicted peak against the recorded one, and how often the predicted fit agrees with whether
   the run ran or crashed out of memory; on the published rows that report a peak memory
@@ -131,6 +133,10 @@ def measure() -> dict:
         }
         for name, sel in (("multi_node", multi), ("single_node", ~multi))
     }
+    outside = confront.outside_split()
+    out["outside_split"] = {k: v for k, v in outside.items() if k != "comparison"}
+    ok, n = _coverage(runs.holdout_rows())
+    out["coverage_holdout"] = {"modelled": ok, "rows": n, "share": ok / n}
     out["memory_published"] = _memory_published()
     if BENCH.is_file():
         with BENCH.open() as fh:
@@ -149,7 +155,7 @@ def _verdict(value: float, target: float, higher_is_better: bool = False) -> str
 def report(m: dict) -> str:
     t = TARGETS
     lines = ["Predicting real runs (issue #14's targets)", ""]
-    for key in ("coverage_published", "coverage_benchmark_file"):
+    for key in ("coverage_published", "coverage_holdout", "coverage_benchmark_file"):
         if key in m:
             c = m[key]
             lines.append(
@@ -172,6 +178,21 @@ def report(m: dict) -> str:
             f"{g['held_out']:5.1f} points ({_verdict(g['held_out'], per_source)} against "
             f"{per_source:g})"
         )
+    o = m["outside_split"]
+    lines += [
+        "",
+        f"outside the development split (MosaicML's MPT runs, {o['rows']} rows, never fitted):",
+        f"  MFU median absolute error {o['mfu_points']:.1f} points (signed "
+        f"{o['bias_points']:+.1f}; target {t['mfu_held_out_points']:g}: "
+        f"{_verdict(o['mfu_points'], t['mfu_held_out_points'])}; per family "
+        f"{t['mfu_per_source_held_out_points']:g}: "
+        f"{_verdict(o['mfu_points'], t['mfu_per_source_held_out_points'])})",
+        f"  step time, multi-node ({o['multi_node_rows']} rows): {o['step_multi_node']:.0%} "
+        f"(target {t['step_multi_node_held_out']:.0%}: "
+        f"{_verdict(o['step_multi_node'], t['step_multi_node_held_out'])}); single-node: "
+        f"{o['step_single_node']:.0%} (target {t['step_single_node_held_out']:.0%}: "
+        f"{_verdict(o['step_single_node'], t['step_single_node_held_out'])})",
+    ]
     st = m["step_time"]
     lines.append("")
     for key, target in (("multi_node", "step_multi_node_held_out"),

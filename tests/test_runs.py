@@ -569,3 +569,37 @@ def test_each_hypothesis_changes_one_thing_and_moves_the_curve():
         c = r["llama2-7b"]["curve"]
         assert (c["exposed_s"][multi] > base["exposed_s"][multi]).all(), r["label"]
         assert r["llama2-7b"]["drop"] > confront.per_gpu_drop(base), r["label"]
+
+
+# --- Runs outside the development split -------------------------------------------------------
+def test_the_holdout_rows_are_modelled_with_their_published_parameter_counts():
+    """Every MosaicML row is modelled, and the shape its columns give (layers, d_model, heads,
+    vocabulary, tied embeddings), with the table's learned position embeddings (seq_len x
+    d_model, no matmul), has the parameter count the benchmark table prints, within 0.1%."""
+    rows = runs.holdout_rows()
+    assert rows
+    for row in rows:
+        it = runs.interpret(row)
+        assert it.reported is not None
+        positions = it.config.seq_len * it.config.shape.d_model
+        ours = (it.config.shape.params + positions) / 1e9
+        assert ours == pytest.approx(float(row["params_b"]), rel=0.001), row["model"]
+        assert it.config.shape.tied and not it.config.shape.gated
+
+
+def test_no_fit_reads_the_holdout_rows():
+    """The calibration is the fit on the development rows alone, and those hold no MosaicML row:
+    the holdout errors are out of sample."""
+    assert runs.calibrated() == runs.calibrate(runs.dev_rows())
+    dev_sources = {r["source"] for r in runs.dev_rows()}
+    assert not dev_sources & {r["source"] for r in runs.holdout_rows()}
+    out = confront.outside_split()
+    cmp = runs.compare(runs.holdout_rows(), runs.calibrated())
+    assert out["rows"] == cmp.n == len(runs.holdout_rows())
+    assert out["mfu_points"] == pytest.approx(cmp.median_abs_error_points)
+
+
+def test_a_bad_tied_column_is_refused():
+    row = dict(runs.holdout_rows()[0], tied="yes")
+    with pytest.raises(ValueError, match="column tied must be true or false, got 'yes'"):
+        runs.interpret(row)

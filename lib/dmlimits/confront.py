@@ -426,6 +426,28 @@ def held_out(rows=None) -> dict:
     }
 
 
+def outside_split(rows=None) -> dict:
+    """The calibrated mode on published runs outside the development split
+    (:func:`dmlimits.runs.holdout_rows`, which no fit reads): the median absolute MFU error, its
+    median sign, and the median absolute step-time error on multi-node and single-node runs."""
+    cmp = runs.compare(runs.holdout_rows() if rows is None else rows, runs.calibrated())
+    if not cmp.n:
+        raise ValueError("no row with a throughput metric outside the development split")
+    step = np.abs(step_time_errors(cmp.reported, cmp.calibrated))
+    multi = np.array([it.config.n_gpus > it.config.cluster.node_size for it in cmp.interpretations])
+    return {
+        "comparison": cmp,
+        "rows": cmp.n,
+        "mfu_points": cmp.median_abs_error_points,
+        "bias_points": float(np.median(cmp.errors) * 100),
+        "below_bound": float(cmp.below_bound.mean()),
+        "multi_node_rows": int(multi.sum()),
+        "step_multi_node": float(np.median(step[multi])) if multi.any() else float("nan"),
+        "step_single_node": float(np.median(step[~multi])) if (~multi).any() else float("nan"),
+        "max_gpus": max(it.config.n_gpus for it in cmp.interpretations),
+    }
+
+
 def held_out_markdown(result: dict) -> str:
     lines = [
         "| Source | Rows | Factors fitted without it (matmul, collective, overlap) | "

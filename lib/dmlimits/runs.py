@@ -72,6 +72,9 @@ from .scenario import SCHEMA
 
 CHAPTER = "diminishing_returns"
 DATA = "published_runs.csv"
+#: Published runs no fit reads: MosaicML's MPT benchmarks (llm-foundry), a framework family the
+#: development split does not have.
+HOLDOUT = "published_runs_holdout.csv"
 WORD_BYTES = float(SCHEMA["model.word_bytes"].default)  # a 16-bit word, as the paper's model
 
 _decl = s.REGISTRY.declare
@@ -902,7 +905,7 @@ def _shape(row: dict, assumed: list[str]) -> tf.Shape:
     if layers and width:
         if "llama" in key:
             raise ValueError(f"no Llama preset matches {name!r}")
-        return tf.gpt_shape(name, layers, width)
+        return _with_row_shape(tf.gpt_shape(name, layers, width), row)
     if gpt3 := _gpt3(name):
         return gpt3
     if params and "llama" in key:
@@ -914,6 +917,27 @@ def _shape(row: dict, assumed: list[str]) -> tf.Shape:
         f"cannot infer the shape of {name!r}: expected layers and d_model, or a "
         "Llama-style model with params_b"
     )
+
+
+#: Optional columns that refine a shape given by layers and d_model (``gpt_shape``'s defaults
+#: otherwise: heads of 128 wide, keys and values as wide as the model, a plain MLP four times as
+#: wide, Megatron-LM's vocabulary, untied embeddings).
+SHAPE_COLUMNS = ("heads", "kv_heads", "d_ff", "vocab")
+
+
+def _with_row_shape(shape: tf.Shape, row: dict) -> tf.Shape:
+    values = {k: _int(row, k) for k in SHAPE_COLUMNS if _int(row, k) is not None}
+    if "heads" in values and "kv_heads" not in values:
+        values["kv_heads"] = values["heads"]
+    tied = (row.get("tied") or "").strip().lower()
+    if tied not in ("", "true", "false"):
+        raise ValueError(f"column tied must be true or false, got {row.get('tied')!r}")
+    if tied:
+        values["tied"] = tied == "true"
+    if not values:
+        return shape
+    given = ", ".join(k for k in (*SHAPE_COLUMNS, "tied") if k in values)
+    return replace(shape, **values, source=f"the row: layers, d_model, {given}; {shape.source}")
 
 
 def _gpt3(name: str) -> tf.Shape | None:
@@ -1153,6 +1177,13 @@ def dev_rows() -> tuple[dict[str, str], ...]:
     one source out (:func:`dmlimits.confront.held_out`) and, where it is beside the project,
     from the Ultra-Scale Playbook's full benchmark file (``bench/bench_predict.py``)."""
     return published.data_rows(DATA)
+
+
+@cache
+def holdout_rows() -> tuple[dict[str, str], ...]:
+    """Published runs outside the development split (:data:`HOLDOUT`): only compared with
+    predictions, never fitted on."""
+    return published.data_rows(HOLDOUT)
 
 
 @dataclass(frozen=True)
