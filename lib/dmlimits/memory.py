@@ -119,6 +119,8 @@ m_drop = _decl("m_drop", r"m_{\mathrm{drop}}", "bytes of dropout masks a layer k
                _B, defined_in=CHAPTER)  # fmt: skip
 c_sc = _decl("c_sc", r"c_{\mathrm{sc}}", "bytes of the attention scores' term", _B,
              defined_in=CHAPTER)  # fmt: skip
+d_kv = _decl("d_kv", r"d_{\mathrm{kv}}", "width of a block's keys (and of its values), "
+             "d_model n_kv / n_h", defined_in=CHAPTER)  # fmt: skip
 
 STATE_SPLIT = {  # ZeRO stage: (g_w, g_g, g_o) as multiples of the group
     0: (False, False, False), 1: (False, False, True), 2: (False, True, True),
@@ -178,7 +180,7 @@ def state_derivation() -> Derivation:
 #: and after the nonlinearity (or, gated, the SiLU and the product).
 BLOCK_TENSORS = Substitution(
     "the tensors a block keeps for its backward pass",
-    {n_val: 6 * s.d_model + 2 * s.d_model * tf.n_kv / heads + 2 * (tf.mlp_mats - 1) * s.d_ff},
+    {n_val: 6 * s.d_model + 2 * d_kv + 2 * (tf.mlp_mats - 1) * s.d_ff},
     kind="definition",
 )
 
@@ -252,7 +254,7 @@ def _activation_fn():
     """Bytes one layer keeps per token, unsplit: the derivation's tensor-by-tensor count
     (run-memory-activations, step 3) for any block."""
     expr = activation_derivation().steps[2].expr.rhs.subs({seq: 1, mbs: 1, tpm.n_tp: 1})
-    return sp.lambdify((s.d_model, s.d_ff, tf.n_kv, heads, tf.mlp_mats, w_val, m_drop), expr)
+    return sp.lambdify((s.d_model, s.d_ff, d_kv, tf.mlp_mats, w_val, m_drop), expr)
 
 
 def layer_bytes_per_token(shape: tf.Shape) -> tuple[float, float]:
@@ -262,8 +264,7 @@ def layer_bytes_per_token(shape: tf.Shape) -> tuple[float, float]:
     d = shape.d_model
     drop = 0.0 if shape.gated else DROPOUT_MASK_BYTES * d
     total = float(
-        _activation_fn()(d, shape.d_ff, shape.kv_heads, shape.heads, shape.mlp_mats,
-                         VALUE_BYTES, drop)
+        _activation_fn()(d, shape.d_ff, shape.kv_width, shape.mlp_mats, VALUE_BYTES, drop)
     )  # fmt: skip
     return total, UNSPLIT_VALUES * VALUE_BYTES * d + drop
 

@@ -824,8 +824,8 @@ def _memory_activations(d: Derivation) -> str:
     cases = []
     count = d.steps[2].expr
     for b, seq, dm, tp in ((1, 2048, 4096, 1), (4, 4096, 8192, 8)):
-        v = {"b_mem": b, "s_mem": seq, "d_model": dm, "N_TP": tp, "n_kv": 32, "n_h": 32,
-             "d_ff": 4 * dm, "g_mlp": 2, "w_act": 2, "m_drop": 2 * dm}  # fmt: skip
+        v = {"b_mem": b, "s_mem": seq, "d_model": dm, "N_TP": tp, "d_kv": dm, "d_ff": 4 * dm,
+             "g_mlp": 2, "w_act": 2, "m_drop": 2 * dm}  # fmt: skip
         cases.append((v, 34 * seq * b * dm / tp))
     return _compare(count, "M_act", cases)
 
