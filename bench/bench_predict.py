@@ -135,6 +135,8 @@ def measure() -> dict:
     }
     outside = confront.outside_split()
     out["outside_split"] = {k: v for k, v in outside.items() if k != "comparison"}
+    ran = [runs.interpret(r).config for r in runs.holdout_rows()]
+    out["outside_split"]["called_fitting"] = sum(memory.peak(c).fits for c in ran) / len(ran)
     ok, n = _coverage(runs.holdout_rows())
     out["coverage_holdout"] = {"modelled": ok, "rows": n, "share": ok / n}
     out["memory_published"] = _memory_published()
@@ -192,6 +194,9 @@ def report(m: dict) -> str:
         f"{_verdict(o['step_multi_node'], t['step_multi_node_held_out'])}); single-node: "
         f"{o['step_single_node']:.0%} (target {t['step_single_node_held_out']:.0%}: "
         f"{_verdict(o['step_single_node'], t['step_single_node_held_out'])})",
+        f"  these runs ran; the memory check calls {o['called_fitting']:.1%} of them fitting "
+        f"(target for the out-of-memory call {t['oom_agreement']:.0%}: "
+        f"{_verdict(o['called_fitting'], t['oom_agreement'], True)})",
     ]
     st = m["step_time"]
     lines.append("")

@@ -167,3 +167,11 @@ def test_fit_overhead_finds_a_known_overhead_and_refuses_mismatched_input():
     assert memory.fit_overhead(configs, [x + 2 * 2**30 for x in counted]) == 2 * 2**30
     with pytest.raises(ValueError, match="one measured peak a configuration"):
         memory.fit_overhead(configs, [1e9])
+
+
+def test_most_runs_outside_the_development_split_are_called_fitting():
+    """MosaicML's MPT runs all ran, and the memory count saw none of them when its overhead was
+    fitted: it calls 86 of the 95 fitting (measured; the nine misses hold 24,576 to 98,304
+    tokens in a micro-batch, where activations and logits weigh most).  The floor here is 85%."""
+    ran = [runs.interpret(r).config for r in runs.holdout_rows()]
+    assert sum(memory.peak(c).fits for c in ran) / len(ran) >= 0.85
