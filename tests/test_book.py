@@ -63,6 +63,16 @@ def test_pages_have_no_leaks(built_book, name):
     assert "$" not in text.replace("\\$", ""), f"{name}: unprocessed $ math"
 
 
+@pytest.mark.parametrize("name", toc_notebooks())
+def test_glued_text_is_pasted_as_written(built_book, name):
+    """No glued text reaches a page mangled by MyST-NB's literal_eval: a count with thousands
+    separators pasted as a tuple, "(4, 194, 304)" for "4,194,304"."""
+    raw = (HTML / "notebooks" / f"{name}.html").read_text()
+    pasted = re.findall(r'<span class="pasted-text">([^<]*)</span>', raw)
+    tuples = [p for p in pasted if re.fullmatch(r"\(\d+(, \d+)+\)", p)]
+    assert not tuples, f"{name}: glued text pasted as tuples: {tuples}"
+
+
 def test_headline_numbers_on_the_page(built_book):
     text = page_text(HTML / "notebooks" / "model.html")
     scn = resolve("h100")

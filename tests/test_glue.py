@@ -44,9 +44,9 @@ def test_glue_pastes_numbers_math_and_text(monkeypatch):
     g.glue("eq", sp.Eq(s.compute, 6 * s.n_params))
     g.glue("t", "hello")
     assert pasted["n"] == 2.05e28 and type(pasted["n"]) is float
-    assert repr(pasted["n.sci"]) == "2.05 × 10²⁸"
+    assert pasted["n.sci"].text == "2.05 × 10²⁸"
     assert "C = 6 N" in pasted["eq"]._repr_latex_()
-    assert repr(pasted["t"]) == "hello"
+    assert pasted["t"].text == "hello"
     with pytest.raises(g.GlueError, match="'bad'"):
         g.glue("bad", float("nan"))
     with pytest.raises(g.GlueError, match="without ':'"):
@@ -96,6 +96,19 @@ def test_paste_gives_what_myst_nbs_glue_gives(monkeypatch):
 )
 def test_sci(value, text):
     assert g.sci(value) == text
+
+
+@pytest.mark.parametrize("text", ["4,194,304", "1,000", "128", "True", "2.05 × 10²⁸",
+                                  "at 1,024 GPUs", "it's", "(1, 2)", ""])  # fmt: skip
+def test_glued_text_reaches_the_page_as_it_is(text):
+    """MyST-NB's {glue:text} reads a pasted text/plain with ast.literal_eval: a count such as
+    4,194,304 must reach the page as itself, not as the tuple (4, 194, 304)."""
+    from IPython.core.formatters import format_display_data
+    from myst_nb.core.variables import format_plain_text
+
+    bundle, _ = format_display_data(g._Text(text))
+    assert format_plain_text(bundle["text/plain"], "") == text
+    assert format_plain_text(bundle["text/plain"], "s") == text
 
 
 def test_read_glued_round_trip(tmp_path):

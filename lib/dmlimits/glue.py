@@ -89,13 +89,15 @@ def sci(value: float, digits: int = 3) -> str:
 
 
 class _Text:
-    """Displays as its text (no quotes), so ``{glue:text}`` pastes it as it is."""
+    """A glued string.  Its ``text/plain`` is the string's repr: MyST-NB's ``{glue:text}``
+    reads that with ``ast.literal_eval`` and gets the string back, so it pastes it as it is.
+    (The bare text would not survive: ``4,194,304`` evaluates to the tuple ``(4, 194, 304)``.)"""
 
     def __init__(self, text: str) -> None:
         self.text = text
 
     def __repr__(self) -> str:
-        return self.text
+        return repr(self.text)
 
 
 class _Math:
