@@ -111,6 +111,12 @@ def test_the_busiest_pipeline_stage_sets_the_peak():
     last = per_layer * tok * L / 4 + 10 * tok * sh.vocab
     assert m.activations + m.logits == pytest.approx(max(first, last))
     assert m.logits == (0.0 if first > last else pytest.approx(10 * tok * sh.vocab))
+    # One micro-batch a step: the first stage holds one, and the last, with the logits, wins.
+    single = runs.Config(shape=sh, cluster=runs.cluster("h100"), n_gpus=8, pp=4, dp=2,
+                         global_batch_tokens=2 * tok, seq_len=tok, sharding="zero1")  # fmt: skip
+    one = memory.peak(single)
+    assert one.logits == pytest.approx(10 * tok * sh.vocab)
+    assert one.activations == pytest.approx(per_layer * tok * L / 4)
 
 
 def test_predict_says_it_does_not_fit(capsys):

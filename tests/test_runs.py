@@ -555,6 +555,8 @@ def test_the_drop_bound_matches_a_step_with_a_constant_cost():
     assert 1 - per_gpu(hi, 2 * c) / per_gpu(lo, c) > drop
     with pytest.raises(ValueError, match="expected 0 <= drop < 1"):
         confront.largest_share_for_drop(1.2)
+    with pytest.raises(ValueError, match="more than a cost that takes the whole step can give"):
+        confront.largest_share_for_drop(0.95, lo, hi)
 
 
 def test_each_hypothesis_changes_one_thing_and_moves_the_curve():

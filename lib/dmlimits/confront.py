@@ -132,12 +132,21 @@ def largest_share_for_drop(drop: float, lo: int = DROP_RANGE[0], hi: int = DROP_
     a per-GPU throughput drop of ``drop`` from ``lo`` to ``hi`` GPUs at a fixed batch.
 
     At a fixed batch a step is ``C / n + c(n)``: compute shrinks as one over the GPUs.  If the
-    exposed cost ``c`` does not shrink as GPUs are added (FSDP's bytes per GPU do not; latencies
-    grow), per-GPU throughput ``(B / n) / step`` falls from ``lo`` to ``hi`` by at least
-    ``1 - lo / (lo (1 - sigma) + sigma hi)``, where ``sigma = c / step`` at ``lo``, with equality
-    for a constant cost.  Solving for ``sigma``: ``lo drop / ((1 - drop) (hi - lo))``."""
+    exposed cost ``c`` does not shrink as GPUs are added (this model's FSDP bytes per GPU do
+    not; latencies grow), per-GPU throughput ``(B / n) / step`` falls from ``lo`` to ``hi`` by
+    at least ``1 - lo / (lo (1 - sigma) + sigma hi)``, where ``sigma = c / step`` at ``lo``,
+    with equality for a constant cost.  Solving for ``sigma``: ``lo drop / ((1 - drop) (hi - lo))``.
+
+    The premise is that a step's communication does not fall as GPUs are added: true of this
+    model, which counts FSDP's gathers and reductions once a step; not of a run that gathers
+    once per micro-batch with fewer micro-batches per GPU at scale."""
     if not 0 <= drop < 1 or not 0 < lo < hi:
         raise ValueError(f"expected 0 <= drop < 1 and 0 < lo < hi, got {drop!r}, {lo!r}, {hi!r}")
+    if drop >= 1 - lo / hi:
+        raise ValueError(
+            f"a drop of {drop:.1%} from {lo} to {hi} GPUs is more than a cost that takes the "
+            f"whole step can give ({1 - lo / hi:.1%}): expected a smaller drop"
+        )
     return lo * drop / ((1 - drop) * (hi - lo))
 
 

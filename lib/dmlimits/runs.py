@@ -1064,9 +1064,9 @@ def interpret(row: dict) -> Interpretation:
         recompute = "none"
     vpp = _int(row, "vpp", 1) or 1
     sequence_parallel = "seqpar" in text or "seq-parallel" in text
-    keeps_gathered = False
-    if tp > 1 and not sequence_parallel and _splits_sequence(source):
-        sequence_parallel = keeps_gathered = True
+    keeps_gathered = tp > 1 and _splits_sequence(source)
+    if keeps_gathered:
+        sequence_parallel = True
         assumed.append(
             "tensor parallelism with sequence parallelism, the gathered inputs kept (the "
             "framework's way)"
@@ -1173,9 +1173,10 @@ def predict_rows(rows, factors: Factors | None = None) -> list[dict]:
 @cache
 def dev_rows() -> tuple[dict[str, str], ...]:
     """The development split: every row of the project's published-runs file, which the
-    calibration fits on.  There is no held-out file; out-of-sample errors come from leaving
-    one source out (:func:`dmlimits.confront.held_out`) and, where it is beside the project,
-    from the Ultra-Scale Playbook's full benchmark file (``bench/bench_predict.py``)."""
+    calibration fits on.  Out-of-sample errors come from leaving one source out
+    (:func:`dmlimits.confront.held_out`), from the runs of :data:`HOLDOUT`, which no fit reads
+    (:func:`holdout_rows`, :func:`dmlimits.confront.outside_split`) and, where it is beside the
+    project, from the Ultra-Scale Playbook's full benchmark file (``bench/bench_predict.py``)."""
     return published.data_rows(DATA)
 
 
