@@ -85,6 +85,17 @@ def test_a_gpt_block_keeps_korthikantis_34_bytes():
     assert (total, unsplit) == (34 * 2048, 10 * 2048)
 
 
+def test_a_block_without_dropout_keeps_no_masks():
+    """MPT trains its GPT-style blocks without dropout (the held-out rows say so): two bytes a
+    hidden unit fewer than Megatron-LM's."""
+    from dataclasses import replace
+
+    sh = replace(transformer.gpt_shape("gpt", 24, 2048), dropout=False)
+    assert memory.layer_bytes_per_token(sh) == (32 * 2048, 8 * 2048)
+    mpt = runs.interpret(runs.holdout_rows()[0]).config.shape
+    assert mpt.dropout is False and not mpt.gated
+
+
 def test_sequence_parallelism_splits_everything_but_what_it_gathers():
     """With sequence parallelism a layer's tensors are split t ways; a framework that keeps the
     gathered inputs of its column-parallel linears adds two whole hidden vectors a token."""

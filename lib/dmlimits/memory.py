@@ -259,10 +259,11 @@ def _activation_fn():
 
 def layer_bytes_per_token(shape: tf.Shape) -> tuple[float, float]:
     """(bytes one layer keeps per token, of which outside the tensor-parallel region): the
-    count of run-memory-activations for the shape's block, with 16-bit values and, for a plain
-    (GPT) MLP, Megatron-LM's dropout masks."""
+    count of run-memory-activations for the shape's block, with 16-bit values and, where the
+    shape trains with dropout (by default a plain, GPT, MLP: Megatron-LM's), its masks."""
     d = shape.d_model
-    drop = 0.0 if shape.gated else DROPOUT_MASK_BYTES * d
+    dropout = (not shape.gated) if shape.dropout is None else shape.dropout
+    drop = DROPOUT_MASK_BYTES * d if dropout else 0.0
     total = float(
         _activation_fn()(d, shape.d_ff, shape.kv_width, shape.mlp_mats, VALUE_BYTES, drop)
     )  # fmt: skip

@@ -921,7 +921,8 @@ def _shape(row: dict, assumed: list[str]) -> tf.Shape:
 
 #: Optional columns that refine a shape given by layers and d_model (``gpt_shape``'s defaults
 #: otherwise: heads of 128 wide, keys and values as wide as the model, a plain MLP four times as
-#: wide, Megatron-LM's vocabulary, untied embeddings).
+#: wide, Megatron-LM's vocabulary, untied embeddings); ``tied`` and ``dropout`` (true or false)
+#: too.
 SHAPE_COLUMNS = ("heads", "kv_heads", "d_ff", "vocab")
 
 
@@ -929,14 +930,15 @@ def _with_row_shape(shape: tf.Shape, row: dict) -> tf.Shape:
     values = {k: _int(row, k) for k in SHAPE_COLUMNS if _int(row, k) is not None}
     if "heads" in values and "kv_heads" not in values:
         values["kv_heads"] = values["heads"]
-    tied = (row.get("tied") or "").strip().lower()
-    if tied not in ("", "true", "false"):
-        raise ValueError(f"column tied must be true or false, got {row.get('tied')!r}")
-    if tied:
-        values["tied"] = tied == "true"
+    for flag in ("tied", "dropout"):
+        text = (row.get(flag) or "").strip().lower()
+        if text not in ("", "true", "false"):
+            raise ValueError(f"column {flag} must be true or false, got {row.get(flag)!r}")
+        if text:
+            values[flag] = text == "true"
     if not values:
         return shape
-    given = ", ".join(k for k in (*SHAPE_COLUMNS, "tied") if k in values)
+    given = ", ".join(k for k in (*SHAPE_COLUMNS, "tied", "dropout") if k in values)
     return replace(shape, **values, source=f"the row: layers, d_model, {given}; {shape.source}")
 
 
@@ -1008,6 +1010,8 @@ def interpret(row: dict) -> Interpretation:
     source = row.get("source", "") or ""
     shape = _shape(row, assumed)
     cl = cluster(_gpu(row.get("gpu", "")))
+    if "fabric not stated" in notes:
+        assumed.append(f"the fabric of the book's {cl.name} cluster: {cl.label}")
     n = _int(row, "n_gpus")
     if n is None:
         raise ValueError("n_gpus is empty")

@@ -208,6 +208,9 @@ class Shape:
     gated: bool = True
     tied: bool = False
     source: str = ""
+    #: Whether training applies dropout (it keeps a mask per dropout); ``None``: as the block's
+    #: family does, Megatron-LM's GPT blocks yes, Llama-style blocks no.
+    dropout: bool | None = None
 
     def __post_init__(self) -> None:
         for field in ("layers", "d_model", "heads", "kv_heads", "d_ff", "vocab"):
