@@ -53,26 +53,6 @@ def _coverage(rows) -> tuple[int, int]:
     return sum(1 for r in out if not r.get("prediction_error")), len(out)
 
 
-def _held_out_rows(rows):
-    """Every modelled row with its reported and held-out predicted utilization."""
-    labels = [confront.source_label(r) for r in rows]
-    reported, held, inside, nodes = [], [], [], []
-    every = runs.calibrated()
-    for label in dict.fromkeys(labels):
-        mine = [r for r, lab in zip(rows, labels, strict=True) if lab == label]
-        rest = [r for r, lab in zip(rows, labels, strict=True) if lab != label]
-        a = runs.compare(mine, runs.calibrate(rest))
-        b = runs.compare(mine, every)
-        if not a.n:
-            continue
-        reported.append(a.reported)
-        held.append(a.calibrated)
-        inside.append(b.calibrated)
-        nodes.append([it.config.n_gpus > it.config.cluster.node_size for it in a.interpretations])
-    return (np.concatenate(reported), np.concatenate(held), np.concatenate(inside),
-            np.concatenate(nodes))  # fmt: skip
-
-
 def _memory_on_bench(rows) -> dict:
     err, agree = [], 0
     for r in rows:
@@ -122,9 +102,10 @@ def measure() -> dict:
             for g in loso["by_source"]
         },
     }
-    reported, held, inside, multi = _held_out_rows(rows)
-    step_held = np.abs(confront.step_time_errors(reported, held))
-    step_in = np.abs(confront.step_time_errors(reported, inside))
+    per_row = loso["per_row"]
+    multi = per_row["multi_node"]
+    step_held = np.abs(confront.step_time_errors(per_row["reported"], per_row["held_out"]))
+    step_in = np.abs(confront.step_time_errors(per_row["reported"], per_row["in_sample"]))
     out["step_time"] = {
         name: {
             "rows": int(sel.sum()),

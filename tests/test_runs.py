@@ -517,6 +517,10 @@ def test_each_source_is_predicted_by_a_fit_that_never_saw_it():
         held = runs.compare(mine, runs.calibrate(rest))
         assert g["held_out_points"] == pytest.approx(held.median_abs_error_points)
         assert g["rows"] == held.n
+    # The per-row utilizations are the ones the pooled medians are taken over.
+    per_row = result["per_row"]
+    pooled = np.median(np.abs(per_row["held_out"] - per_row["reported"])) * 100
+    assert pooled == pytest.approx(result["held_out_points"])
     # Fitted without a source, the factors predict it worse than the fit that saw it (pooled):
     # the in-sample error understates what a new framework should expect.
     assert result["held_out_points"] > result["in_sample_points"]

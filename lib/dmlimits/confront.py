@@ -391,13 +391,15 @@ def held_out(rows=None) -> dict:
     (:func:`dmlimits.runs.calibrate`) on the rows of every other source and predict that
     source's rows, which the fit never saw.
     Returns ``by_source`` (one dict a source: its rows, the factors fitted without it, and the
-    median absolute MFU error and median absolute step-time error in sample and held out) and
-    the pooled median errors over every modelled row, each row predicted by the fit that left
-    its source out."""
+    median absolute MFU error and median absolute step-time error in sample and held out), the
+    pooled median errors over every modelled row, each row predicted by the fit that left its
+    source out, and ``per_row``: each modelled row's reported, in-sample and held-out
+    utilization, and whether it runs across nodes."""
     rows = runs.dev_rows() if rows is None else tuple(rows)
     every = runs.calibrated() if rows is runs.dev_rows() else runs.calibrate(rows)
     labels = [source_label(r) for r in rows]
     out, pooled_in, pooled_out, step_in, step_out = [], [], [], [], []
+    per_row: dict[str, list] = {"reported": [], "in_sample": [], "held_out": [], "multi_node": []}
     for label in dict.fromkeys(labels):
         mine = [r for r, lab in zip(rows, labels, strict=True) if lab == label]
         rest = [r for r, lab in zip(rows, labels, strict=True) if lab != label]
@@ -412,6 +414,14 @@ def held_out(rows=None) -> dict:
         pooled_out.append(np.abs(outside.errors))
         step_in.append(np.abs(s_in))
         step_out.append(np.abs(s_out))
+        per_row["reported"].append(inside.reported)
+        per_row["in_sample"].append(inside.calibrated)
+        per_row["held_out"].append(outside.calibrated)
+        per_row["multi_node"].append(
+            np.array(
+                [it.config.n_gpus > it.config.cluster.node_size for it in inside.interpretations]
+            )
+        )
         out.append(
             {
                 "source": label,
@@ -432,6 +442,7 @@ def held_out(rows=None) -> dict:
         "held_out_points": float(np.median(np.concatenate(pooled_out)) * 100),
         "in_sample_step": float(np.median(np.concatenate(step_in))),
         "held_out_step": float(np.median(np.concatenate(step_out))),
+        "per_row": {k: np.concatenate(v) for k, v in per_row.items()},
     }
 
 
