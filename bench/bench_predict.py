@@ -8,7 +8,7 @@ the model is):
   Playbook's benchmark file.
 * **MFU**: the calibrated mode's median absolute error in sample (fitted on every development
   row) and held out (each source predicted by the factors fitted without it,
-  :func:`dmlimits.confront.held_out`), pooled and by source.
+  :func:`dmlimits.measured.confront.held_out`), pooled and by source.
 * **Step time**: the median absolute relative error of the predicted step, on multi-node and on
   single-node rows, in sample and held out.
 * **Outside the development split**: the same errors on MosaicML's MPT runs
@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from dmlimits import confront, memory, runs
+from dmlimits.measured import confront, memory, runs
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT.parent / "shared" / "data" / "hf_ultrascale_benchmarks.csv"

@@ -1,5 +1,5 @@
-"""Peak memory per GPU (dmlimits.memory): what fits, counted by hand and against measured runs
-(issue #12: Llama 2 70B with FSDP on 8 H100s cannot run)."""
+"""Peak memory per GPU (dmlimits.measured.memory): what fits, counted by hand and against
+measured runs (issue #12: Llama 2 70B with FSDP on 8 H100s cannot run)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import json
 
 import pytest
 from conftest import SHARED
-from dmlimits import cli, memory, runs, transformer, units
+from dmlimits import cli, units
 from dmlimits.derivation import derivations_of
+from dmlimits.measured import memory, runs, transformer
 from dmlimits.symbols import REGISTRY
 
 BENCH = SHARED / "data" / "hf_ultrascale_benchmarks.csv"
@@ -22,7 +23,7 @@ def _config(shape="llama2-70b", n=8, **kw) -> runs.Config:
 
 
 def test_derivations_verify_and_have_units():
-    found = derivations_of("memory")
+    found = derivations_of("measured.memory")
     assert {d.name for d in found} == {"run-memory-state", "run-memory-activations"}
     for d in found:
         d.verify()

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import SHARED
-from dmlimits import confront, nccl, published, runs, transformer
+from dmlimits import published
 from dmlimits import units as u
 from dmlimits.cli import main
 from dmlimits.derivation import derivations_of
+from dmlimits.measured import confront, nccl, runs, transformer
 from dmlimits.symbols import REGISTRY
 
 HF_BULK = SHARED / "data" / "hf_ultrascale_benchmarks.csv"
@@ -28,7 +29,7 @@ FORMULAS = {
 
 @pytest.mark.parametrize("module", ["transformer", "nccl", "runs"])
 def test_every_derivation_step_follows(module):
-    found = derivations_of(module)
+    found = derivations_of(f"measured.{module}")
     assert found
     for d in found:
         d.verify()

@@ -363,7 +363,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     import csv
     import json
 
-    from . import memory, runs, transformer
+    from .measured import memory, runs, transformer
 
     if args.runs:
         try:

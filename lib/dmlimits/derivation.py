@@ -290,14 +290,15 @@ def all_derivations() -> list[Derivation]:
 
     import dmlimits
 
-    for module in pkgutil.iter_modules(dmlimits.__path__):
-        if module.name != "__main__":
-            importlib.import_module(f"dmlimits.{module.name}")
+    for module in pkgutil.walk_packages(dmlimits.__path__, prefix="dmlimits."):
+        if module.name != "dmlimits.__main__":
+            importlib.import_module(module.name)
     return [builder() for builder in _BUILDERS.values()]
 
 
 def derivations_of(module: str) -> list[Derivation]:
-    """The derivations registered by one module of the package (e.g. ``"pipeline"``)."""
+    """The derivations registered by one module of the package (e.g. ``"pipeline"`` or
+    ``"measured.runs"``)."""
     import importlib
 
     importlib.import_module(f"dmlimits.{module}")

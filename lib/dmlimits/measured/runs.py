@@ -7,7 +7,7 @@ shard parameters (ZeRO, FSDP), train transformers at a fixed batch, and overlap 
 This module extends the accounting just enough to meet them.  Per optimizer step and GPU:
 
 * **Compute.**  ``B F_tok / (N_GPU F_p eta_mm)``: the batch's training FLOP
-  (:mod:`dmlimits.transformer`, recomputation counted) over the cluster's peak at the run's
+  (:mod:`dmlimits.measured.transformer`, recomputation counted) over the cluster's peak at the run's
   precision, derated by a matmul efficiency ``eta_mm``.  The 1F1B pipeline stretches it by its
   bubble, ``1 + (N_PP - 1) / (v m)`` with ``m`` micro-batches per pipeline and ``v`` chunks a
   GPU (the pipeline chapter).
@@ -29,7 +29,7 @@ This module extends the accounting just enough to meet them.  Per optimizer step
 * **Links.**  Ranks are laid out tensor-parallel innermost, then context, data and pipeline
   parallel.  A group inside one node uses NVLink; a group across nodes gets the NICs of its
   members in each node (a hierarchical collective's bus bandwidth, as the all-reduce
-  measurements of :mod:`dmlimits.nccl` show).
+  measurements of :mod:`dmlimits.measured.nccl` show).
 * **The step.**  ``t = t_pipe + t_ser + max(t_ovl, phi t_pipe) - phi t_pipe``: serial communication
   adds to the pipeline's time; overlappable communication hides behind up to a fraction ``phi``
   of it.
@@ -39,11 +39,11 @@ utilization, ``eta_mm = eta``, the paper's clock derate; every collective at its
 bandwidth, no latency, all communication overlappable and ``phi = 1``): no run can beat it in
 this accounting.  The **calibrated** mode names three efficiency factors, fitted on the
 development split (:func:`dev_rows`: the published runs of ``published_runs.csv``, every row
-of it; :func:`dmlimits.confront.held_out` validates the fit source by source): the matmul
+of it; :func:`dmlimits.measured.confront.held_out` validates the fit source by source): the matmul
 efficiency ``eta_mm``, the collective efficiency ``eta_c`` (the fraction of a link's bandwidth a
 collective achieves) and the overlap ``phi``; tensor-parallel collectives are serial (they sit
 between a block's matmuls), and network collectives pay a latency for every call: all-reduces
-the latency of the all-reduce fit (:mod:`dmlimits.nccl`, growing with log2 of the nodes),
+the latency of the all-reduce fit (:mod:`dmlimits.measured.nccl`, growing with log2 of the nodes),
 FSDP's all-gathers and reduce-scatters, which NCCL runs as rings, one step of the paper's
 network latency per rank.
 """
@@ -59,16 +59,17 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from . import data_parallel as dpm
-from . import hardware, nccl, published
-from . import pipeline as pl
-from . import symbols as s
-from . import tensor_parallel as tpm
+from .. import data_parallel as dpm
+from .. import hardware, published
+from .. import pipeline as pl
+from .. import symbols as s
+from .. import tensor_parallel as tpm
+from .. import units as u
+from ..derivation import Derivation, Step, Substitution, derivation, register
+from ..matmul import word
+from ..scenario import SCHEMA
+from . import nccl
 from . import transformer as tf
-from . import units as u
-from .derivation import Derivation, Step, Substitution, derivation, register
-from .matmul import word
-from .scenario import SCHEMA
 
 CHAPTER = "diminishing_returns"
 DATA = "published_runs.csv"
@@ -1138,7 +1139,7 @@ OUTPUT_COLUMNS = (
 
 def predict_rows(rows, factors: Factors | None = None) -> list[dict]:
     """Every input row with the prediction columns added (with the peak memory per GPU and
-    whether it fits, :mod:`dmlimits.memory`); a row that cannot be modelled gets empty
+    whether it fits, :mod:`dmlimits.measured.memory`); a row that cannot be modelled gets empty
     predictions and its reason in ``prediction_error`` (never an exception)."""
     from . import memory
 
@@ -1178,9 +1179,10 @@ def predict_rows(rows, factors: Factors | None = None) -> list[dict]:
 def dev_rows() -> tuple[dict[str, str], ...]:
     """The development split: every row of the project's published-runs file, which the
     calibration fits on.  Out-of-sample errors come from leaving one source out
-    (:func:`dmlimits.confront.held_out`), from the runs of :data:`HOLDOUT`, which no fit reads
-    (:func:`holdout_rows`, :func:`dmlimits.confront.outside_split`) and, where it is beside the
-    project, from the Ultra-Scale Playbook's full benchmark file (``bench/bench_predict.py``)."""
+    (:func:`dmlimits.measured.confront.held_out`), from the runs of :data:`HOLDOUT`, which no
+    fit reads (:func:`holdout_rows`, :func:`dmlimits.measured.confront.outside_split`) and,
+    where it is beside the project, from the Ultra-Scale Playbook's full benchmark file
+    (``bench/bench_predict.py``)."""
     return published.data_rows(DATA)
 
 
@@ -1373,8 +1375,8 @@ def strong_scaling(
     hardware: Cluster | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-GPU and overall throughput, MFU and exposed communication against the GPU count;
-    ``fits`` says which configurations fit the GPUs' memory (:mod:`dmlimits.memory`), and the
-    others' throughput, MFU and times are ``NaN``: they do not run."""
+    ``fits`` says which configurations fit the GPUs' memory (:mod:`dmlimits.measured.memory`),
+    and the others' throughput, MFU and times are ``NaN``: they do not run."""
     from . import memory
 
     factors = factors or calibrated()

@@ -1,9 +1,9 @@
 """Peak memory of one GPU in a real training run: does a configuration fit?
 
 The first paper checks only that parameters and optimizer state fit the cluster's HBM
-(:mod:`dmlimits.data_parallel`).  A real run of :mod:`dmlimits.runs` also holds gradients and
-activations, and shards them by its ZeRO stage, FSDP or HSDP group, tensor, sequence, context and
-pipeline splits.  This module counts them, in sympy where it is a formula:
+(:mod:`dmlimits.data_parallel`).  A real run of :mod:`dmlimits.measured.runs` also holds gradients
+and activations, and shards them by its ZeRO stage, FSDP or HSDP group, tensor, sequence,
+context and pipeline splits.  This module counts them, in sympy where it is a formula:
 
 * **Model state** (Rajbhandari et al. 2020, ZeRO): mixed-precision training with Adam keeps
   ``k_w = 2`` bytes of 16-bit weights, ``k_g = 2`` bytes of 16-bit gradients and ``k_o = 12``
@@ -45,12 +45,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import sympy as sp
 
-from . import pipeline as pl
-from . import symbols as s
-from . import tensor_parallel as tpm
+from .. import pipeline as pl
+from .. import symbols as s
+from .. import tensor_parallel as tpm
+from .. import units as u
+from ..derivation import Derivation, Step, Substitution, derivation, register
 from . import transformer as tf
-from . import units as u
-from .derivation import Derivation, Step, Substitution, derivation, register
 
 if TYPE_CHECKING:
     from .runs import Config
@@ -333,7 +333,8 @@ def _activation_bytes(cfg: Config) -> tuple[float, float]:
 
 
 def peak(cfg: Config, capacity: float | None = None) -> Memory:
-    """Peak bytes per GPU of a :class:`~dmlimits.runs.Config` (see the module's docstring)."""
+    """Peak bytes per GPU of a :class:`~dmlimits.measured.runs.Config` (see the module's
+    docstring)."""
     from .runs import SHARDING
 
     sh = cfg.shape

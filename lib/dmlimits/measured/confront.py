@@ -1,8 +1,8 @@
 """What the chapters on measured runs compute: strong scaling at a fixed batch (Fernandez et al.
 2024) and the published runs against the bound and the calibrated mode.
 
-Every number these chapters print comes from here or from :mod:`dmlimits.runs`; the published
-values they set beside them come from ``published_values.csv``.
+Every number these chapters print comes from here or from :mod:`dmlimits.measured.runs`; the
+published values they set beside them come from ``published_values.csv``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import nccl, published, runs
-from .figures import PALETTE
+from .. import published
+from ..figures import PALETTE
+from . import nccl, runs
 
 SHAPES = ("llama2-7b", "llama2-70b")
 # "Communication-bound": exposed communication takes at least this share of the step, where
@@ -388,7 +389,7 @@ def held_out(rows=None) -> dict:
     """Leave-one-source-out validation of the calibrated mode.
 
     For each source of :func:`source_label`, the factors are fitted
-    (:func:`dmlimits.runs.calibrate`) on the rows of every other source and predict that
+    (:func:`dmlimits.measured.runs.calibrate`) on the rows of every other source and predict that
     source's rows, which the fit never saw.
     Returns ``by_source`` (one dict a source: its rows, the factors fitted without it, and the
     median absolute MFU error and median absolute step-time error in sample and held out), the
@@ -448,8 +449,9 @@ def held_out(rows=None) -> dict:
 
 def outside_split(rows=None) -> dict:
     """The calibrated mode on published runs outside the development split
-    (:func:`dmlimits.runs.holdout_rows`, which no fit reads): the median absolute MFU error, its
-    median sign, and the median absolute step-time error on multi-node and single-node runs."""
+    (:func:`dmlimits.measured.runs.holdout_rows`, which no fit reads): the median absolute MFU
+    error, its median sign, and the median absolute step-time error on multi-node and
+    single-node runs."""
     cmp = runs.compare(runs.holdout_rows() if rows is None else rows, runs.calibrated())
     if not cmp.n:
         raise ValueError("no row with a throughput metric outside the development split")

@@ -2,7 +2,7 @@
 
 The first paper's model (Erdil & Schneider-Joseph 2024) is a stack of MLP blocks: every
 parameter is a matmul weight and no cost grows with the sequence.  Measured runs (Fernandez et
-al. 2024; the published runs of :mod:`dmlimits.runs`) train transformers, whose blocks add
+al. 2024; the published runs of :mod:`dmlimits.measured.runs`) train transformers, whose blocks add
 attention.  This module derives, in sympy, what that adds:
 
 * **Parameters of one block.**  The query and output projections hold ``d²`` weights each; the
@@ -32,10 +32,10 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from . import model
-from . import symbols as s
-from . import units as u
-from .derivation import Derivation, Step, Substitution, derivation, register
+from .. import model
+from .. import symbols as s
+from .. import units as u
+from ..derivation import Derivation, Step, Substitution, derivation, register
 
 CHAPTER = "diminishing_returns"
 
