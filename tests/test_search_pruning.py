@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from dmlimits import scenario as sc
 from dmlimits import search
@@ -71,3 +72,46 @@ def test_a_batch_answers_each_pair_as_it_would_alone(h100):
 @pytest.fixture(scope="module")
 def h100():
     return sc.resolve("h100")
+
+
+@pytest.mark.parametrize(
+    "preset", ["h100", "h100-sparse", "v100", "h100-deepseek-batch", "h100-global-nvlink"]
+)
+def test_the_bound_never_exceeds_a_candidates_best_placement(preset):
+    """The pruning's lower bound (:func:`dmlimits.search._lower_bound`) is at most each
+    candidate's fastest step over its placements, for every candidate of clusters from a few
+    GPUs to the ones the sweep chose; on a network of one level, where each candidate has one
+    placement, it is that step, to the last bit (a family the bound left out would show)."""
+    scn = sc.resolve(preset)
+    ch = search.Choices.of(scn)
+    chosen = {r["training_flop"]: r["n_gpu"] for r in search.sweep(scn) if r["feasible"]}
+    pts = [pt for pt in search.points(scn) if pt.compute in chosen][::5]
+    checked = 0
+    for pt in pts:
+        for n_gpu in {pt.experts * 8, int(chosen[pt.compute])}:
+            batch = search._candidates(scn, [(pt, n_gpu)], ch, None)
+            if batch is None:
+                continue
+            c = batch[0]
+            table = search._placement_table(scn, n_gpu)
+            factors = None if table is None else np.unique(table)
+            columns = (
+                {k: np.zeros(1, dtype=int) for k in search.DEGREES}
+                if table is None
+                else {
+                    k: np.searchsorted(factors, table[:, j]) for j, k in enumerate(search.DEGREES)
+                }
+            )
+            t_mm = search._matmul_time(scn, c)
+            bubble = search.ppm.bubble_fraction(c["pp"], c["m"], c["v"], zero_bubble=False)
+            bubble = np.where(c["zero_bubble"] == 1, 0.0, bubble)
+            costs = search._costs(scn, c, factors, ch)
+            bound = search._lower_bound(ch, c, costs, t_mm, bubble)
+            rows = np.arange(len(t_mm))
+            best = search._evaluate(ch, c, search._rows(costs, rows), columns, t_mm, bubble)
+            fastest = best["t"].min(axis=1)
+            assert (bound <= fastest).all(), (pt.compute, n_gpu)
+            if table is None:
+                assert np.array_equal(bound, fastest), (pt.compute, n_gpu)
+            checked += len(bound)
+    assert checked > 1000, checked

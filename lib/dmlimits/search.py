@@ -12,11 +12,13 @@ trains the model within the training time (Erdil & Schneider-Joseph 2024).
 The per-level costs of a candidate depend only on that parallelism's own level-0 factor, so
 each is computed once per option and the placements are gathered from those tables.
 
-Two things make it fast without changing a result (tests/test_search_pruning.py): the
+Three things make it fast without changing a result (tests/test_search_pruning.py): the
 candidates of every model still searching are costed together, one pass of array operations
-per doubling of the clusters (:func:`optimal_many`, :func:`best_on_many`), and a lower bound on
-each candidate's step time, its matmuls stretched by its bubble, prunes those that cannot beat
-what the candidates of least bound achieve (:data:`PRUNE_ENV`).
+per doubling of the clusters (:func:`optimal_many`, :func:`best_on_many`); each parallelism's
+cost is computed once per distinct combination of the degrees it depends on
+(:data:`_FAMILY_KEYS`); and a lower bound on each candidate's step time over its placements
+(each parallelism's least time on each level, :func:`_lower_bound`) prunes the candidates that
+cannot beat what those of least bound achieve (:data:`PRUNE_ENV`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from functools import cache
 from typing import Any
 
@@ -141,8 +143,31 @@ def points(scn: Scenario) -> list[Point]:
     ]  # fmt: skip
 
 
+@cache
+def _splits(tp: int, rule: str, d_model: int, d_ff: int) -> tuple[int, ...]:
+    """The ``N_TP,ff`` of every 2D split of ``tp`` that the rule allows and the shape divides."""
+    return tuple(f for m, f in tpm.tp_splits(tp, rule) if d_model % m == 0 and d_ff % f == 0)
+
+
+@cache
+def _schedules(
+    pp: int, units: int, count: int, zero_bubble: bool, zb_min: str
+) -> tuple[tuple[int, int], ...]:  # fmt: skip
+    """(microbatches, zero bubble) of every schedule tried for ``pp`` stages and ``units``
+    microbatch units per pipeline: 1F1B's ``count`` smallest valid counts, then zero-bubble's
+    (:class:`Choices`)."""
+    out = [(m, 0) for m in _microbatches(pp, units, False, max(1, count), "2n")]
+    if zero_bubble and pp > 1:
+        out.extend((m, 1) for m in _microbatches(pp, units, True, 1, zb_min))
+    return tuple(out)
+
+
 def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.ndarray] | None:
-    """Every configuration of ``n_gpu`` GPUs before placement on the network levels."""
+    """Every configuration of ``n_gpu`` GPUs before placement on the network levels.
+
+    The (tensor, data) degree pairs are listed in Python (a few hundred at most); each pair's
+    2D splits times its schedules are then laid out with array operations, in the order of a
+    loop over the pairs, then the splits, then the schedules."""
     ep = math.gcd(n_gpu, pt.experts)
     rest = n_gpu // ep
     unit = ppm.unit_tokens(ch.microbatch_unit, scn["model.sequence_length"])
@@ -159,36 +184,54 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
     fitting = set(degrees[np.atleast_1d(fits)].tolist())
     if not fitting:
         return None
-    rows: list[tuple[int, ...]] = []
-    for tp in _divisors(rest):
-        if width % tp:
-            continue
-        splits = [
-            (m, f)
-            for m, f in tpm.tp_splits(tp, ch.tp_split_rule)
-            if pt.d_model % m == 0 and pt.d_ff % f == 0
-        ]
-        if not splits:
-            continue
-        for dp in _divisors(rest // tp):
-            if dp not in fitting:
-                continue
-            pp = rest // (tp * dp)
-            if per_pipe % dp or pt.layers % pp:
-                continue
-            units = per_pipe // dp
-            schedules: list[tuple[int, int]] = []  # (microbatches, zero bubble)
-            for m in _microbatches(pp, units, False, max(1, ch.microbatch_candidates), "2n"):
-                schedules.append((m, 0))
-            if ch.zero_bubble and pp > 1:
-                zb = _microbatches(pp, units, True, 1, ch.zero_bubble_min)
-                schedules.extend((m, 1) for m in zb)
-            for (_m, f_), (m, zb) in itertools.product(splits, schedules):
-                rows.append((tp // f_, f_, dp, pp, ep, m, zb))
-    if not rows:
+    # The (tensor, data) degree pairs, tensor-major and each ascending: the tensor degree
+    # divides the layer widths and has a 2D split, the data degree fits, and the pipeline
+    # degree that is left divides the layers.
+    tps = [
+        tp for tp in _divisors(rest)
+        if width % tp == 0 and _splits(tp, ch.tp_split_rule, pt.d_model, pt.d_ff)
+    ]  # fmt: skip
+    if not tps:
         return None
-    a = np.array(rows, dtype=np.int64)
-    out = dict(zip(("tp_model", "tp_ff", "dp", "pp", "ep", "m", "zero_bubble"), a.T, strict=True))
+    tp_col = np.array(tps, dtype=np.int64)[:, None]
+    dp_row = np.array(sorted(fitting), dtype=np.int64)[None, :]
+    per_tp = rest // tp_col  # (a product of two degrees could overflow 64 bits)
+    ok = per_tp % dp_row == 0
+    pp_all = np.where(ok, per_tp // dp_row, 1)
+    ok &= pt.layers % pp_all == 0
+    ti, di = np.nonzero(ok)
+    pairs: list[tuple[int, int, int]] = []  # (tp, dp, pp)
+    split_lists: list[tuple[int, ...]] = []
+    schedule_lists: list[tuple[tuple[int, int], ...]] = []
+    for tp, dp, pp in zip(
+        tp_col[ti, 0].tolist(), dp_row[0, di].tolist(), pp_all[ti, di].tolist(), strict=True
+    ):
+        schedules = _schedules(
+            pp, per_pipe // dp, ch.microbatch_candidates, ch.zero_bubble, ch.zero_bubble_min
+        )
+        if schedules:
+            pairs.append((tp, dp, pp))
+            split_lists.append(_splits(tp, ch.tp_split_rule, pt.d_model, pt.d_ff))
+            schedule_lists.append(schedules)
+    if not pairs:
+        return None
+    n_split = np.array([len(x) for x in split_lists], dtype=np.int64)
+    n_sched = np.array([len(x) for x in schedule_lists], dtype=np.int64)
+    per_pair = n_split * n_sched
+    pair = np.repeat(np.arange(len(pairs)), per_pair)
+    local = np.arange(len(pair)) - np.repeat(np.cumsum(per_pair) - per_pair, per_pair)
+    split_at = np.cumsum(n_split) - n_split
+    sched_at = np.cumsum(n_sched) - n_sched
+    f_all = np.fromiter(itertools.chain.from_iterable(split_lists), dtype=np.int64)
+    s_all = np.array(list(itertools.chain.from_iterable(schedule_lists)), dtype=np.int64)
+    tp, dp, pp = np.array(pairs, dtype=np.int64).T
+    f_ = f_all[split_at[pair] + local // n_sched[pair]]
+    sched = s_all[sched_at[pair] + local % n_sched[pair]]
+    out = {
+        "tp_model": tp[pair] // f_, "tp_ff": f_, "dp": dp[pair], "pp": pp[pair],
+        "ep": np.full(len(pair), ep, dtype=np.int64), "m": sched[:, 0],
+        "zero_bubble": sched[:, 1],
+    }  # fmt: skip
     out["v"] = np.where((out["zero_bubble"] == 0) & (out["pp"] > 1), pt.layers // out["pp"], 1)
     out["nanobatch"] = pt.batch / (out["dp"] * out["m"] * pt.experts)
     return out
@@ -246,10 +289,8 @@ def _one_level(scn: Scenario, level: int) -> Scenario:
 
 def _unique(c: dict[str, np.ndarray], keys: tuple[str, ...]) -> tuple[dict, np.ndarray]:
     """The distinct candidates as far as ``keys`` go, and for each candidate its index among
-    them: a parallelism's cost depends on a few degrees only, so it is computed once per
-    distinct combination and gathered back."""
-    # One small code per column, combined into one integer key (a row-wise np.unique sorts
-    # far more slowly).
+    them (a row-wise np.unique sorts far more slowly than a key built from each column's
+    codes)."""
     key = np.zeros(len(c[keys[0]]), dtype=np.int64)
     for k in keys:
         values, codes = np.unique(c[k], return_inverse=True)
@@ -258,24 +299,47 @@ def _unique(c: dict[str, np.ndarray], keys: tuple[str, ...]) -> tuple[dict, np.n
     return {k: c[k][first] for k in keys}, back.ravel()
 
 
-def _gather(ok: np.ndarray, t: coll.CommTime, back: np.ndarray) -> tuple:
-    return ok[back], coll.CommTime(t.bandwidth[back], t.latency[back])
+#: The degrees each family's cost depends on, besides its (model, cluster) pair: the data
+#: parallel all-reduce on its degree; the tensor-parallel all-reduces on the 2D split, the
+#: tokens of a replica and the layers of a stage; the pipeline and expert transfers on the
+#: stages and each stage's chunks.
+_FAMILY_KEYS = {"dp": ("dp",), "tp": ("dp", "tp_model", "tp_ff", "pp"), "pp_ep": ("pp", "v")}
 
 
-def _per_parallelism(
-    scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None, ch: Choices
-) -> dict[str, coll.CommTime | tuple[np.ndarray, coll.CommTime]]:
-    """Bandwidth (levels added) and latency of each parallelism for every level-0 option."""
-    out: dict[str, Any] = {}
-    u, back = _unique(c, ("dp", "params", "n_gpu"))
-    i, o, ok = _options(u["dp"], factors)
-    t = dpm.dp_time(
-        scn, u["params"][:, None], i, o, u["n_gpu"][:, None], overlap_levels=False
-    )  # fmt: skip
-    out["dp"] = _gather(ok, coll.CommTime(*np.broadcast_arrays(t.bandwidth, t.latency)), back)
-    u, back = _unique(c, ("dp", "ep", "tp_model", "tp_ff", "batch", "d_model", "d_ff"))
+def _distinct(
+    c: dict[str, np.ndarray], codes: dict[str, tuple[np.ndarray, int]], keys: tuple[str, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct (pair, ``keys``) combination, and each row's index among
+    them: a family's cost is computed once per combination and gathered back."""
+    # One small code per column, combined into one integer key (a row-wise np.unique sorts
+    # far more slowly).
+    key = c["segment"].copy()
+    for k in keys:
+        code, n = codes[k]
+        key = key * n + code
+    _, first, back = np.unique(key, return_index=True, return_inverse=True)
+    return first, back.ravel()
+
+
+def _family_times(
+    scn: Scenario, family: str, u: dict[str, np.ndarray], factors: np.ndarray | None,
+    ch: Choices,
+) -> dict[str, tuple[np.ndarray, coll.CommTime]]:  # fmt: skip
+    """(valid, bandwidth and latency) of a family's parallelisms for every level-0 option, at
+    the distinct rows ``u``."""
+    if family == "dp":
+        i, o, ok = _options(u["dp"], factors)
+        t = dpm.dp_time(
+            scn, u["params"][:, None], i, o, u["n_gpu"][:, None], overlap_levels=False
+        )  # fmt: skip
+        return {"dp": (ok, coll.CommTime(*np.broadcast_arrays(t.bandwidth, t.latency)))}
+    if family == "pp_ep":
+        ok, t = _pp_ep_distinct(scn, u, factors, ch)
+        t = coll.CommTime(*np.broadcast_arrays(t.bandwidth, t.latency))
+        return {"pp_ep": (np.broadcast_to(ok, t.bandwidth.shape), t)}
+    out = {}
     tokens = (u["batch"] / (u["dp"] * u["ep"]))[:, None]
-    stage_layers = (c["layers"] / c["pp"])[:, None]
+    stage_layers = (u["layers"] / u["pp"])[:, None]
     for name in ("tp_model", "tp_ff"):
         i, o, ok = _options(u[name], factors)
         t = tpm.tp_family_time(
@@ -283,28 +347,17 @@ def _per_parallelism(
             u["tp_model"][:, None], u["tp_ff"][:, None], i, o, overlap_levels=False,
         )  # fmt: skip
         t = coll.CommTime(*np.broadcast_arrays(t.bandwidth, t.latency))
-        ok, t = _gather(ok, t, back)
         # Bandwidth: this GPU's layers; latency: every layer, on the pipeline's critical path.
         out[name] = (
-            ok, coll.CommTime(t.bandwidth * stage_layers, t.latency * c["layers"][:, None])
+            ok, coll.CommTime(t.bandwidth * stage_layers, t.latency * u["layers"][:, None])
         )  # fmt: skip
-    out["pp_ep"] = _pp_ep(scn, c, factors, ch)
     return out
-
-
-def _pp_ep(
-    scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None, ch: Choices
-) -> tuple[np.ndarray, coll.CommTime]:
-    """Pipeline and expert traffic at layer interfaces, computed per distinct (PP, EP, v)."""
-    u, back = _unique(c, ("pp", "ep", "v", "d_model", "batch", "layers", "n_gpu"))
-    ok, t = _pp_ep_distinct(scn, u, factors, ch)
-    t = coll.CommTime(*np.broadcast_arrays(t.bandwidth, t.latency))
-    return _gather(np.broadcast_to(ok, t.bandwidth.shape), t, back)
 
 
 def _pp_ep_distinct(
     scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None, ch: Choices
 ) -> tuple[np.ndarray, coll.CommTime]:
+    """Pipeline and expert traffic at layer interfaces."""
     pi, po, pok = _options(c["pp"], factors)
     ei, eo, eok = _options(c["ep"], factors)
     v = c["v"][:, None, None]
@@ -333,18 +386,36 @@ def _pp_ep_distinct(
 
 def _costs(
     scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None, ch: Choices
-) -> dict[str, _Table]:
-    both = [_per_parallelism(_one_level(scn, lv), c, factors, ch) for lv in (0, 1)]
+) -> dict[str, tuple[_Table, np.ndarray]]:
+    """Each parallelism's table, one row per distinct combination of what it depends on
+    (:data:`_FAMILY_KEYS`), and each candidate's row in it."""
+    codes = {}
+    for k in {k for keys in _FAMILY_KEYS.values() for k in keys}:
+        values, code = np.unique(c[k], return_inverse=True)
+        codes[k] = (code.ravel(), len(values))
     flat = scn["network.topology"] != "two-level"
     out = {}
-    for name, (ok, t0) in both[0].items():
-        t1 = both[1][name][1]
-        level0 = t0.bandwidth
-        level1 = np.zeros_like(level0) if flat else t1.bandwidth
-        out[name] = _Table(
-            np.where(ok, level0, np.inf), np.where(ok, level1, np.inf),
-            np.where(ok, t0.latency, np.inf),
-        )  # fmt: skip
+    for family, keys in _FAMILY_KEYS.items():
+        first, back = _distinct(c, codes, keys)
+        u = _take(c, first)
+        both = [_family_times(_one_level(scn, lv), family, u, factors, ch) for lv in (0, 1)]
+        for name, (ok, t0) in both[0].items():
+            level0 = t0.bandwidth
+            level1 = np.zeros_like(level0) if flat else both[1][name][1].bandwidth
+            table = _Table(
+                np.where(ok, level0, np.inf), np.where(ok, level1, np.inf),
+                np.where(ok, t0.latency, np.inf),
+            )  # fmt: skip
+            out[name] = (table, back)
+    return out
+
+
+def _rows(costs: dict[str, tuple[_Table, np.ndarray]], rows: np.ndarray) -> dict[str, _Table]:
+    """The tables of :func:`_costs` at candidates ``rows``, one row each."""
+    out = {}
+    for name, (t, back) in costs.items():
+        at = back[rows]
+        out[name] = _Table(t.level0[at], t.level1[at], t.latency[at])
     return out
 
 
@@ -397,15 +468,16 @@ def _placement_table(scn: Scenario, n_gpu: int) -> np.ndarray | None:
     return placements(used_node(int(scn["network.node_size"]), n_gpu))
 
 
-#: The search prunes, before costing them, the candidates whose lower bound on the step time
-#: (their matmuls stretched by their bubble, with no network time and no latency) exceeds a
-#: step time another candidate of the same cluster achieves; this environment variable set to
+#: The search prunes, before costing their placements, the candidates whose lower bound on the
+#: step time (:func:`_lower_bound`) exceeds a step time another candidate of the same cluster
+#: achieves; this environment variable set to
 #: ``off`` makes it cost every candidate.  Pruning changes no result
 #: (tests/test_search_pruning.py compares every preset's sweep both ways).
 PRUNE_ENV = "DMLIMITS_SEARCH_PRUNE"
 #: Candidates of each cluster costed first, those of least bound: the fastest of them sets the
-#: step time that the others' bounds must not exceed.
-SEEDS = 64
+#: step time that the others' bounds must not exceed (32: the fewest candidates costed in all,
+#: over the sixteen presets, among 8, 16, 32 and 64).
+SEEDS = 32
 
 
 def pruning() -> bool:
@@ -437,6 +509,7 @@ def _candidates(
             c[name] = np.full(rows, getattr(pt, name), dtype=np.int64)
         c["params"] = np.full(rows, pt.params)
         c["n_gpu"] = np.full(rows, float(n_gpu))
+        c["segment"] = np.full(rows, len(parts), dtype=np.int64)  # which pair
         parts.append(c)
         owners.append(k)
     if not parts:
@@ -450,12 +523,62 @@ def _take(c: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
     return {k: v[rows] for k, v in c.items()}
 
 
+def _pipe_latency(ch: Choices, c: dict[str, np.ndarray], tp_model, tp_ff, pp_ep) -> np.ndarray:
+    """The latency on the pipeline's critical path, from each family's latency."""
+    lat_pipe = tp_model + tp_ff + pp_ep
+    if ch.latency_paid == "microbatch":  # every microbatch's chain, not one per step
+        m = c["m"]
+        lat_pipe = lat_pipe * (m[:, None] if np.ndim(lat_pipe) == 2 else m)
+    return lat_pipe
+
+
+def _step(
+    ch: Choices, c: dict[str, np.ndarray], levels: dict[str, tuple], lat_pipe: np.ndarray,
+    lat_dp: np.ndarray, t_mm: np.ndarray, bubble: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The step time (search-step-time) and the hidden network time, from each family's time
+    on the two levels' links and the latencies; one value per candidate, or per candidate and
+    placement when the inputs have a second axis."""
+    hidden = {k: levels[k] for k in ("tp_model", "tp_ff", "pp_ep")}
+    if ch.dp_overlap:
+        hidden["dp"] = levels["dp"]
+        t_dp_after = np.zeros_like(levels["dp"][0])
+    else:
+        t_dp_after = _network_time({"dp": levels["dp"]}, ch.level_times)
+    t_net = _network_time(hidden, ch.level_times)
+    two = np.ndim(t_net) == 2
+    col = (lambda a: a[:, None]) if two else (lambda a: a)
+    with np.errstate(invalid="ignore"):  # inf * 0 where a level is unusable; masked by callers
+        t = stepm.step_time(
+            col(t_mm), t_net, t_dp_after, lat_pipe, lat_dp, col(bubble), col(c["zero_bubble"])
+        )
+    return t, t_net
+
+
+def _lower_bound(
+    ch: Choices, c: dict[str, np.ndarray], costs: dict[str, tuple[_Table, np.ndarray]],
+    t_mm: np.ndarray, bubble: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """A lower bound on each candidate's step time over every placement: each family's least
+    time on each level's links, and least latency, over its level-0 options, put through the
+    step time.  Every placement takes one option per family, and the step time only grows with
+    each of these times (sums and maxima of them, search-step-time and search-network-time),
+    so no placement is faster; with one option per family it is the step time itself."""
+
+    levels, lat = {}, {}
+    for k, (t, back) in costs.items():  # the least over options, then gathered to every row
+        least = [a.reshape(a.shape[0], -1).min(axis=1)[back] for a in astuple(t)]
+        levels[k], lat[k] = (least[0], least[1]), least[2]
+    lat_pipe = _pipe_latency(ch, c, lat["tp_model"], lat["tp_ff"], lat["pp_ep"])
+    t, _ = _step(ch, c, levels, lat_pipe, lat["dp"], t_mm, bubble)
+    return np.where(np.isnan(t), np.inf, t)
+
+
 def _evaluate(
-    scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None,
-    columns: dict[str, np.ndarray], ch: Choices, t_mm: np.ndarray, bubble: np.ndarray,
+    ch: Choices, c: dict[str, np.ndarray], tables: dict[str, _Table],
+    columns: dict[str, np.ndarray], t_mm: np.ndarray, bubble: np.ndarray,
 ) -> dict[str, Any]:  # fmt: skip
     """Every candidate (rows) on every placement (columns): the step time and its parts."""
-    tables = _costs(scn, c, factors, ch)
 
     def pick(name: str, attr: str) -> np.ndarray:
         """The table's value for every candidate (rows) on every placement (columns).  Column
@@ -470,22 +593,11 @@ def _evaluate(
         name: (pick(name, "level0"), pick(name, "level1"))
         for name in ("dp", "tp_model", "tp_ff", "pp_ep")
     }
-    hidden = {k: levels[k] for k in ("tp_model", "tp_ff", "pp_ep")}
-    if ch.dp_overlap:
-        hidden["dp"] = levels["dp"]
-        t_dp_after = np.zeros_like(levels["dp"][0])
-    else:
-        t_dp_after = _network_time({"dp": levels["dp"]}, ch.level_times)
-    t_net = _network_time(hidden, ch.level_times)
-    lat_pipe = pick("tp_model", "latency") + pick("tp_ff", "latency") + pick("pp_ep", "latency")
-    if ch.latency_paid == "microbatch":  # every microbatch's chain, not one per step
-        lat_pipe = lat_pipe * c["m"][:, None]
+    lat_pipe = _pipe_latency(
+        ch, c, pick("tp_model", "latency"), pick("tp_ff", "latency"), pick("pp_ep", "latency")
+    )
     lat_dp = pick("dp", "latency")
-    with np.errstate(invalid="ignore"):  # inf * 0 where a level is unusable; masked below
-        t = stepm.step_time(
-            t_mm[:, None], t_net, t_dp_after, lat_pipe, lat_dp, bubble[:, None],
-            c["zero_bubble"][:, None],
-        )  # fmt: skip
+    t, t_net = _step(ch, c, levels, lat_pipe, lat_dp, t_mm, bubble)
     total = sum(a + b for a, b in levels.values())
     t = np.where(np.isfinite(total), t, np.inf)
     t = np.where(np.isnan(t), np.inf, t)  # never seen; a NaN would otherwise win no argmin
@@ -542,26 +654,29 @@ def _best_in_group(
     bubble = ppm.bubble_fraction(c["pp"], c["m"], c["v"], zero_bubble=False)
     bubble = np.where(c["zero_bubble"] == 1, 0.0, bubble)
     segment = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(t_mm))))
+    costs = _costs(scn, c, factors, ch)  # every family's cost on every level-0 option
+    kept = np.arange(len(t_mm))
     if pruning() and len(t_mm) > len(starts):
-        # A lower bound on every candidate's step time: its matmuls stretched by its bubble
-        # (search-step-time with no network time and no latency; every term it leaves out is
-        # a non-negative addend or a max's argument).  The candidate with the least bound in
-        # each segment is costed first; no candidate whose bound exceeds the step time it
-        # achieves can be the fastest, nor tie with it.
-        bound = stepm.step_time(t_mm, 0.0, 0.0, 0.0, 0.0, bubble, c["zero_bubble"])
+        # A lower bound on every candidate's step time over its placements
+        # (:func:`_lower_bound`).  The candidates of least bound in each segment are costed
+        # first on every placement; no candidate whose bound exceeds the step time they
+        # achieve can be the fastest, nor tie with it.
+        bound = _lower_bound(ch, c, costs, t_mm, bubble)
         order = np.lexsort((bound, segment))
         first = np.searchsorted(segment[order], np.arange(len(starts)))
         rank = np.arange(len(order)) - first[segment[order]]
         seeds = order[rank < SEEDS]
         seeded = _evaluate(
-            scn, _take(c, seeds), factors, columns, ch, t_mm[seeds], bubble[seeds]
+            ch, _take(c, seeds), _rows(costs, seeds), columns, t_mm[seeds],
+            bubble[seeds],
         )  # fmt: skip
         achieved = np.full(len(starts), np.inf)
         np.minimum.at(achieved, segment[seeds], seeded["t"].min(axis=1))
         keep = np.flatnonzero(bound <= achieved[segment])
         c, t_mm, bubble, segment = _take(c, keep), t_mm[keep], bubble[keep], segment[keep]
+        kept = keep
         starts = np.searchsorted(segment, np.arange(len(starts)))
-    ev = _evaluate(scn, c, factors, columns, ch, t_mm, bubble)
+    ev = _evaluate(ch, c, _rows(costs, kept), columns, t_mm, bubble)
     t, total = ev["t"], ev["total"]
     # Each pair's fastest; among equally fast ones the least network time, then the first.
     fastest = np.minimum.reduceat(t.min(axis=1), starts)
