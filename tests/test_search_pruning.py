@@ -115,3 +115,22 @@ def test_the_bound_never_exceeds_a_candidates_best_placement(preset):
                 assert np.array_equal(bound, fastest), (pt.compute, n_gpu)
             checked += len(bound)
     assert checked > 1000, checked
+
+
+@pytest.mark.parametrize("exponent", [58, 63, 64, 70])
+def test_clusters_beyond_64_bits_are_listed(exponent):
+    """A search that keeps doubling (microbatches counted in sequences) reaches clusters of
+    2^63 GPUs and more, which a 64-bit integer cannot hold: they are listed in Python integers
+    (a 64-bit product stopped the book's build), and every configuration is a true
+    factorization of the cluster.  The largest model still has some at 2^58 GPUs."""
+    scn = sc.resolve("h100", overrides={"search.microbatch_unit": "sequence"})
+    ch = search.Choices.of(scn)
+    pt = max(search.points(scn), key=lambda p: p.compute)
+    n_gpu = 2**exponent
+    c = search._base(scn, pt, n_gpu, ch)
+    if exponent < 63:
+        assert c is not None, exponent
+    if c is not None:
+        columns = [c[k].tolist() for k in ("tp_model", "tp_ff", "dp", "pp", "ep")]
+        for row in zip(*columns, strict=True):
+            assert math.prod(row) == n_gpu, row

@@ -193,12 +193,14 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
     ]  # fmt: skip
     if not tps:
         return None
-    tp_col = np.array(tps, dtype=np.int64)[:, None]
-    dp_row = np.array(sorted(fitting), dtype=np.int64)[None, :]
-    per_tp = rest // tp_col  # (a product of two degrees could overflow 64 bits)
-    ok = per_tp % dp_row == 0
+    # Python integers in object arrays: a cluster, and so what is left of it once the tensor
+    # degree is taken, can exceed 64 bits (a few hundred entries; each degree found fits).
+    tp_col = np.array(tps, dtype=object)[:, None]
+    dp_row = np.array(sorted(fitting), dtype=object)[None, :]
+    per_tp = rest // tp_col
+    ok = (per_tp % dp_row == 0).astype(bool)
     pp_all = np.where(ok, per_tp // dp_row, 1)
-    ok &= pt.layers % pp_all == 0
+    ok &= (pt.layers % pp_all == 0).astype(bool)
     ti, di = np.nonzero(ok)
     pairs: list[tuple[int, int, int]] = []  # (tp, dp, pp)
     split_lists: list[tuple[int, ...]] = []
