@@ -16,8 +16,8 @@ Three things make it fast without changing a result (tests/test_search_pruning.p
 candidates of every model still searching are costed together, one pass of array operations
 per doubling of the clusters (:func:`optimal_many`, :func:`best_on_many`); each parallelism's
 cost is computed once per distinct combination of the degrees it depends on
-(:data:`_FAMILY_KEYS`); and a lower bound on each candidate's step time over its placements
-(each parallelism's least time on each level, :func:`_lower_bound`) prunes the candidates that
+(``_FAMILY_KEYS``); and a lower bound on each candidate's step time over its placements
+(each parallelism's least time on each level, ``_lower_bound``) prunes the candidates that
 cannot beat what those of least bound achieve (:data:`PRUNE_ENV`).
 """
 
@@ -390,7 +390,7 @@ def _costs(
     scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None, ch: Choices
 ) -> dict[str, tuple[_Table, np.ndarray]]:
     """Each parallelism's table, one row per distinct combination of what it depends on
-    (:data:`_FAMILY_KEYS`), and each candidate's row in it."""
+    (``_FAMILY_KEYS``), and each candidate's row in it."""
     codes = {}
     for k in {k for keys in _FAMILY_KEYS.values() for k in keys}:
         values, code = np.unique(c[k], return_inverse=True)
@@ -471,7 +471,7 @@ def _placement_table(scn: Scenario, n_gpu: int) -> np.ndarray | None:
 
 
 #: The search prunes, before costing their placements, the candidates whose lower bound on the
-#: step time (:func:`_lower_bound`) exceeds a step time another candidate of the same cluster
+#: step time (``_lower_bound``) exceeds a step time another candidate of the same cluster
 #: achieves; this environment variable set to
 #: ``off`` makes it cost every candidate.  Pruning changes no result
 #: (tests/test_search_pruning.py compares every preset's sweep both ways).
