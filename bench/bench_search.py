@@ -89,11 +89,11 @@ def main() -> int:
         if jobs == 1:  # the workers' candidates are not counted in the parent
             rate = best["candidates"] / best["total"]
             print(f"candidates evaluated: {best['candidates']:,} ({rate:,.0f} per second)")
-            warm = min(r["warm"] for r in runs)
+            warm = best["warm"]
             print(
                 f"swept again in the same process (formulas built, sympy and lambdify done): "
                 f"{warm:.2f} s; the first sweep's extra {best['total'] - warm:.2f} s is mostly "
-                "building the formulas"
+                "building the formulas (and filling the search's small memos)"
             )
     return 0
 

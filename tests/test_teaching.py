@@ -191,7 +191,8 @@ def test_the_instructors_page_says_prerequisites_grading_and_pitfalls():
 
 
 def library_names() -> dict[str, set[str]]:
-    """Public functions and classes of every module of the library."""
+    """Public functions and classes of every module of the library, subpackages' included,
+    keyed by the module's dotted name under ``dmlimits`` (``measured.runs``)."""
     import importlib
     import inspect
     import pkgutil
@@ -199,16 +200,16 @@ def library_names() -> dict[str, set[str]]:
     import dmlimits
 
     out = {}
-    for info in pkgutil.iter_modules(dmlimits.__path__):
-        if info.name == "__main__":
+    for info in pkgutil.walk_packages(dmlimits.__path__, prefix="dmlimits."):
+        if info.name == "dmlimits.__main__":
             continue
-        module = importlib.import_module(f"dmlimits.{info.name}")
-        out[info.name] = {
+        module = importlib.import_module(info.name)
+        out[info.name.removeprefix("dmlimits.")] = {
             n
             for n, obj in vars(module).items()
             if not n.startswith("_")
             and (inspect.isfunction(obj) or inspect.isclass(obj))
-            and (getattr(obj, "__module__", "") or "").startswith(f"dmlimits.{info.name}")
+            and (getattr(obj, "__module__", "") or "").startswith(info.name)
         }
     return out
 
@@ -226,10 +227,12 @@ def test_library_functions_named_in_prose_link_to_the_api_reference(path):
     )
     text = re.sub(r"```.*?```", "", text, flags=re.S)  # code blocks show code, not references
     names = library_names()
+    # A module is named as the chapters import it: ``runs.predict`` or ``measured.runs.predict``.
+    by_last = {m.rsplit(".", 1)[-1]: v for m, v in names.items()}
     bare = [
         f"{m}.{n}"
-        for m, n in re.findall(r"(?<![}\w])`(?:dmlimits\.)?(\w+)\.(\w+)(?:\(.*?\))?`", text)
-        if n in names.get(m, ())
+        for m, n in re.findall(r"(?<![}\w])`(?:dmlimits\.)?([\w.]+)\.(\w+)(?:\(.*?\))?`", text)
+        if n in names.get(m, by_last.get(m, ()))
     ]
     assert not bare, f"{path.name}: link these to the API reference with {{py:func}}: {bare}"
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -194,7 +194,9 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
     if not tps:
         return None
     # Python integers in object arrays: a cluster, and so what is left of it once the tensor
-    # degree is taken, can exceed 64 bits (a few hundred entries; each degree found fits).
+    # degree is taken, can exceed 64 bits.  The degrees of a pair found fit in 64 bits (the
+    # tensor degree divides the layer widths, the data degree the batch, the pipeline degree
+    # the layers), so the pairs become int64 arrays below.
     tp_col = np.array(tps, dtype=object)[:, None]
     dp_row = np.array(sorted(fitting), dtype=object)[None, :]
     per_tp = rest // tp_col
@@ -301,8 +303,8 @@ def _unique(c: dict[str, np.ndarray], keys: tuple[str, ...]) -> tuple[dict, np.n
     return {k: c[k][first] for k in keys}, back.ravel()
 
 
-#: The degrees each family's cost depends on, besides its (model, cluster) pair: the data
-#: parallel all-reduce on its degree; the tensor-parallel all-reduces on the 2D split, the
+#: The degrees each family's cost depends on, besides its (model, cluster) pair: the
+#: data-parallel all-reduce on its degree; the tensor-parallel all-reduces on the 2D split, the
 #: tokens of a replica and the layers of a stage; the pipeline and expert transfers on the
 #: stages and each stage's chunks.
 _FAMILY_KEYS = {"dp": ("dp",), "tp": ("dp", "tp_model", "tp_ff", "pp"), "pp_ep": ("pp", "v")}
@@ -472,13 +474,12 @@ def _placement_table(scn: Scenario, n_gpu: int) -> np.ndarray | None:
 
 #: The search prunes, before costing their placements, the candidates whose lower bound on the
 #: step time (``_lower_bound``) exceeds a step time another candidate of the same cluster
-#: achieves; this environment variable set to
-#: ``off`` makes it cost every candidate.  Pruning changes no result
-#: (tests/test_search_pruning.py compares every preset's sweep both ways).
+#: achieves; this environment variable set to ``off`` makes it cost every candidate.  Pruning
+#: changes no result (tests/test_search_pruning.py compares every preset's sweep both ways).
 PRUNE_ENV = "DMLIMITS_SEARCH_PRUNE"
 #: Candidates of each cluster costed first, those of least bound: the fastest of them sets the
-#: step time that the others' bounds must not exceed (32: the fewest candidates costed in all,
-#: over the sixteen presets, among 8, 16, 32 and 64).
+#: step time that the others' bounds must not exceed.  Of 8, 16, 32 and 64 seeds, 32 costs the
+#: fewest candidates over the paper's sixteen presets.
 SEEDS = 32
 
 
@@ -569,7 +570,9 @@ def _lower_bound(
 
     levels, lat = {}, {}
     for k, (t, back) in costs.items():  # the least over options, then gathered to every row
-        least = [a.reshape(a.shape[0], -1).min(axis=1)[back] for a in astuple(t)]
+        least = [
+            a.reshape(a.shape[0], -1).min(axis=1)[back] for a in (t.level0, t.level1, t.latency)
+        ]
         levels[k], lat[k] = (least[0], least[1]), least[2]
     lat_pipe = _pipe_latency(ch, c, lat["tp_model"], lat["tp_ff"], lat["pp_ep"])
     t, _ = _step(ch, c, levels, lat_pipe, lat["dp"], t_mm, bubble)

@@ -1,8 +1,7 @@
-"""The model of measured training runs: the second half of the book.
+"""The model of measured training runs, behind the book's part "Meeting measured runs".
 
-Where the rest of the package reproduces Erdil & Schneider-Joseph (2024), this subpackage
-confronts the same cost model with runs that were measured (Fernandez et al. 2024 and other
-published runs):
+This subpackage confronts the cost model of Erdil & Schneider-Joseph (2024) with runs that were
+measured (Fernandez et al. 2024 and other published runs):
 
 - :mod:`~dmlimits.measured.transformer`: transformer shapes, parameters and FLOP with attention;
 - :mod:`~dmlimits.measured.nccl`: the all-reduce bus bandwidth fitted to measurements;
