@@ -121,6 +121,9 @@ def test_a_failing_notebook_fails_the_build_loudly(tmp_path):
     assert "previous book is unchanged" in proc.stderr
     assert snapshot(previous) == before
     assert not list((project / "_build").glob(".stage-*"))
+    # A kernel shut down after its notebook is not interrupted: an idle ipykernel would log
+    # "ERROR | KeyboardInterrupt caught in kernel" into the build's output.
+    assert "KeyboardInterrupt" not in proc.stdout + proc.stderr
 
 
 # Re-executing a chapter reproduces every glued number and every figure byte for byte: nbval

@@ -336,6 +336,17 @@ def _ipc_kernel_manager(socket_dir: Path):
 
         _launch_kernel = _async_launch_kernel
 
+        async def _async_interrupt_kernel(self):
+            # jupyter_client interrupts every kernel before shutting it down.  A kernel whose
+            # notebook has run is idle, and an idle ipykernel that receives the interrupt logs
+            # "ERROR | KeyboardInterrupt caught in kernel" to the build's output, which reads as
+            # a failure.  Only an interrupted build needs it, to stop a cell that is running.
+            if self.shutting_down and not STOPPING.is_set():
+                return
+            await super()._async_interrupt_kernel()
+
+        interrupt_kernel = _async_interrupt_kernel
+
     return IpcKernelManager
 
 
