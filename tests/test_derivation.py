@@ -180,11 +180,8 @@ def test_every_equation_reference_in_a_derivation_exists():
     """A {eq} reference in a step's sentence or a substitution's name names a real label."""
     import re
 
-    from dmlimits.derivation import all_derivations
-
-    found = all_derivations()
-    labels = {d.label(i) for d in found for i in range(1, len(d.steps) + 1)}
-    for d in found:
+    labels = {d.label(i) for d in ALL for i in range(1, len(d.steps) + 1)}
+    for d in ALL:
         texts = [s.text for s in d.steps] + [s.using.name for s in d.steps if s.using]
         for ref in re.findall(r"\{eq\}`([^`]+)`", " ".join(texts)):
             assert ref in labels, f"{d.name}: {{eq}}`{ref}` is not a label"
@@ -192,11 +189,9 @@ def test_every_equation_reference_in_a_derivation_exists():
 
 def test_no_step_prints_the_same_as_the_one_before():
     """Issue #13: a step that repeats its predecessor shows the reader nothing."""
-    from dmlimits.derivation import all_derivations
-
     repeated = [
         f"{d.name}-{i}"
-        for d in all_derivations()
+        for d in ALL
         for i in range(2, len(d.steps) + 1)
         if d.steps[i - 1].latex() == d.steps[i - 2].latex()
     ]
@@ -207,10 +202,9 @@ def test_display_equations_fit_the_column():
     """Every step's display math is at most printing.MAX_WIDTH wide on each line (the browser
     test measures the typeset width; this is the fast check)."""
     from dmlimits import printing
-    from dmlimits.derivation import all_derivations
 
     wide = []
-    for d in all_derivations():
+    for d in ALL:
         for i, st in enumerate(d.steps, 1):
             tex = st.latex()
             body = tex.removeprefix("\\begin{aligned}\n").removesuffix("\n\\end{aligned}")
