@@ -402,7 +402,9 @@ def _costs(
     for family, keys in _FAMILY_KEYS.items():
         first, back = _distinct(c, codes, keys)
         u = _take(c, first)
-        both = [_family_times(_one_level(scn, lv), family, u, factors, ch) for lv in (0, 1)]
+        # One level (a flat or unlimited network): no level-1 links, nothing to cost on them.
+        levels = (0,) if flat else (0, 1)
+        both = [_family_times(_one_level(scn, lv), family, u, factors, ch) for lv in levels]
         for name, (ok, t0) in both[0].items():
             level0 = t0.bandwidth
             level1 = np.zeros_like(level0) if flat else both[1][name][1].bandwidth
