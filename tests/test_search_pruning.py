@@ -98,25 +98,15 @@ def test_the_bound_never_exceeds_a_candidates_best_placement(preset):
             if batch is None:
                 continue
             c = batch[0]
-            table = search._placement_table(scn, n_gpu)
-            factors = None if table is None else np.unique(table)
-            columns = (
-                {k: np.zeros(1, dtype=int) for k in search.DEGREES}
-                if table is None
-                else {
-                    k: np.searchsorted(factors, table[:, j]) for j, k in enumerate(search.DEGREES)
-                }
-            )
-            t_mm = search._matmul_time(scn, c)
-            bubble = search.ppm.bubble_fraction(c["pp"], c["m"], c["v"], zero_bubble=False)
-            bubble = np.where(c["zero_bubble"] == 1, 0.0, bubble)
+            factors, columns = search._placement_columns(scn, n_gpu)
+            t_mm, bubble = search._compute_times(scn, c)
             costs = search._costs(scn, c, factors, ch)
             bound = search._lower_bound(ch, c, costs, t_mm, bubble)
             rows = np.arange(len(t_mm))
             best = search._evaluate(ch, c, search._rows(costs, rows), columns, t_mm, bubble)
             fastest = best["t"].min(axis=1)
             assert (bound <= fastest).all(), (pt.compute, n_gpu)
-            if table is None:
+            if factors is None:
                 assert np.array_equal(bound, fastest), (pt.compute, n_gpu)
             checked += len(bound)
     assert checked > 1000, checked

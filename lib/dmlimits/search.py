@@ -640,6 +640,28 @@ def best_on_many(
     return out
 
 
+def _placement_columns(
+    scn: Scenario, n_gpu: int
+) -> tuple[np.ndarray | None, dict[str, np.ndarray]] | None:
+    """The level-0 options of the placements (``None``: one level) and, for each degree, the
+    option each placement takes (columns of the cost tables); ``None`` when no placement
+    exists."""
+    table = _placement_table(scn, n_gpu)
+    if table is None:
+        return None, {k: np.zeros(1, dtype=np.int64) for k in DEGREES}
+    if len(table) == 0:
+        return None
+    factors = np.unique(table)
+    return factors, {k: np.searchsorted(factors, table[:, j]) for j, k in enumerate(DEGREES)}
+
+
+def _compute_times(scn: Scenario, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Each candidate's matmul seconds per step and its pipeline bubble (none for zero-bubble
+    schedules)."""
+    bubble = ppm.bubble_fraction(c["pp"], c["m"], c["v"], zero_bubble=False)
+    return _matmul_time(scn, c), np.where(c["zero_bubble"] == 1, 0.0, bubble)
+
+
 def _best_in_group(
     scn: Scenario, items: list[tuple[Point, int]], ch: Choices, only: dict[str, int] | None
 ) -> list[dict[str, float] | None]:
@@ -648,18 +670,11 @@ def _best_in_group(
     if batch is None:
         return out
     c, owners, starts = batch
-    table = _placement_table(scn, items[0][1])
-    if table is None:
-        factors = None
-        columns = {k: np.zeros(1, dtype=np.int64) for k in DEGREES}
-    elif len(table) == 0:
+    placed = _placement_columns(scn, items[0][1])
+    if placed is None:
         return out
-    else:
-        factors = np.unique(table)
-        columns = {k: np.searchsorted(factors, table[:, j]) for j, k in enumerate(DEGREES)}
-    t_mm = _matmul_time(scn, c)
-    bubble = ppm.bubble_fraction(c["pp"], c["m"], c["v"], zero_bubble=False)
-    bubble = np.where(c["zero_bubble"] == 1, 0.0, bubble)
+    factors, columns = placed
+    t_mm, bubble = _compute_times(scn, c)
     segment = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(t_mm))))
     costs = _costs(scn, c, factors, ch)  # every family's cost on every level-0 option
     kept = np.arange(len(t_mm))
