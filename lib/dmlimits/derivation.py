@@ -280,11 +280,9 @@ def register(builder):
     return builder
 
 
-def all_derivations() -> list[Derivation]:
-    """Every derivation of the library, built fresh.
-
-    Every module of the package is imported first, so the set does not depend on what the
-    caller happened to import: a module that registers a derivation is always included."""
+def import_library() -> None:
+    """Import every module of the package, subpackages included: each registers its
+    derivations (here) and its symbols (in :data:`dmlimits.symbols.REGISTRY`) when imported."""
     import importlib
     import pkgutil
 
@@ -293,7 +291,46 @@ def all_derivations() -> list[Derivation]:
     for module in pkgutil.walk_packages(dmlimits.__path__, prefix="dmlimits."):
         if module.name != "dmlimits.__main__":
             importlib.import_module(module.name)
+
+
+def all_derivations() -> list[Derivation]:
+    """Every derivation of the library, built fresh.
+
+    Every module of the package is imported first, so the set does not depend on what the
+    caller happened to import: a module that registers a derivation is always included."""
+    import_library()
     return [builder() for builder in _BUILDERS.values()]
+
+
+_BUILT: dict[str, Derivation] = {}  # by name: what derivation_named has built in this process
+_BUILT_BY: set[str] = set()  # the builders it has called
+
+
+def derivation_named(name: str) -> Derivation | None:
+    """The derivation called ``name`` (``None`` if the library has none), building no more
+    than it must: the builders of the module whose name begins the derivation's
+    (``closed_forms`` for ``closed-forms-critical``) first, then the others, each once per
+    process.  Rendering one derivation's premises asks for the few it cites; building all of
+    them (:func:`all_derivations`) took seconds in every chapter's kernel."""
+
+    def elsewhere(key: str) -> bool:
+        module = key.rsplit(".", 2)[-2].replace("_", "-")
+        return not name.startswith(module + "-")
+
+    for imported in (False, True):
+        if name in _BUILT:
+            return _BUILT[name]
+        if imported:
+            import_library()
+        for key in sorted(_BUILDERS, key=elsewhere):  # a stable sort: registration order
+            if key in _BUILT_BY:
+                continue
+            _BUILT_BY.add(key)
+            d = _BUILDERS[key]()
+            _BUILT.setdefault(d.name, d)
+            if d.name == name:
+                return d
+    return None
 
 
 def derivations_of(module: str) -> list[Derivation]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .derivation import all_derivations
+from .derivation import all_derivations, import_library
 from .symbols import REGISTRY
 from .units import unit_latex
 
@@ -32,7 +32,7 @@ def used_symbols() -> set:
 
 def markdown_table() -> str:
     """A MyST table: symbol, meaning, unit, where defined; sorted by chapter then symbol."""
-    all_derivations()  # make sure every module that declares symbols is imported
+    import_library()  # every module that declares symbols
     rows = ["| Symbol | Meaning | Unit | Defined in |", "|---|---|---|---|"]
     order = list(CHAPTER_TITLES)
     infos = sorted(

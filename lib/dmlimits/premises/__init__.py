@@ -26,11 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
 
 import sympy as sp
 
-from ..derivation import Derivation, Substitution, _same
+from ..derivation import Derivation, Substitution, _same, derivation_named
 from . import oracles as _oracles  # noqa: F401  (registers one oracle per derivation)
 from .base import _CITE, ORACLE_KINDS, ORACLES, RTOL, Oracle, PremiseError, oracle
 from .simulations import pipelined_makespan, ring_allreduce, two_level_allreduce
@@ -59,24 +58,16 @@ class Premise:
 
 
 def _cited_steps(labels: Iterable[str]) -> list[sp.Basic]:
-    found = {d.name: d for d in _all()}
     out = []
     for label in labels:
         name, index = label.rsplit("-", 1)
-        if name not in found:
+        d = derivation_named(name)
+        if d is None:
             raise PremiseError(f"cites {label}, which is no derivation's step")
-        d = found[name]
         if not 1 <= int(index) <= len(d.steps):
             raise PremiseError(f"cites {label}; {name} has {len(d.steps)} steps")
         out.append(d.steps[int(index) - 1].expr)
     return out
-
-
-@cache
-def _all() -> tuple[Derivation, ...]:
-    from ..derivation import all_derivations
-
-    return tuple(all_derivations())
 
 
 def _is_cited(expr: sp.Basic, cited: list[sp.Basic]) -> bool:
