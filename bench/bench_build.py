@@ -6,15 +6,16 @@ Speed targets are checked here, never in timed tests.  Run from the project fold
 
     .venv/bin/python bench/bench_build.py
 
-The builds share caches of their own (sweeps and executed notebooks, in a temporary folder, so
-the project's caches neither help nor change), and each writes to a temporary folder: the
+The builds share caches of their own (sweeps, executed notebooks and Sphinx's state, in a
+temporary folder, so the project's caches neither help nor change), and each writes to a temporary folder: the
 default book in _build/html is not touched.  In order:
 
 1. the default book with empty caches, as after a change to the library: every scenario the
    chapters read is swept and every notebook executed;
-2. the default book again, nothing changed: every sweep and notebook is read from the caches;
+2. the default book again, nothing changed: every sweep and notebook is read from the caches,
+   and Sphinx reads and writes no page;
 3. one changed assumption (``training.months=6``): the sweeps and notebooks that depend on it
-   are computed again;
+   are computed again, and Sphinx reads and writes the chapters again;
 4. a build stopped by Ctrl-C (SIGINT), then one by SIGTERM, once its notebooks are running: the
    seconds from the signal to the build's exit (issue #16's target: 2 s), and its exit code.
 
@@ -96,6 +97,7 @@ def main() -> None:
             os.environ,
             DMLIMITS_SWEEP_CACHE=str(Path(tmp) / "cache" / "sweeps"),
             DMLIMITS_NOTEBOOK_CACHE=str(Path(tmp) / "cache" / "notebooks"),
+            DMLIMITS_SPHINX_CACHE=str(Path(tmp) / "cache" / "sphinx"),
         )
         for i, (name, sets) in enumerate(CASES):
             seconds, sweeps, notebooks = run(sets, Path(tmp) / f"case{i}" / "html", env)

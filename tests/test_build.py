@@ -9,7 +9,7 @@ import pytest
 import yaml
 from conftest import BUILD, EXECUTED, HTML, ROOT, run_cli, toc_notebooks
 from dmlimits import model, published
-from dmlimits.build import NOTEBOOK_CACHE_ENV, REPOSITORY_ENV
+from dmlimits.build import NOTEBOOK_CACHE_ENV, REPOSITORY_ENV, SPHINX_CACHE_ENV
 from dmlimits.glue import read_glued
 from dmlimits.scenario import resolve
 
@@ -47,22 +47,28 @@ REPOSITORY = "https://github.com/example-owner/data-movement-limits"
 
 @pytest.fixture(scope="module")
 def changed_build(tmp_path_factory, built_book):
-    """The whole book built from a scenario file, into its own folder under _build/scenarios;
-    the default book (HTML and executed notebooks) must be byte-identical before and after."""
+    """The whole book built from a scenario file, into its own folder under _build/scenarios,
+    as a reader re-runs it: its chapters' pages are written from the Sphinx state that the
+    default book's build left (only the chapters are read again); the default book (HTML and
+    executed notebooks) must be byte-identical before and after."""
     spec = tmp_path_factory.mktemp("scenario") / "changed.yaml"
     spec.write_text(yaml.safe_dump(CHANGED))
     scn = resolve(str(spec))
     out = ROOT / "_build" / "scenarios" / scn.slug / "html"
     shutil.rmtree(out.parent, ignore_errors=True)
     before = digest(BUILD / "html"), digest(EXECUTED)
-    # Built as the publishing workflow builds: told the repository's URL (launch buttons on).
     # Its notebooks are cached in a folder of its own, empty at first, so that every notebook
     # runs.  A cold build of another scenario sweeps every scenario its chapters read: allow for
     # a loaded two-core machine (the timeout only guards against a hang).
     cache = tmp_path_factory.mktemp("notebook-cache")
-    env = {REPOSITORY_ENV: REPOSITORY, NOTEBOOK_CACHE_ENV: str(cache)}
+    env = {NOTEBOOK_CACHE_ENV: str(cache)}
     proc = run_cli("build", "--scenario", str(spec), env=env, timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    n = len(toc_notebooks())
+    assert f"Sphinx's kept state: {n} changed file(s)" in proc.stdout, (
+        "the default book's Sphinx state was not there to build from (make builds the default "
+        "book before the tests):\n" + proc.stdout
+    )
     assert (digest(BUILD / "html"), digest(EXECUTED)) == before, "the default book changed"
     assert (out / "index.html").is_file(), f"not built where expected: {out}"
     yield out, scn, proc, spec, env
@@ -70,17 +76,36 @@ def changed_build(tmp_path_factory, built_book):
 
 
 def test_a_rebuild_reads_every_notebook_from_the_cache(changed_build, tmp_path):
-    """The same scenario built again with the same cache executes no notebook and gives the
-    same executed notebooks, byte for byte, and the same pages."""
+    """The same scenario built again with the same notebook cache executes no notebook and
+    gives the same executed notebooks, byte for byte; and, with Sphinx's kept state off (every
+    page read and written), the same book, file for file and byte for byte, as the changed
+    build wrote from the default book's state."""
     out, _, _, spec, env = changed_build
     again = tmp_path / "html"
+    env = {**env, SPHINX_CACHE_ENV: "off"}
     proc = run_cli("build", "--scenario", str(spec), "--output", str(again), env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     n = len(toc_notebooks())
     assert f"executing 0 of {n} notebook(s)" in proc.stdout and f"{n} unchanged" in proc.stdout
+    assert "--all -W -n --keep-going" in proc.stdout  # every page
     assert digest(again.parent / "executed") == digest(out.parent / "executed")
-    pages = [p.relative_to(out) for p in out.rglob("*.html")]
-    assert pages and all((again / p).read_bytes() == (out / p).read_bytes() for p in pages)
+    built, rebuilt = digest(out), digest(again)
+    assert any(p.endswith(".html") for p in built) and any("_images/" in p for p in built)
+    assert built.keys() == rebuilt.keys()
+    assert [p for p in built if built[p] != rebuilt[p]] == []
+
+
+@pytest.fixture(scope="module")
+def repository_build(changed_build, tmp_path_factory):
+    """The changed scenario built as the publishing workflow builds, told the repository's URL
+    (launch buttons on); its notebooks come from the changed build's cache, and its Sphinx
+    state is a folder of its own (another configuration, so every page is written)."""
+    _, _, _, spec, env = changed_build
+    out = tmp_path_factory.mktemp("published") / "html"
+    env = {**env, REPOSITORY_ENV: REPOSITORY, SPHINX_CACHE_ENV: str(out.parent / "sphinx")}
+    proc = run_cli("build", "--scenario", str(spec), "--output", str(out), env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, proc
 
 
 def test_build_reports_progress_and_timings(changed_build):
@@ -172,11 +197,11 @@ def test_assumptions_page_shows_what_differs(changed_build):
     assert "built with the default scenario" not in changed
 
 
-def test_a_known_repository_shows_the_launch_and_repository_buttons(changed_build):
+def test_a_known_repository_shows_the_launch_and_repository_buttons(repository_build):
     """Issue #15: with the repository's URL (as the publishing workflow sets it), every chapter
     has a Binder launch button that opens its MyST source, and the repository button; the
     default book, built without it, has neither."""
-    out, proc = changed_build[0], changed_build[2]
+    out, proc = repository_build
     assert f"launch buttons on, for {REPOSITORY}" in proc.stdout
     html = (out / "notebooks" / "model.html").read_text()
     assert "mybinder.org/v2/gh/example-owner/data-movement-limits/main" in html

@@ -229,3 +229,89 @@ def test_an_interrupted_build_starts_no_kernel_and_stops_late_children(tmp_path)
         for p in [early, *late]:
             p.kill()
             p.wait()
+
+
+# --- Sphinx's kept state (issue #16) ------------------------------------------------------------
+def _tree(folder, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+
+
+def test_sync_writes_only_what_differs_and_removes_what_is_gone(tmp_path):
+    import os
+
+    stage, src = tmp_path / "stage", tmp_path / "src"
+    _tree(stage, {"_toc.yml": "toc", "notebooks/a.ipynb": "new a", "notebooks/b.ipynb": "b"})
+    _tree(stage, {"_build/html/x.html": "the stage's own build", "_executed/a.ipynb": "copy"})
+    _tree(src, {"_toc.yml": "toc", "notebooks/a.ipynb": "old a", "notebooks/gone.ipynb": "g"})
+    _tree(src, {"_build/.doctrees/a.doctree": "state", ".jupyter_cache/x": "tool's"})
+    old = 1_000_000_000_000_000_000
+    for p in src.rglob("*"):
+        os.utime(p, ns=(old, old))
+    assert build._sync(stage, src) == 2  # a changed, b new; _toc.yml the same bytes
+    assert (src / "notebooks" / "a.ipynb").read_text() == "new a"
+    assert (src / "notebooks" / "a.ipynb").stat().st_mtime_ns > old  # Sphinx sees it changed
+    assert (src / "_toc.yml").stat().st_mtime_ns == old  # ...and not this one
+    assert not (src / "notebooks" / "gone.ipynb").exists()
+    assert (src / "_build" / ".doctrees" / "a.doctree").is_file()
+    assert (src / ".jupyter_cache" / "x").is_file()
+    assert not (src / "_build" / "html").exists() and not (src / "_executed").exists()
+    assert build._sync(stage, src) == 0
+
+
+def test_a_states_key_is_the_sources_not_the_chapters_outputs(tmp_path, monkeypatch):
+    root, stage = tmp_path / "root", tmp_path / "stage"
+    _tree(root, {"notebooks/a.md": "# A", "requirements.txt": "x==1"})
+    _tree(stage, {"_config.yml": "c", "book/p.md": "p", "notebooks/a.ipynb": "out"})
+    key = build.sphinx_key(root, stage, ["notebooks/a"])
+    (stage / "notebooks" / "a.ipynb").write_text("other outputs")
+    assert build.sphinx_key(root, stage, ["notebooks/a"]) == key
+    for folder, rel in [(stage, "_config.yml"), (stage, "book/p.md"), (root, "notebooks/a.md")]:
+        before = (folder / rel).read_text()
+        (folder / rel).write_text(before + " changed")
+        assert build.sphinx_key(root, stage, ["notebooks/a"]) != key, rel
+        (folder / rel).write_text(before)
+    from dmlimits import search
+
+    monkeypatch.setattr(search, "library_fingerprint", lambda: "another library")
+    assert build.sphinx_key(root, stage, ["notebooks/a"]) != key
+
+
+def test_a_state_is_used_only_as_a_successful_build_left_it(tmp_path, monkeypatch):
+    import fcntl
+
+    monkeypatch.setattr(build, "SPHINX_KEEP", 2)
+    cache = tmp_path / "sphinx"
+    with build.sphinx_state(cache, "k1") as folder:
+        _tree(folder / "src", {"_build/html/index.html": "built"})
+        (folder / build._OK).touch()
+    with build.sphinx_state(cache, "k1") as folder:  # succeeded: kept as it was
+        assert (folder / "src" / "_build" / "html" / "index.html").is_file()
+        assert not (folder / build._OK).exists()  # until this build succeeds too; it fails
+    with build.sphinx_state(cache, "k1") as folder:  # ...so nothing of it is used
+        assert not (folder / "src" / "_build").exists()
+        (folder / build._OK).touch()
+    with (cache / ".k1.lock").open("a+") as held:  # another build holds it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with build.sphinx_state(cache, "k1") as folder:
+            assert folder is None
+    import time
+
+    for key in ("k2", "k3"):
+        time.sleep(0.01)
+        with build.sphinx_state(cache, key) as folder:
+            (folder / build._OK).touch()
+    with build.sphinx_state(cache, "failed"):
+        pass  # no ok: removed when the states are pruned
+    assert sorted(p.name for p in cache.iterdir() if p.is_dir()) == ["k2", "k3"]
+
+
+def test_pages_leave_out_images_no_page_shows(tmp_path):
+    html, out = tmp_path / "html", tmp_path / "out"
+    _tree(html, {"notebooks/a.html": '<img src="../_images/new.png">', "index.html": "x"})
+    _tree(html, {"_images/new.png": "n", "_images/old.png": "o", "_static/s.css": "s"})
+    build._copy_pages(html, out)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
+        "_images/new.png", "_static/s.css", "index.html", "notebooks/a.html"
+    ]  # fmt: skip

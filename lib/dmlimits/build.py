@@ -6,7 +6,10 @@ The order is fixed so that a failure never leaves a half-built book:
 2. the book's sources are staged in a fresh folder under ``_build/``;
 3. every notebook of the table of contents is converted from MyST Markdown and executed by
    papermill with the scenario injected as parameters (in parallel, one kernel per core);
-4. Jupyter Book builds the staged sources with ``--all -W -n --keep-going``;
+4. Jupyter Book builds the staged sources with ``-W -n --keep-going`` (every warning an
+   error): from Sphinx's state kept from the last successful build of the same sources, when
+   there is one, reading only the chapters whose outputs changed (:func:`build_html`), else
+   every page (``--all``);
 5. only then are the HTML and the executed notebooks moved to their final place, replacing the
    previous ones.  On any failure the stage is removed and the previous book is left as it was.
 
@@ -687,26 +690,233 @@ def stage_config(stage: Path) -> None:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-def _jupyter_book(stage: Path) -> None:
+def _jupyter_book(stage: Path, every_page: bool = True) -> None:
+    """Jupyter Book builds the HTML of ``stage`` into ``stage/_build/html``, strictly (every
+    warning an error).  ``every_page=False`` lets Sphinx read and write only the pages whose
+    sources changed since its last build in that folder (see :func:`sphinx_state`)."""
     exe = Path(sys.executable).parent / "jupyter-book"
-    cmd = [
-        str(exe) if exe.exists() else "jupyter-book",
-        "build",
-        str(stage),
-        "--all",
-        "-W",
-        "-n",
-        "--keep-going",
-        "--path-output",
-        str(stage),
-    ]
-    _say("building the HTML: " + " ".join(["jupyter-book", *cmd[1:3], "--all -W -n --keep-going"]))
+    flags = ["--all"] if every_page else []
+    flags += ["-W", "-n", "--keep-going"]
+    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(stage), *flags]
+    cmd += ["--path-output", str(stage)]
+    _say("building the HTML: " + " ".join(["jupyter-book", *cmd[1:3], *flags]))
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=stage)  # killed if interrupted
     if proc.returncode != 0 or not (stage / "_build" / "html" / "index.html").is_file():
         log = ANSI.sub("", proc.stdout + "\n" + proc.stderr).strip().splitlines()
         warnings = [line for line in log if "WARNING" in line or "ERROR" in line]
         shown = warnings or log[-40:]
         raise BuildError("jupyter-book build failed (warnings are errors):\n" + "\n".join(shown))
+
+
+#: Sphinx's state between builds (its pickled environment, doctrees and pages): this
+#: environment variable names its folder ("off": every build reads and writes every page); a
+#: build uses ``_build/cache/sphinx`` unless it is set.
+SPHINX_CACHE_ENV = "DMLIMITS_SPHINX_CACHE"
+SPHINX_KEEP = 3  # states kept: the most recently used
+_OK = "ok"  # written in a state's folder once a build from it has succeeded
+
+
+def sphinx_cache_dir(work: Path) -> Path | None:
+    """Where Sphinx's states are kept, or ``None`` when they are not."""
+    folder = os.environ.get(SPHINX_CACHE_ENV, str(work / "cache" / "sphinx"))
+    return None if folder in ("", "off") else Path(folder)
+
+
+def _staged_files(stage: Path) -> dict[Path, Path]:
+    """The staged sources, by their path relative to the stage (not what a build writes)."""
+    return {
+        p.relative_to(stage): p
+        for p in sorted(stage.rglob("*"))
+        if p.is_file() and p.relative_to(stage).parts[0] not in ("_build", "_executed")
+    }
+
+
+def sphinx_key(root: Path, stage: Path, names: list[str]) -> str:
+    """The address of a Sphinx state: everything that decides the book's pages, their labels,
+    numbers and links, but not the executed notebooks' outputs.
+
+    These are the staged configuration and hand-written pages, the chapters' MyST sources, the
+    library (its docstrings make the API page) and the environment.  Two builds with the same
+    key differ only in what the chapters computed (another scenario, or nothing), which is what
+    Sphinx's incremental build is safe for: the changed chapters are read again, every label
+    and number stays where it was.  A changed source or formula gives another key, so Sphinx
+    reads and writes every page, strictly, as it does with the cache off."""
+    import hashlib
+
+    from . import search
+
+    h = hashlib.sha256()
+    for rel, path in _staged_files(stage).items():
+        if rel.suffix == ".ipynb":
+            continue  # the executed chapters: what may change incrementally
+        h.update(hashlib.sha256(str(rel).encode() + b"\0" + path.read_bytes()).digest())
+    for name in names:
+        h.update(hashlib.sha256((root / f"{name}.md").read_bytes()).digest())
+    requirements = root / "requirements.txt"
+    for part in (
+        search.library_fingerprint().encode(),
+        requirements.read_bytes() if requirements.is_file() else b"",
+        sys.version.encode(),
+    ):
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()[:20]
+
+
+def _sync(stage: Path, src: Path) -> int:
+    """Make ``src`` hold the staged sources: write the files whose bytes differ (Sphinx sees
+    them as changed by their new modification time), remove those the stage does not have
+    (not what a build wrote: ``_build`` and hidden folders); return how many were written."""
+    wanted = _staged_files(stage)
+    written = 0
+    for rel, path in wanted.items():
+        target = src / rel
+        if target.is_file() and target.read_bytes() == path.read_bytes():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        written += 1
+    for target in sorted(src.rglob("*")):
+        rel = target.relative_to(src)
+        if rel.parts[0] == "_build" or rel.parts[0].startswith("."):
+            continue
+        if target.is_file() and rel not in wanted:
+            target.unlink()
+    return written
+
+
+@contextlib.contextmanager
+def sphinx_state(cache: Path, key: str):
+    """The folder of the Sphinx state ``key`` (its sources under ``src``), locked for the
+    block; ``None`` when another build holds it (the caller then builds every page itself).
+
+    A state is used only as the last successful build left it: its ``ok`` mark is removed
+    here, before the build starts, and the caller writes it once the build has succeeded; a
+    state without it (a build that failed, was stopped or was killed) is removed first, so a
+    page that warned is never skipped because its source did not change since.  Only the most
+    recently used states are kept (``SPHINX_KEEP``)."""
+    import fcntl
+
+    cache.mkdir(parents=True, exist_ok=True)
+    handle = (cache / f".{key}.lock").open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        yield None
+        return
+    try:
+        folder = cache / key
+        if folder.exists() and not (folder / _OK).is_file():
+            shutil.rmtree(folder)
+        (folder / "src").mkdir(parents=True, exist_ok=True)
+        (folder / _OK).unlink(missing_ok=True)  # written again only if this build succeeds
+        yield folder
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+    _prune_states(cache)
+
+
+def _prune_states(cache: Path) -> None:
+    """Remove all but the ``SPHINX_KEEP`` most recently used states, and any that a failed
+    build left (skipping those another build holds)."""
+    import fcntl
+
+    folders = [p for p in cache.iterdir() if p.is_dir()]
+    kept = sorted(
+        (p for p in folders if (p / _OK).is_file()),
+        key=lambda p: (p / _OK).stat().st_mtime_ns,
+        reverse=True,
+    )[:SPHINX_KEEP]
+    for old in (p for p in folders if p not in kept):
+        with (cache / f".{old.name}.lock").open("a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            shutil.rmtree(old, ignore_errors=True)
+        (cache / f".{old.name}.lock").unlink(missing_ok=True)
+
+
+_IMAGE_REF = re.compile(r"_images/([^\"'\s)>]+)")
+
+
+def _copy_pages(html: Path, target: Path) -> None:
+    """Copy a kept state's pages to ``target``, leaving out the images of earlier builds that
+    no page shows any more (Sphinx never removes them), so the book holds the files a build of
+    every page would."""
+    shown = {
+        m.group(1)
+        for page in html.rglob("*.html")
+        for m in _IMAGE_REF.finditer(page.read_text(errors="replace"))
+    }
+
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        if Path(folder) == html / "_images":
+            return [n for n in names if n not in shown]
+        return []
+
+    shutil.copytree(html, target, ignore=ignore)
+
+
+_STATIC_REF = re.compile(r'(?:href|src)="(?:\.\./)*_static/([^"?#]+)"')
+
+
+def _remove_late_assets(html: Path) -> None:
+    """Remove the static files that pages name without a checksum: the ones extensions copy
+    once the pages are written (MyST-NB's and sphinx-exercise's style sheets, MathJax).  Sphinx
+    adds ``?v=CHECKSUM`` to an asset's link when the file is already in the output as it writes
+    a page; a build of every page never finds these there, so a page written again from a kept
+    state must not either, or the two books would differ in those links."""
+    late = {
+        m.group(1)
+        for page in html.rglob("*.html")
+        for m in _STATIC_REF.finditer(page.read_text(errors="replace"))
+    }
+    for name in late:
+        (html / "_static" / name).unlink(missing_ok=True)
+
+
+def _remove_pages(html: Path) -> None:
+    """Make Sphinx write every page again from its kept doctrees (reading only the changed
+    sources): remove the pages, the search index and the static files the pages name without a
+    checksum (:func:`_remove_late_assets`).  Written pages are what fills the search index:
+    Sphinx keeps the index entries of pages it does not write in memory only, and leaves words
+    no page has any more in an index it updates, so both differ from a build of every page.
+    Should a page not be written, Sphinx warns that the index is incomplete, and the strict
+    build fails."""
+    _remove_late_assets(html)
+    for page in html.rglob("*.html"):
+        page.unlink()
+    (html / "searchindex.js").unlink(missing_ok=True)
+
+
+def build_html(root: Path, stage: Path, names: list[str]) -> None:
+    """Build the staged book's HTML into ``stage/_build/html``: from the kept Sphinx state of
+    the same sources when there is one (only the chapters whose outputs changed are read and
+    written again), else every page."""
+    cache = sphinx_cache_dir(root / "_build")
+    if cache is None:
+        _jupyter_book(stage)
+        return
+    with sphinx_state(cache, sphinx_key(root, stage, names)) as folder:
+        if folder is None:
+            _say("another build is using Sphinx's kept state: building every page here")
+            _jupyter_book(stage)
+            return
+        src = folder / "src"
+        fresh = not (src / "_build" / "html").is_dir()
+        written = _sync(stage, src)
+        if fresh:
+            _say("no kept Sphinx state for these sources: every page is read and written")
+        elif written:
+            _say(f"Sphinx's kept state: {written} changed file(s) to read, every page to write")
+            _remove_pages(src / "_build" / "html")
+        else:
+            _say("Sphinx's kept state: no source changed, no page to write")
+        _jupyter_book(src, every_page=False)
+        _copy_pages(src / "_build" / "html", stage / "_build" / "html")
+        (folder / _OK).touch()
 
 
 def _swap(new: Path, final: Path) -> None:
@@ -752,13 +962,12 @@ def _build(
                 shutil.copytree(src, stage / item)
             elif src.is_file():
                 shutil.copy2(src, stage / item)
-        (stage / "scenario.yaml").write_text(scn.to_yaml())
         stage_config(stage)
         params = notebook_parameters(scn)
         jobs = jobs or max(1, min(len(names), os.cpu_count() or 1))
         sweep_up_front(scn, work, jobs)
         timings = execute_notebooks(root, stage, names, params, jobs)
-        _jupyter_book(stage)
+        build_html(root, stage, names)
         # Success: keep the executed notebooks beside the HTML, then swap both in.
         executed = stage / "_executed"
         executed.mkdir()

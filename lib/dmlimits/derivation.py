@@ -282,7 +282,7 @@ def register(builder):
 
 def import_library() -> None:
     """Import every module of the package, subpackages included: each registers its
-    derivations (here) and its symbols (in :data:`dmlimits.symbols.REGISTRY`) when imported."""
+    derivations (here) and its symbols (in the registry of ``dmlimits.symbols``) when imported."""
     import importlib
     import pkgutil
 
