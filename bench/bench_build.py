@@ -7,8 +7,8 @@ Speed targets are checked here, never in timed tests.  Run from the project fold
     .venv/bin/python bench/bench_build.py
 
 The builds share caches of their own (sweeps, executed notebooks and Sphinx's state, in a
-temporary folder, so the project's caches neither help nor change), and each writes to a temporary folder: the
-default book in _build/html is not touched.  In order:
+temporary folder, so the project's caches neither help nor change), and each writes to a
+temporary folder: the default book in _build/html is not touched.  In order:
 
 1. the default book with empty caches, as after a change to the library: every scenario the
    chapters read is swept and every notebook executed;
@@ -19,8 +19,8 @@ default book in _build/html is not touched.  In order:
 4. a build stopped by Ctrl-C (SIGINT), then one by SIGTERM, once its notebooks are running: the
    seconds from the signal to the build's exit (issue #16's target: 2 s), and its exit code.
 
-Prints each build's wall-clock seconds, the seconds its sweeps took, and each executed
-notebook's seconds (a notebook read from the cache is not listed).
+Prints each build's wall-clock seconds, the seconds its sweeps and its HTML took, and each
+executed notebook's seconds (a notebook read from the cache is not listed).
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ CASES = (
 )
 
 
-def run(args: list[str], out: Path, env: dict[str, str]) -> tuple[float, str, dict[str, float]]:
+def run(
+    args: list[str], out: Path, env: dict[str, str]
+) -> tuple[float, str, str, dict[str, float]]:
     start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "dmlimits", "build", *args, "--output", str(out)],
@@ -56,11 +58,13 @@ def run(args: list[str], out: Path, env: dict[str, str]) -> tuple[float, str, di
         sys.exit(f"build failed:\n{proc.stdout}\n{proc.stderr}")
     swept = re.search(r"swept in ([\d.]+) s", proc.stdout)
     sweeps = f"{float(swept.group(1)):.1f} s" if swept else "read from the cache"
+    html_time = re.search(r"HTML \(Jupyter Book\)\s+([\d.]+) s", proc.stdout)
+    html = f"{float(html_time.group(1)):.1f} s" if html_time else "not reported"
     notebooks = {
         m.group(1): float(m.group(2))
         for m in re.finditer(r"\[\d+/\d+\] (\S+)\s+([\d.]+) s$", proc.stdout, re.M)
     }
-    return elapsed, sweeps, notebooks
+    return elapsed, sweeps, html, notebooks
 
 
 def stop(signum: int, out: Path, env: dict[str, str]) -> tuple[float, int]:
@@ -100,9 +104,10 @@ def main() -> None:
             DMLIMITS_SPHINX_CACHE=str(Path(tmp) / "cache" / "sphinx"),
         )
         for i, (name, sets) in enumerate(CASES):
-            seconds, sweeps, notebooks = run(sets, Path(tmp) / f"case{i}" / "html", env)
+            seconds, sweeps, html, notebooks = run(sets, Path(tmp) / f"case{i}" / "html", env)
             print(f"{name}: {seconds:.1f} s (sweeps: {sweeps}; notebooks executed: "
-                  f"{len(notebooks)}, {sum(notebooks.values()):.1f} s of kernel time)")  # fmt: skip
+                  f"{len(notebooks)}, {sum(notebooks.values()):.1f} s of kernel time; "
+                  f"HTML: {html})")  # fmt: skip
             for nb, t in sorted(notebooks.items(), key=lambda kv: -kv[1]):
                 print(f"    {nb:<34} {t:5.1f} s")
         import signal

@@ -967,7 +967,9 @@ def _build(
         jobs = jobs or max(1, min(len(names), os.cpu_count() or 1))
         sweep_up_front(scn, work, jobs)
         timings = execute_notebooks(root, stage, names, params, jobs)
+        html_started = time.perf_counter()
         build_html(root, stage, names)
+        html_seconds = time.perf_counter() - html_started
         # Success: keep the executed notebooks beside the HTML, then swap both in.
         executed = stage / "_executed"
         executed.mkdir()
@@ -986,6 +988,7 @@ def _build(
     _say("timings:")
     for t in timings:
         _say(f"  {t.notebook + '.md':<32} " + ("cached" if t.cached else f"{t.seconds:6.1f} s"))
+    _say(f"  {'HTML (Jupyter Book)':<32} {html_seconds:6.1f} s")
     _say(f"  {'total':<32} {time.perf_counter() - started:6.1f} s")
     _say(f"built {final / 'index.html'}")
     return final
