@@ -835,7 +835,7 @@ def _prune_states(cache: Path) -> None:
             except BlockingIOError:
                 continue
             shutil.rmtree(old, ignore_errors=True)
-        (cache / f".{old.name}.lock").unlink(missing_ok=True)
+        # The lock file stays: a build waiting to open it must find the one this build held.
 
 
 _IMAGE_REF = re.compile(r"_images/([^\"'\s)>]+)")
