@@ -325,3 +325,14 @@ def test_every_step_is_an_equation_with_a_left_hand_side():
         if not isinstance(step.expr, sp.Equality) or step.expr.lhs == 0
     ]
     assert not bare, f"steps without a left-hand side: {bare}"
+
+
+def test_a_derivation_is_found_by_its_name():
+    """What a premise cites is looked up by name, building as few derivations as it can: each
+    name gives the derivation every builder makes, and an unknown name none."""
+    from dmlimits.derivation import derivation_named
+
+    for d in ALL:
+        found = derivation_named(d.name)
+        assert found is not None and found.name == d.name and found.steps == d.steps, d.name
+    assert derivation_named("no-such-derivation") is None

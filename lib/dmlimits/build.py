@@ -389,20 +389,29 @@ def notebook_key(root: Path, name: str, parameters: dict) -> str:
     gives another address, so a cached execution is never read for other inputs."""
     import hashlib
 
-    from . import search
-
     h = hashlib.sha256()
-    requirements = root / "requirements.txt"
     for part in (
         name.encode(),
         (root / f"{name}.md").read_bytes(),
-        search.library_fingerprint().encode(),
         json.dumps(parameters, sort_keys=True, default=repr).encode(),
-        requirements.read_bytes() if requirements.is_file() else b"",
-        sys.version.encode(),
+        *_environment(root),
     ):
         h.update(hashlib.sha256(part).digest())
     return h.hexdigest()
+
+
+def _environment(root: Path) -> tuple[bytes, ...]:
+    """What every cached result of a build depends on besides its own inputs: the library's
+    files (:func:`dmlimits.search.library_fingerprint`), the pinned environment and the
+    Python."""
+    from . import search
+
+    requirements = root / "requirements.txt"
+    return (
+        search.library_fingerprint().encode(),
+        requirements.read_bytes() if requirements.is_file() else b"",
+        sys.version.encode(),
+    )
 
 
 def _cached_copy(cache: Path | None, key: str, target: Path) -> bool:
@@ -743,8 +752,6 @@ def sphinx_key(root: Path, stage: Path, names: list[str]) -> str:
     reads and writes every page, strictly, as it does with the cache off."""
     import hashlib
 
-    from . import search
-
     h = hashlib.sha256()
     for rel, path in _staged_files(stage).items():
         if rel.suffix == ".ipynb":
@@ -752,12 +759,7 @@ def sphinx_key(root: Path, stage: Path, names: list[str]) -> str:
         h.update(hashlib.sha256(str(rel).encode() + b"\0" + path.read_bytes()).digest())
     for name in names:
         h.update(hashlib.sha256((root / f"{name}.md").read_bytes()).digest())
-    requirements = root / "requirements.txt"
-    for part in (
-        search.library_fingerprint().encode(),
-        requirements.read_bytes() if requirements.is_file() else b"",
-        sys.version.encode(),
-    ):
+    for part in _environment(root):
         h.update(hashlib.sha256(part).digest())
     return h.hexdigest()[:20]
 
