@@ -15,8 +15,9 @@ the model is):
   (``published_runs_holdout.csv``), which no fit reads.
 * **Peak memory**: on the benchmark file (when present), the median relative error of the
   predicted peak against the recorded one, and how often the predicted fit agrees with whether
-  the run ran or crashed out of memory; on the published rows that report a peak memory
-  (torchtitan's), the same error.
+  the run ran or crashed out of memory, in sample (the activation factor and overhead are
+  fitted on that file) and with each model size held out of the fit; on the published rows
+  that report a peak memory (torchtitan's), the same error.
 
     .venv/bin/python bench/bench_predict.py [--json]
 """
@@ -63,25 +64,23 @@ def _memory_on_bench(rows) -> dict:
             measured = float(r["gpu_memory_gb"]) * 1e9  # the column is in GB
             err.append(peak.total / measured - 1)
     err = np.array(err)
+    configs = [runs.interpret(r).config for r in rows]
+    measured = [float(r["gpu_memory_gb"]) * 1e9 if r.get("gpu_memory_gb") else np.nan for r in rows]
+    ran = [r["status"] == "ok" for r in rows]
     return {
         "runs": len(rows),
         "with_memory": len(err),
         "median_abs_error": float(np.median(np.abs(err))),
         "median_signed_error": float(np.median(err)),
         "oom_agreement": agree / len(rows),
+        "held_out_by_model": memory.held_out(configs, measured, ran, [r["model"] for r in rows]),
     }
 
 
 def _memory_published() -> dict:
-    err = []
-    for r in runs.dev_rows():
-        if r["metric"] != "peak_memory":
-            continue
-        unit = {"GiB": GIB, "GB": 1e9}[r["unit"]]
-        err.append(memory.peak(runs.interpret(r).config).total / (float(r["value"]) * unit) - 1)
-    err = np.array(err)
-    return {"rows": len(err), "median_abs_error": float(np.median(np.abs(err))),
-            "median_signed_error": float(np.median(err))}  # fmt: skip
+    out = memory.outside_the_fit()
+    return {"rows": out["peak_rows"], "median_abs_error": out["peak_median_abs_error"],
+            "median_signed_error": out["peak_median_signed_error"]}  # fmt: skip
 
 
 def measure() -> dict:
@@ -116,8 +115,10 @@ def measure() -> dict:
     }
     outside = confront.outside_split()
     out["outside_split"] = {k: v for k, v in outside.items() if k != "comparison"}
-    ran = [runs.interpret(r).config for r in runs.holdout_rows()]
-    out["outside_split"]["called_fitting"] = sum(memory.peak(c).fits for c in ran) / len(ran)
+    outside = memory.outside_the_fit()
+    out["outside_split"]["called_fitting"] = (
+        outside["holdout_called_fitting"] / outside["holdout_runs"]
+    )
     ok, n = _coverage(runs.holdout_rows())
     out["coverage_holdout"] = {"modelled": ok, "rows": n, "share": ok / n}
     out["memory_published"] = _memory_published()
@@ -206,6 +207,15 @@ def report(m: dict) -> str:
             f"(target {t['oom_agreement']:.0%}: "
             f"{_verdict(mb['oom_agreement'], t['oom_agreement'], True)})",
         ]
+        lines.append(
+            "  each model size held out (the activation factor and overhead fitted on the others):"
+        )
+        for model, g in mb["held_out_by_model"].items():
+            lines.append(
+                f"    {model:>4}  {g['runs']:5d} runs  peak error {g['median_abs_error']:4.0%}  "
+                f"out of memory called right {g['oom_agreement']:6.1%}  (fitted without it: "
+                f"factor {g['factor']:.1f}, overhead {g['overhead'] / GIB:.2f} GiB)"
+            )
     else:
         lines.append(f"(no {BENCH}: the benchmark file's figures are left out)")
     return "\n".join(lines)

@@ -159,37 +159,109 @@ def _bench_rows():
 @pytest.mark.skipif(not BENCH.is_file(), reason="needs ../shared/data/hf_ultrascale_benchmarks.csv")
 def test_the_check_agrees_with_recorded_out_of_memory_outcomes():
     """On the Ultra-Scale Playbook's 3,287 runs (crashed or out of memory, or ran), the peak
-    estimate's verdict agrees with the outcome 88% of the time (measured); the floor here is
-    85%."""
+    estimate's verdict agrees with the outcome 92% of the time (measured, in sample: the two
+    constants are fitted on this file); the floor here is issue #14's 90%."""
     rows = _bench_rows()
     agree = sum(memory.peak(runs.interpret(r).config).fits == (r["status"] == "ok") for r in rows)
-    assert agree / len(rows) >= 0.85
+    assert agree / len(rows) >= 0.90
 
 
 @pytest.mark.skipif(not BENCH.is_file(), reason="needs ../shared/data/hf_ultrascale_benchmarks.csv")
-def test_the_overhead_is_the_fit_on_the_benchmark_file():
-    """OVERHEAD_BYTES is what fit_overhead finds on the runs that ran: a changed formula that
-    moves the fit fails here until the constant is refitted.  The fitted peak is within 25% of
-    the recorded one for the median run (measured: 21%)."""
-    rows = [r for r in _bench_rows() if r["status"] == "ok" and r["gpu_memory_gb"]]
+def test_the_constants_are_the_fit_on_the_benchmark_file():
+    """PLAYBOOK_ACTIVATION_FACTOR and OVERHEAD_BYTES are what fit_constants finds on the runs
+    that ran: a changed formula that moves the fit fails here until they are refitted.  The
+    fitted peak is within 15% of the recorded one for the median run (measured: 12%), and
+    within 20% for each model size held out of the fit (measured: 11% to 19%)."""
+    rows = _bench_rows()
     configs = [runs.interpret(r).config for r in rows]
-    measured = [float(r["gpu_memory_gb"]) * 1e9 for r in rows]
-    assert memory.fit_overhead(configs, measured) == memory.OVERHEAD_BYTES
-    errors = [abs(memory.peak(c).total / m - 1) for c, m in zip(configs, measured, strict=True)]
-    assert sorted(errors)[len(errors) // 2] <= 0.25
+    measured = [float(r["gpu_memory_gb"]) * 1e9 if r["gpu_memory_gb"] else float("nan")
+                for r in rows]  # fmt: skip
+    ran = [r["status"] == "ok" for r in rows]
+    fit = [(c, m) for c, m, ok in zip(configs, measured, ran, strict=True) if ok and m == m]
+    assert memory.fit_constants(*zip(*fit, strict=True)) == (
+        memory.PLAYBOOK_ACTIVATION_FACTOR,
+        memory.OVERHEAD_BYTES,
+    )
+    errors = sorted(abs(memory.peak(c).total / m - 1) for c, m in fit)
+    assert errors[len(errors) // 2] <= 0.15
+    held = memory.held_out(configs, measured, ran, [r["model"] for r in rows])
+    assert set(held) == {"1B", "3B", "8B", "80B"}
+    assert all(g["median_abs_error"] <= 0.20 for g in held.values()), held
 
 
-def test_fit_overhead_finds_a_known_overhead_and_refuses_mismatched_input():
-    configs = [_config("llama2-7b", n=8, sharding="fsdp", recompute=r) for r in ("none", "full")]
-    counted = [memory.peak(c).total - memory.OVERHEAD_BYTES for c in configs]
-    assert memory.fit_overhead(configs, [x + 2 * 2**30 for x in counted]) == 2 * 2**30
+def _known_configs() -> list[runs.Config]:
+    shapes = ("llama2-7b", "llama2-13b", "llama2-70b")
+    return [
+        _config(sh, n=8, sharding="fsdp", recompute=r) for r in ("none", "full") for sh in shapes
+    ]
+
+
+def test_fit_constants_finds_known_constants_and_refuses_mismatched_input():
+    configs = _known_configs()
+    measured = [memory.peak(c, factor=1.5, overhead=2 * 2**30).total for c in configs]
+    assert memory.fit_constants(configs, measured) == (1.5, 2 * 2**30)
     with pytest.raises(ValueError, match="one measured peak a configuration"):
-        memory.fit_overhead(configs, [1e9])
+        memory.fit_constants(configs, [1e9])
+
+
+def test_each_group_held_out_is_predicted_by_the_others_fit():
+    """Runs made from known constants: every group held out gets them back from the others,
+    and its peaks and out-of-memory calls are right; a group whose every run failed gets no
+    peak error, and a fit with nothing to fit on says so."""
+    configs = _known_configs()
+    measured = [memory.peak(c, factor=1.3, overhead=2**30).total for c in configs]
+    ran = [True] * len(configs)
+    groups = ["a", "b", "c"] * 2
+    held = memory.held_out(configs, measured, ran, groups)
+    assert set(held) == {"a", "b", "c"}
+    for g in held.values():
+        assert (g["factor"], g["overhead"], g["runs"]) == (1.3, 2**30, 2)
+        assert g["median_abs_error"] == pytest.approx(0, abs=1e-12)
+    with pytest.raises(ValueError, match="one measured peak, outcome and group"):
+        memory.held_out(configs, measured, ran, groups[:-1])
+    with pytest.raises(ValueError, match="outside group 'a'"):
+        memory.held_out(configs, measured, ran, ["a"] * len(configs))
+
+
+def test_only_the_playbooks_runs_take_the_fitted_factor_and_only_torchtitan_keeps_gathers():
+    """The Playbook's nanotron runs gather the inputs of their column-parallel linears again
+    in the backward pass (nanotron's tp_recompute_allgather) and take the fitted activation
+    factor; torchtitan's keep the gathered inputs; every other source takes the count alone."""
+    row = {"model": "8B", "nodes": "1", "gpus": "8", "dp": "1", "tp": "8", "pp": "1",
+           "zero_stage": "0", "micro_batch": "1", "grad_accum": "1", "global_batch_seqs": "1",
+           "seq_len": "4096", "global_batch_tokens": "4096", "status": "ok", "mfu_pct": "40",
+           "tokens_per_s_per_gpu": "1000", "gpu_memory_gb": "30"}  # fmt: skip
+    playbook = runs.interpret(row).config
+    assert playbook.sequence_parallel and not playbook.keeps_gathered_inputs
+    assert playbook.activation_factor == memory.PLAYBOOK_ACTIVATION_FACTOR > 1
+    for r in runs.dev_rows():
+        if int(r.get("tp") or 1) > 1 and "torchtitan" in r["source"].lower():
+            cfg = runs.interpret(r).config
+            assert cfg.keeps_gathered_inputs and cfg.activation_factor == 1.0
+    assert all(runs.interpret(r).config.activation_factor == 1.0 for r in runs.holdout_rows())
+    with pytest.raises(
+        ValueError, match=r"activation_factor must be a number of at least 1, got 0\.5"
+    ):
+        _config(activation_factor=0.5)
 
 
 def test_most_runs_outside_the_development_split_are_called_fitting():
-    """MosaicML's MPT runs all ran, and the memory count saw none of them when its overhead was
-    fitted: it calls 86 of the 95 fitting (measured; the nine misses hold 24,576 to 98,304
-    tokens in a micro-batch, where activations and logits weigh most).  The floor here is 85%."""
+    """MosaicML's MPT runs all ran, and the memory count saw none of them when its constants were
+    fitted (nor does the Playbook's activation factor apply to them): it calls 88 of the 95
+    fitting (measured; the seven misses hold 24,576 to 49,152 tokens in a micro-batch, where
+    activations and logits weigh most).  The floor here is 85%."""
     ran = [runs.interpret(r).config for r in runs.holdout_rows()]
     assert sum(memory.peak(c).fits for c in ran) / len(ran) >= 0.85
+
+
+def test_the_playbooks_factor_is_not_every_frameworks():
+    """What the chapter says of the factor, and glues: applied to MosaicML's runs, which all
+    ran, it would call most of them out of memory (measured: 32 of 95 fitting, against 88
+    without it).  And the numbers it glues are the library's."""
+    out = memory.outside_the_fit()
+    ran = [runs.interpret(r).config for r in runs.holdout_rows()]
+    assert out["holdout_runs"] == len(ran)
+    assert out["holdout_called_fitting"] == sum(memory.peak(c).fits for c in ran)
+    assert out["holdout_called_fitting_with_playbook_factor"] < out["holdout_runs"] / 2
+    assert out["holdout_called_fitting"] > out["holdout_called_fitting_with_playbook_factor"]
+    assert out["peak_rows"] == sum(r["metric"] == "peak_memory" for r in runs.dev_rows()) > 0

@@ -551,6 +551,10 @@ class Config:
     # Sequence parallelism keeps the all-gathered inputs of the column-parallel linears for the
     # backward pass (autograd over a gather), rather than gathering them again (Megatron-LM).
     keeps_gathered_inputs: bool = False
+    # Bytes the framework holds at its peak for each byte of layer activations the count of
+    # dmlimits.measured.memory finds: 1 where nothing is known (the count alone); fitted for the
+    # Ultra-Scale Playbook's nanotron runs (memory.PLAYBOOK_ACTIVATION_FACTOR).
+    activation_factor: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("n_gpus", "tp", "pp", "dp", "cp", "ep", "mbs", "vpp", "seq_len"):
@@ -575,6 +579,11 @@ class Config:
                 f"ep={self.ep}: expert parallelism needs a mixture-of-experts shape and these "
                 "shapes are dense; expected ep=1"
             )
+        factor = self.activation_factor
+        if isinstance(factor, bool) or not (
+            isinstance(factor, int | float) and math.isfinite(factor) and factor >= 1
+        ):
+            raise ValueError(f"activation_factor must be a number of at least 1, got {factor!r}")
         if self.sharding not in SHARDING:
             raise ValueError(
                 f"sharding must be one of {', '.join(SHARDING)}, got {self.sharding!r}"
@@ -989,18 +998,38 @@ def normalize(row: dict) -> tuple[dict, list[str]]:
     }, ["the Ultra-Scale Playbook's layout: H100s, eight a node, bf16"]
 
 
-#: Sources whose tensor parallelism also splits the sequence outside its region, and keeps the
-#: gathered inputs of its column-parallel linears for the backward pass (autograd saves the
-#: output of the all-gather).  torchtitan's tensor-parallel plan shards the norms over the
-#: sequence (its ``SequenceParallel`` layers); for the Ultra-Scale Playbook's nanotron runs both
-#: are read off their recorded memory: what a micro-batch adds falls as one over the
-#: tensor-parallel degree towards a floor of about two hidden vectors a token and layer.
+#: Sources whose tensor parallelism also splits the sequence outside its region.  torchtitan's
+#: tensor-parallel plan shards the norms over the sequence (its ``SequenceParallel`` layers);
+#: the Ultra-Scale Playbook's nanotron runs use its ``REDUCE_SCATTER`` mode, which does the same.
 SEQUENCE_PARALLEL_SOURCES = ("torchtitan", "ultra-scale playbook")
+#: Of those, the sources that keep the gathered inputs of their column-parallel linears for the
+#: backward pass: torchtitan (autograd saves the output of the all-gather).  nanotron gathers
+#: them again in the backward pass instead (``tp_recompute_allgather``, True by default since
+#: July 2024: huggingface/nanotron, ``parallel/tensor_parallel/functional.py``), as Megatron-LM
+#: does.  The Playbook's recorded peaks agree: with the gathered inputs kept, the predicted peak
+#: runs from a third too low at one tensor-parallel rank to twice too high at 32
+#: (``bench/bench_predict.py`` before this was changed); without them the error no longer moves
+#: with the degree.
+KEEPS_GATHERED_SOURCES = ("torchtitan",)
 
 
 def _splits_sequence(source: str) -> bool:
     text = source.lower()
     return any(key in text for key in SEQUENCE_PARALLEL_SOURCES)
+
+
+def _keeps_gathered(source: str) -> bool:
+    text = source.lower()
+    return any(key in text for key in KEEPS_GATHERED_SOURCES)
+
+
+def _activation_factor(source: str) -> float:
+    """The fitted activation factor of the Ultra-Scale Playbook's runs, 1 for every other
+    source (the count alone): see :data:`dmlimits.measured.memory.PLAYBOOK_ACTIVATION_FACTOR`."""
+    from . import memory
+
+    playbook = "ultra-scale playbook" in source.lower()
+    return memory.PLAYBOOK_ACTIVATION_FACTOR if playbook else 1.0
 
 
 def interpret(row: dict) -> Interpretation:
@@ -1069,12 +1098,13 @@ def interpret(row: dict) -> Interpretation:
         recompute = "none"
     vpp = _int(row, "vpp", 1) or 1
     sequence_parallel = "seqpar" in text or "seq-parallel" in text
-    keeps_gathered = tp > 1 and _splits_sequence(source)
-    if keeps_gathered:
+    keeps_gathered = tp > 1 and _keeps_gathered(source)
+    if tp > 1 and _splits_sequence(source):
         sequence_parallel = True
         assumed.append(
-            "tensor parallelism with sequence parallelism, the gathered inputs kept (the "
-            "framework's way)"
+            "tensor parallelism with sequence parallelism, the gathered inputs "
+            + ("kept" if keeps_gathered else "gathered again in the backward pass")
+            + " (the framework's way)"
         )
     cfg = Config(
         shape=shape,
@@ -1094,6 +1124,7 @@ def interpret(row: dict) -> Interpretation:
         recompute=recompute,
         sequence_parallel=sequence_parallel,
         keeps_gathered_inputs=keeps_gathered,
+        activation_factor=_activation_factor(source),
         fp8_allgather="fp8 all-gather" in precision_text,
     )
     counting = THROUGHPUT_METRICS.get(metric)
