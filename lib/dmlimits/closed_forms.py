@@ -23,7 +23,7 @@ import numpy as np
 import sympy as sp
 
 from . import collectives as coll
-from . import matmul, model
+from . import lazy, matmul, model
 from . import symbols as s
 from . import units as u
 from .checks import require_scenario
@@ -237,19 +237,37 @@ def latency_compute_derivation() -> Derivation:
     )
 
 
-NANOBATCH = nanobatch_derivation().result.rhs
-SHARD = shard_derivation().result.rhs
-CRITICAL_COMPUTE = critical_compute_derivation().result.rhs
-LATENCY_WALL = latency_compute_derivation().result.rhs
-#: Each closed form of the chapter by name: (expression, unit), evaluated by :func:`evaluate`.
-COST_FORMULAS = {
-    "nanobatch": (NANOBATCH, u.one),
-    "shard": (SHARD, u.one),
-    "critical_size": (critical_size_derivation().result.rhs, u.one),
-    "latency_size": (latency_size_derivation().result.rhs, u.one),
-    "critical_compute": (CRITICAL_COMPUTE, u.flop),
-    "latency_wall": (LATENCY_WALL, u.flop),
-}
+@cache
+def _cost_formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
+    return {
+        "nanobatch": (nanobatch_derivation().result.rhs, u.one),
+        "shard": (shard_derivation().result.rhs, u.one),
+        "critical_size": (critical_size_derivation().result.rhs, u.one),
+        "latency_size": (latency_size_derivation().result.rhs, u.one),
+        "critical_compute": (critical_compute_derivation().result.rhs, u.flop),
+        "latency_wall": (latency_compute_derivation().result.rhs, u.flop),
+    }
+
+
+#: Each closed form of the chapter by name: (expression, unit), evaluated by :func:`evaluate`;
+#: built on first use (:mod:`dmlimits.lazy`).
+COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]]
+#: The nanobatch's closed form (``closed-forms-nanobatch``); built on first use.
+NANOBATCH: sp.Expr
+#: The shard side's closed form (``closed-forms-shard``); built on first use.
+SHARD: sp.Expr
+#: The critical compute's closed form (``closed-forms-critical``); built on first use.
+CRITICAL_COMPUTE: sp.Expr
+#: The latency wall's closed form (``closed-forms-latency-wall``); built on first use.
+LATENCY_WALL: sp.Expr
+__getattr__ = lazy.attributes(
+    __name__,
+    COST_FORMULAS=_cost_formulas,
+    NANOBATCH=lambda: _cost_formulas()["nanobatch"][0],
+    SHARD=lambda: _cost_formulas()["shard"][0],
+    CRITICAL_COMPUTE=lambda: _cost_formulas()["critical_compute"][0],
+    LATENCY_WALL=lambda: _cost_formulas()["latency_wall"][0],
+)
 
 
 def symbol_values(
@@ -292,7 +310,8 @@ def symbol_values(
 
 @cache
 def _numeric(name: str):
-    expr = COST_FORMULAS[name][0].subs({n_hbm: NANOBATCH, a_ib: SHARD})
+    forms = _cost_formulas()
+    expr = forms[name][0].subs({n_hbm: forms["nanobatch"][0], a_ib: forms["shard"][0]})
     free = sorted(expr.free_symbols, key=lambda x: x.name)
     return free, sp.lambdify(free, expr, "numpy")
 

@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import sympy as sp
 
+from . import lazy
 from . import symbols as s
 from . import units as u
 from .checks import as_output
@@ -621,8 +622,10 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     }
 
 
-#: Each collective's time by name: (sympy expression, unit), unit-checked in the tests.
-COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]] = _formulas()
+#: Each collective's time by name: (sympy expression, unit), unit-checked in the tests; built on
+#: first use (:mod:`dmlimits.lazy`).
+COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]]
+_cost_formulas = cache(_formulas)
 
 # Bytes one GPU sends (and receives) in one ring all-reduce: 2 (p - 1) / p n_w w.
 ALLREDUCE_BYTES: sp.Expr = CONSTANTS.apply(_ring_bytes(parts, n_words))
@@ -762,7 +765,7 @@ _TWO_LEVEL_ARGS = (n_words, parts0, parts1, rep_seq, rep_par, N, word, bw0, bw1,
 
 @cache
 def _numeric(name: str):
-    expr, _ = COST_FORMULAS[name]
+    expr, _ = _cost_formulas()[name]
     args = _TWO_LEVEL_ARGS if name.startswith("allreduce_two_level") else _ONE_LEVEL_ARGS
     return sp.lambdify(args, expr, "numpy")
 
@@ -1029,14 +1032,33 @@ def crossover_derivation() -> Derivation:
     )
 
 
-CROSSOVER: sp.Expr = crossover_derivation().result.rhs
-# The crossover of a large ring, p -> infinity: the link's bandwidth-delay product.
-CROSSOVER_LARGE_RING: sp.Expr = sp.limit(CROSSOVER, parts, sp.oo)
+@cache
+def _crossover() -> sp.Expr:
+    return crossover_derivation().result.rhs
+
+
+@cache
+def _crossover_large_ring() -> sp.Expr:
+    return sp.limit(_crossover(), parts, sp.oo)
+
+
+#: Bytes of the vector at which a ring all-reduce takes as long in bandwidth as in latency
+#: (``collectives-crossover``); built on first use (:mod:`dmlimits.lazy`).
+CROSSOVER: sp.Expr
+#: The crossover of a large ring, p -> infinity: the link's bandwidth-delay product; built on
+#: first use.
+CROSSOVER_LARGE_RING: sp.Expr
+__getattr__ = lazy.attributes(
+    __name__,
+    COST_FORMULAS=_cost_formulas,
+    CROSSOVER=_crossover,
+    CROSSOVER_LARGE_RING=_crossover_large_ring,
+)
 
 
 @cache
 def _numeric_crossover():
-    return sp.lambdify((parts, bw_level, lat_level), CROSSOVER, "numpy")
+    return sp.lambdify((parts, bw_level, lat_level), _crossover(), "numpy")
 
 
 def crossover_bytes(scn: Scenario, participants: Any, level: int) -> np.ndarray | float:

@@ -38,7 +38,7 @@ import numpy as np
 import sympy as sp
 
 from . import collectives as co
-from . import model, published
+from . import lazy, model, published
 from . import symbols as s
 from . import units as u
 from .checks import as_output as _out
@@ -434,7 +434,7 @@ def _bandwidth_part(expr: sp.Expr) -> sp.Expr:
 
 # --- Cost formulas ---------------------------------------------------------------------------
 def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
-    costs = co.COST_FORMULAS
+    costs = co._cost_formulas()
     bandwidth = GRADIENT.apply(costs["allreduce_two_level_bandwidth"][0])
     bandwidth_sum = GRADIENT.apply(costs["allreduce_two_level_bandwidth_no_overlap"][0])
     latency = GRADIENT.apply(costs["allreduce_two_level_latency"][0])
@@ -460,17 +460,27 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
 
 
 #: Each data-parallel cost by name: (sympy expression, unit), unit-checked in the tests.
-COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]] = _formulas()
+#: Built on first use (:mod:`dmlimits.lazy`).
+COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]]
+_cost_formulas = cache(_formulas)
 
-SUMMARY = {
-    "parallelism": "data",
-    "what_moves": "the weight gradients of all parameters, summed across the replicas once per "
-    "step",
-    "volume": COST_FORMULAS["dp_bytes_per_gpu"][0],
-    "link": "InfiniBand between nodes (NVLink for the replicas that share a node)",
-    "overlaps_compute": False,
-    "latency": co.RING_PHASES * (co.lat0 + co.lat1),
-}
+
+@cache
+def _summary() -> dict[str, Any]:
+    return {
+        "parallelism": "data",
+        "what_moves": "the weight gradients of all parameters, summed across the replicas once "
+        "per step",
+        "volume": _cost_formulas()["dp_bytes_per_gpu"][0],
+        "link": "InfiniBand between nodes (NVLink for the replicas that share a node)",
+        "overlaps_compute": False,
+        "latency": co.RING_PHASES * (co.lat0 + co.lat1),
+    }
+
+
+#: The summary page's row (:mod:`dmlimits.summary`); built on first use.
+SUMMARY: dict[str, Any]
+__getattr__ = lazy.attributes(__name__, COST_FORMULAS=_cost_formulas, SUMMARY=_summary)
 
 
 # --- Checks ----------------------------------------------------------------------------------
@@ -528,7 +538,7 @@ _TIME_ARGS = (s.n_params, n_dp0, n_dp1, s.n_gpu, word, co.bw0, co.bw1, co.lat0, 
 
 @cache
 def _numeric(name: str):
-    expr, _ = COST_FORMULAS[name]
+    expr, _ = _cost_formulas()[name]
     if name.startswith("dp_bandwidth") or name == "dp_latency":
         args = _TIME_ARGS
     elif name == "dp_bytes_per_gpu":

@@ -38,7 +38,7 @@ import numpy as np
 import sympy as sp
 
 from . import collectives as c
-from . import model
+from . import lazy, model
 from . import pipeline as pp
 from . import symbols as s
 from . import units as u
@@ -560,9 +560,25 @@ EP_LATENCY_EXPECTED = _SEQUENCE * (P_NODE * c.lat0 + P_NET * c.lat1)
 EP_BYTES_INTRA = LEVEL_PROBABILITIES.apply(LEVEL_BYTES.mapping[q_ep0])
 EP_BYTES_INTER = LEVEL_PROBABILITIES.apply(LEVEL_BYTES.mapping[q_ep1])
 # Stage crossings under expert parallelism: n_if crossings of the boundary.
-CROSSING_BANDWIDTH = crossing_derivation().steps[3].expr.rhs
 CROSSING_LATENCY = _SEQUENCE * c.lat_level
-P_REMOTE = remote_derivation().result.rhs
+
+
+@cache
+def _crossing_bandwidth() -> sp.Expr:
+    return crossing_derivation().steps[3].expr.rhs
+
+
+@cache
+def _p_remote() -> sp.Expr:
+    return remote_derivation().result.rhs
+
+
+#: Bandwidth time of the stage crossings under expert parallelism (``expert-parallel-crossing``,
+#: step 4); built on first use (:mod:`dmlimits.lazy`).
+CROSSING_BANDWIDTH: sp.Expr
+#: Probability that a token's next expert is on another GPU (``expert-parallel-remote``); built
+#: on first use.
+P_REMOTE: sp.Expr
 
 
 def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
@@ -576,7 +592,7 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
         "bandwidth": (bandwidth, u.second),
         "latency": (EP_LATENCY, u.second),
         "latency_expected": (EP_LATENCY_EXPECTED, u.second),
-        "crossing_bandwidth": (CROSSING_BANDWIDTH, u.second),
+        "crossing_bandwidth": (_crossing_bandwidth(), u.second),
         "crossing_latency": (CROSSING_LATENCY, u.second),
         "layer_compute": (LAYER_COMPUTE.mapping[t_comp], u.second),
         "ratio_to_compute": (versus_compute_derivation().result.rhs, u.one),
@@ -584,22 +600,38 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     }
 
 
-#: Each expert-parallel cost by name: (sympy expression, unit), unit-checked in the tests.
-COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]] = _formulas()
+#: Each expert-parallel cost by name: (sympy expression, unit), unit-checked in the tests; built
+#: on first use.
+COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]]
+_cost_formulas = cache(_formulas)
 
-SUMMARY = {
-    "parallelism": "expert",
-    "what_moves": (
-        "each token's activations to the GPU of its next expert at every layer interface, and "
-        "their gradients back, when that expert lives on another GPU"
-    ),
-    # Expected bytes per GPU per layer interface, forward and backward.
-    "volume": P_REMOTE.subs(n_ep0 * n_ep1, n_ep) * pp.BOUNDARY_BYTES / N,
-    "link": "NVLink inside the node; InfiniBand once the group spans nodes",
-    "overlaps_compute": True,
-    # One message each way per layer interface, at the highest level the group spans.
-    "latency": pp.BOUNDARY_PASSES * c.lat_level,
-}
+
+@cache
+def _summary() -> dict[str, Any]:
+    return {
+        "parallelism": "expert",
+        "what_moves": (
+            "each token's activations to the GPU of its next expert at every layer interface, and "
+            "their gradients back, when that expert lives on another GPU"
+        ),
+        # Expected bytes per GPU per layer interface, forward and backward.
+        "volume": _p_remote().subs(n_ep0 * n_ep1, n_ep) * pp.BOUNDARY_BYTES / N,
+        "link": "NVLink inside the node; InfiniBand once the group spans nodes",
+        "overlaps_compute": True,
+        # One message each way per layer interface, at the highest level the group spans.
+        "latency": pp.BOUNDARY_PASSES * c.lat_level,
+    }
+
+
+#: The summary page's row (:mod:`dmlimits.summary`); built on first use.
+SUMMARY: dict[str, Any]
+__getattr__ = lazy.attributes(
+    __name__,
+    COST_FORMULAS=_cost_formulas,
+    SUMMARY=_summary,
+    CROSSING_BANDWIDTH=_crossing_bandwidth,
+    P_REMOTE=_p_remote,
+)
 
 
 # --- Checks ----------------------------------------------------------------------------------
@@ -672,28 +704,28 @@ def _numeric(what: str):
         return sp.lambdify((n_ep0, n_ep1), (P_SELF.subs(n_ep, n_ep0 * n_ep1), P_NODE, P_NET))
     if what in ("bytes_intra", "bytes_inter"):
         args = (s.d_model, n_tok, n_ep0, n_ep1, N, word)
-        return sp.lambdify(args, COST_FORMULAS[what][0], "numpy")
+        return sp.lambdify(args, _cost_formulas()[what][0], "numpy")
     if what in ("bandwidth",):
-        return sp.lambdify(_BW_ARGS, COST_FORMULAS[what][0], "numpy")
+        return sp.lambdify(_BW_ARGS, _cost_formulas()[what][0], "numpy")
     if what in ("latency", "latency_expected"):
-        return sp.lambdify(_LAT_ARGS, COST_FORMULAS[what][0], "numpy")
+        return sp.lambdify(_LAT_ARGS, _cost_formulas()[what][0], "numpy")
     if what == "crossing":
         args = (*_BW_ARGS, crosses_nodes)
-        return sp.lambdify(args, CROSSING_BANDWIDTH, "numpy")
+        return sp.lambdify(args, _crossing_bandwidth(), "numpy")
     if what == "crossing_latency":
         return sp.lambdify((n_if, c.lat_level), CROSSING_LATENCY, "numpy")
     if what == "ratio":
         args = (s.d_ff, n_ep0, n_ep1, word, s.peak_flops, s.eff_util, c.bw0, c.bw1)
         # Numerically, FLOP are plain numbers: the model chapter's pass counts, as values.
-        expr = model.PASS_COUNTS.apply(COST_FORMULAS["ratio_to_compute"][0])
+        expr = model.PASS_COUNTS.apply(_cost_formulas()["ratio_to_compute"][0])
         return sp.lambdify(args, expr, "numpy")
     if what == "layer_compute":
         args = (s.d_model, s.d_ff, n_tok, N, s.peak_flops, s.eff_util)
-        expr = model.PASS_COUNTS.apply(COST_FORMULAS["layer_compute"][0])
+        expr = model.PASS_COUNTS.apply(_cost_formulas()["layer_compute"][0])
         return sp.lambdify(args, expr, "numpy")
     if what == "ep_only":
         return sp.lambdify(
-            (s.n_layers, pp.n_pp, pp.interleave), COST_FORMULAS["ep_only_interfaces"][0], "numpy"
+            (s.n_layers, pp.n_pp, pp.interleave), _cost_formulas()["ep_only_interfaces"][0], "numpy"
         )
     raise KeyError(what)
 

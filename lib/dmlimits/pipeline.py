@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
+from . import lazy
 from . import symbols as s
 from . import units as u
 from .checks import as_output as _out
@@ -375,12 +376,22 @@ def bubble_expression() -> sp.Expr:
 BOUNDARY_BYTES = BOUNDARY_PASSES * word * s.d_model * n_tok
 # Chunk boundaries one microbatch crosses in each direction: v N_PP chunks in a row.
 CROSSINGS = interleave * n_pp - 1
-COST_FORMULAS = {
-    "boundary_bytes": (BOUNDARY_BYTES, u.byte),
-    "crossings": (CROSSINGS, u.one),
-    "bubble": (bubble_expression(), u.one),
-    "flush": (flush_time_derivation().result.rhs, u.second),
-}
+
+
+@cache
+def _cost_formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
+    return {
+        "boundary_bytes": (BOUNDARY_BYTES, u.byte),
+        "crossings": (CROSSINGS, u.one),
+        "bubble": (bubble_expression(), u.one),
+        "flush": (flush_time_derivation().result.rhs, u.second),
+    }
+
+
+#: Each pipeline cost by name: (expression, unit), unit-checked in the tests; built on first use
+#: (:mod:`dmlimits.lazy`).
+COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]]
+__getattr__ = lazy.attributes(__name__, COST_FORMULAS=_cost_formulas)
 
 # The summary page's row (dmlimits.summary): bytes across one stage boundary in a step for the
 # n_tok tokens of a pipeline, and the latency a step pays, one message per boundary and direction.

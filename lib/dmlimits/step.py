@@ -18,7 +18,7 @@ import numpy as np
 import sympy as sp
 
 from . import data_parallel as dpm
-from . import model
+from . import lazy, model
 from . import pipeline as ppm
 from . import symbols as s
 from . import units as u
@@ -211,20 +211,38 @@ def utilization_derivation() -> Derivation:
     )
 
 
-STEP_TIME = step_time_derivation().result.rhs
-NETWORK_TIME = network_time_derivation().result.rhs
-# Dimensioned: the FLOP per multiply-accumulate stays a symbol (in FLOP) until evaluation.
-UTILIZATION = utilization_derivation().steps[1].expr.rhs
-COST_FORMULAS = {
-    "step_time": (STEP_TIME, _S),
-    "network_time": (NETWORK_TIME, _S),
-    "utilization": (UTILIZATION, u.one),
-}
+@cache
+def _cost_formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
+    return {
+        "step_time": (step_time_derivation().result.rhs, _S),
+        "network_time": (network_time_derivation().result.rhs, _S),
+        # Dimensioned: the FLOP per multiply-accumulate stays a symbol (in FLOP) until
+        # evaluation.
+        "utilization": (utilization_derivation().steps[1].expr.rhs, u.one),
+    }
+
+
+#: The step's time, its network time and the utilization by name: (expression, unit); built on
+#: first use (:mod:`dmlimits.lazy`).
+COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]]
+#: The step's time (``search-step-time``); built on first use.
+STEP_TIME: sp.Expr
+#: The step's network time (``search-network-time``); built on first use.
+NETWORK_TIME: sp.Expr
+#: The utilization, dimensioned (``search-utilization``, step 2); built on first use.
+UTILIZATION: sp.Expr
+__getattr__ = lazy.attributes(
+    __name__,
+    COST_FORMULAS=_cost_formulas,
+    STEP_TIME=lambda: _cost_formulas()["step_time"][0],
+    NETWORK_TIME=lambda: _cost_formulas()["network_time"][0],
+    UTILIZATION=lambda: _cost_formulas()["utilization"][0],
+)
 
 
 @cache
 def _numeric(name: str):
-    expr = model.PASS_COUNTS.apply(COST_FORMULAS[name][0])
+    expr = model.PASS_COUNTS.apply(_cost_formulas()[name][0])
     if name == "step_time":
         args = (t_mm, t_net, t_dp_after, t_lat, dpm.t_dp_lat, ppm.bubble, z_zb)
     elif name == "network_time":

@@ -40,6 +40,7 @@ import numpy as np
 import sympy as sp
 
 from . import collectives as coll
+from . import lazy
 from . import matmul as mm
 from . import symbols as s
 from . import units as u
@@ -211,7 +212,7 @@ def _group_cost(name: str, width: sp.Expr, group: sp.Expr) -> sp.Expr:
     As in the paper: the whole ``width``-word vector of every token is all-reduced among
     ``group`` GPUs, the ``b`` tokens side by side, once per pass, the traffic spread over the
     ``N_TP,model N_TP,ff`` GPUs of the TP group."""
-    expr, _ = coll.COST_FORMULAS[name]
+    expr, _ = coll._cost_formulas()[name]
     return expr.subs(
         {
             coll.n_words: width,
@@ -232,17 +233,23 @@ def _latency_per_family() -> sp.Expr:
     )
 
 
-GROUP_TIMES = Substitution(
-    "each family is the cluster form of the collectives chapter: for every one of the $b$ tokens "
-    "the whole $d_{\\mathrm{ff}}$-wide (model group) or $d_{\\mathrm{model}}$-wide (ff group) "
-    "vector, once per pass, spread over the $N_{\\mathrm{TP}}$ GPUs",
-    {
-        t_tp_bw_m: _group_cost("allreduce_bandwidth", s.d_ff, tp_m),
-        t_tp_bw_f: _group_cost("allreduce_bandwidth", s.d_model, tp_f),
-    },
-    kind="assumption",
-    source="erdil2024datamovement",
-)
+@cache
+def _group_times() -> Substitution:
+    """Each family's bandwidth time as the collectives chapter's cluster form (built on first
+    use: it needs the collectives' cost formulas)."""
+    return Substitution(
+        "each family is the cluster form of the collectives chapter: for every one of the $b$ "
+        "tokens the whole $d_{\\mathrm{ff}}$-wide (model group) or $d_{\\mathrm{model}}$-wide "
+        "(ff group) vector, once per pass, spread over the $N_{\\mathrm{TP}}$ GPUs",
+        {
+            t_tp_bw_m: _group_cost("allreduce_bandwidth", s.d_ff, tp_m),
+            t_tp_bw_f: _group_cost("allreduce_bandwidth", s.d_model, tp_f),
+        },
+        kind="assumption",
+        source="erdil2024datamovement",
+    )
+
+
 GROUP_LATENCIES = Substitution(
     "one message latency per phase of every all-reduce in sequence",
     {t_tp_lat_m: _latency_per_family(), t_tp_lat_f: _latency_per_family()},
@@ -332,7 +339,8 @@ def traffic_derivation() -> Derivation:
 def bandwidth_time_derivation() -> Derivation:
     """Bandwidth time of a layer's TP all-reduces, both groups at one network level."""
     t1 = sp.Eq(t_tp_bw, t_tp_bw_m + t_tp_bw_f)
-    t2 = GROUP_TIMES.apply(t1)
+    group_times = _group_times()
+    t2 = group_times.apply(t1)
     t3 = CONSTANTS.apply(t2)
     half = sp.Mul(sp.Rational(1, coll.DIRECTIONS), W, evaluate=False)
     t4 = sp.Eq(
@@ -357,7 +365,7 @@ def bandwidth_time_derivation() -> Derivation:
                 "tokens are side-by-side repeats, the passes sequential ones, and the traffic "
                 "is shared by the $N_{\\mathrm{TP}}$ GPUs of the group.",
                 t2,
-                using=GROUP_TIMES,
+                using=group_times,
             ),
             Step("Two passes.", t3, using=CONSTANTS),
             Step(
@@ -565,20 +573,31 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     }
 
 
-COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]] = _formulas()
+_cost_formulas = cache(_formulas)
+#: Each tensor-parallel cost by name: (sympy expression, unit), unit-checked in the tests; built
+#: on first use (:mod:`dmlimits.lazy`).
+COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]]
 
-SUMMARY = {
-    "parallelism": "tensor (2D)",
-    "what_moves": (
-        "partial activations (forward) and activation gradients (backward) of every layer, "
-        "all-reduced in the model group and the ff group; volume per GPU, per layer and per "
-        "token, forward and backward together"
-    ),
-    "volume": sp.simplify(COST_FORMULAS["tp_bytes"][0] / b),
-    "link": "NVLink inside a node; InfiniBand once a group spans nodes",
-    "overlaps_compute": True,
-    "latency": latency_time_derivation().result.rhs,
-}
+
+@cache
+def _summary() -> dict[str, Any]:
+    return {
+        "parallelism": "tensor (2D)",
+        "what_moves": (
+            "partial activations (forward) and activation gradients (backward) of every layer, "
+            "all-reduced in the model group and the ff group; volume per GPU, per layer and per "
+            "token, forward and backward together"
+        ),
+        "volume": sp.simplify(_cost_formulas()["tp_bytes"][0] / b),
+        "link": "NVLink inside a node; InfiniBand once a group spans nodes",
+        "overlaps_compute": True,
+        "latency": latency_time_derivation().result.rhs,
+    }
+
+
+#: The summary page's row (:mod:`dmlimits.summary`); built on first use.
+SUMMARY: dict[str, Any]
+__getattr__ = lazy.attributes(__name__, COST_FORMULAS=_cost_formulas, SUMMARY=_summary)
 
 
 # --- Checks ----------------------------------------------------------------------------------
@@ -729,7 +748,7 @@ _CROSS_ARGS = (word, s.eff_util, s.peak_flops, W, tp_m, tp_f)
 
 @cache
 def _numeric(name: str):
-    expr, _ = COST_FORMULAS[name]
+    expr, _ = _cost_formulas()[name]
     if name.startswith("crossover"):
         args = _CROSS_ARGS
     elif name == "tp_compute":
