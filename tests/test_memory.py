@@ -265,3 +265,31 @@ def test_the_playbooks_factor_is_not_every_frameworks():
     assert out["holdout_called_fitting_with_playbook_factor"] < out["holdout_runs"] / 2
     assert out["holdout_called_fitting"] > out["holdout_called_fitting_with_playbook_factor"]
     assert out["peak_rows"] == sum(r["metric"] == "peak_memory" for r in runs.dev_rows()) > 0
+
+
+def test_torchtitans_selective_recomputation_keeps_every_other_matmul():
+    """By hand for a Llama block: its input, the outputs of q, v, gate and down (the first,
+    third, fifth and seventh matmuls) and the attention's output, 2 bytes a value; under tensor
+    parallelism the row-parallel down projection's partial sum stays whole, and the input is
+    split only with sequence parallelism.  A torchtitan row takes the policy, a Megatron-LM row
+    does not, and the policy shrinks the peak against keeping everything."""
+    sh = transformer.shape("llama2-7b")
+    d, kv, f = sh.d_model, sh.kv_width, sh.d_ff
+    assert memory.op_saved_bytes_per_token(sh, 1, False) == 2 * (d + d + kv + d + f + d)
+    assert memory.op_saved_bytes_per_token(sh, 4, False) == pytest.approx(
+        2 * (d + (d + kv + d + f) / 4 + d)
+    )
+    assert memory.op_saved_bytes_per_token(sh, 4, True) == pytest.approx(
+        2 * ((d + d + kv + d + f) / 4 + d)
+    )
+    kept = memory.peak(_config("llama2-7b", n=8, recompute="selective", selective_policy="op"))
+    megatron = memory.peak(_config("llama2-7b", n=8, recompute="selective"))
+    assert (
+        kept.activations
+        < megatron.activations
+        == memory.peak(_config("llama2-7b", n=8)).activations
+    )
+    sources = {runs.interpret(r).config.selective_policy: r["source"] for r in runs.dev_rows()}
+    assert "torchtitan" in sources["op"].lower() and "torchtitan" not in sources["attention"]
+    with pytest.raises(ValueError, match="selective_policy must be 'attention' or 'op', got 'x'"):
+        _config(selective_policy="x")

@@ -21,7 +21,9 @@ context and pipeline splits.  This module counts them, in sympy where it is a fo
   but the norms' tensors (and the masks), or everything with sequence parallelism; a framework
   whose sequence parallelism keeps the gathered inputs of its column-parallel linears keeps two
   whole hidden vectors more (``Config.keeps_gathered_inputs``).  Full recomputation keeps each
-  layer's input and, while it recomputes one layer, that layer's tensors.  Context parallelism
+  layer's input and, while it recomputes one layer, that layer's tensors; torchtitan's
+  selective recomputation keeps every other matmul's output (:func:`op_saved_bytes_per_token`),
+  Megatron-LM's keeps everything but attention's scores.  Context parallelism
   divides ``s`` among its ranks.  The logits at the loss take 10 bytes a token and vocabulary
   entry (16-bit logits, their fp32 copy and its gradient), split over the vocabulary by tensor
   parallelism.  In 1F1B the first stage holds ``min(N_PP, m)`` micro-batches of its
@@ -283,6 +285,29 @@ def layer_bytes_per_token(shape: tf.Shape) -> tuple[float, float]:
     return total, UNSPLIT_VALUES * VALUE_BYTES * d + drop
 
 
+def op_saved_bytes_per_token(shape: tf.Shape, tp: int, sequence_parallel: bool) -> float:
+    """Bytes one layer keeps a token on one GPU under torchtitan's per-op selective
+    recomputation (``Config.selective_policy == "op"``).
+
+    The policy (pytorch/torchtitan, ``_apply_ac_to_transformer_block``, as of the December 2024
+    benchmarks: ``llama3_8b.toml`` sets ``selective_ac_option = 'op'``) saves the output of
+    every matmul but every second one, counted in forward order within a block, and the
+    attention kernel's output; the checkpoint keeps the block's input; everything else is
+    recomputed.  In a Llama block the matmuls run q, k, v, o, gate, up, down, so q, v, gate
+    and down are kept; in a plain MLP q, v and up.  Tensor parallelism splits the outputs of
+    the column-parallel matmuls and the attention's; a row-parallel matmul's output (o, down)
+    is a partial sum as wide as the model on every rank, and the block's input is split only
+    with sequence parallelism."""
+    d, kv, f = shape.d_model, shape.kv_width, shape.d_ff
+    split = 1 / tp
+    mlp = [(f, split), (f, split), (d, 1.0)] if shape.gated else [(f, split), (d, 1.0)]
+    matmuls = [(d, split), (kv, split), (kv, split), (d, 1.0), *mlp]
+    kept = sum(width * share for width, share in matmuls[0::2])
+    kept += d * split  # the attention kernel's output
+    kept += d * (split if sequence_parallel else 1.0)  # the block's input
+    return VALUE_BYTES * kept
+
+
 @dataclass(frozen=True)
 class Memory:
     """Bytes one GPU needs at its peak, by cause, and whether they fit its HBM.  With pipeline
@@ -332,6 +357,9 @@ def _activation_bytes(cfg: Config, factor: float) -> tuple[float, float]:
         full += GATHERED_VALUES * VALUE_BYTES * sh.d_model
     if cfg.recompute == "full":
         kept = VALUE_BYTES * sh.d_model / (t if cfg.sequence_parallel else 1)
+        working = full
+    elif cfg.recompute == "selective" and cfg.selective_policy == "op":
+        kept = op_saved_bytes_per_token(sh, t, cfg.sequence_parallel)
         working = full
     else:
         kept, working = full, 0.0

@@ -555,6 +555,10 @@ class Config:
     # dmlimits.measured.memory finds: 1 where nothing is known (the count alone); fitted for the
     # Ultra-Scale Playbook's nanotron runs (memory.PLAYBOOK_ACTIVATION_FACTOR).
     activation_factor: float = 1.0
+    # What selective recomputation keeps: "attention", Korthikanti et al.'s (only attention's
+    # core is recomputed), or "op", torchtitan's per-op policy (every other matmul of a block
+    # recomputed; memory.op_saved_bytes_per_token).  Only the memory count reads it.
+    selective_policy: str = "attention"
 
     def __post_init__(self) -> None:
         for name in ("n_gpus", "tp", "pp", "dp", "cp", "ep", "mbs", "vpp", "seq_len"):
@@ -593,6 +597,10 @@ class Config:
                 f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
             )
         self.cluster.peak(self.precision)  # refuses FP8 on a GPU without it
+        if self.selective_policy not in ("attention", "op"):
+            raise ValueError(
+                f"selective_policy must be 'attention' or 'op', got {self.selective_policy!r}"
+            )
         if self.recompute not in tf.RECOMPUTE:
             raise ValueError(
                 f"recompute must be one of {', '.join(tf.RECOMPUTE)}, got {self.recompute!r}"
@@ -1125,6 +1133,7 @@ def interpret(row: dict) -> Interpretation:
         sequence_parallel=sequence_parallel,
         keeps_gathered_inputs=keeps_gathered,
         activation_factor=_activation_factor(source),
+        selective_policy="op" if "torchtitan" in source.lower() else "attention",
         fp8_allgather="fp8 all-gather" in precision_text,
     )
     counting = THROUGHPUT_METRICS.get(metric)
