@@ -69,3 +69,7 @@ def test_each_lazy_attribute_is_declared_and_is_what_the_module_uses(name):
         assert attr in module.__annotations__, (name, attr)
         assert getattr(module, attr) is vars(module)[attr]
     assert module.COST_FORMULAS is module._cost_formulas()
+    formulas = {expr for expr, _ in module.COST_FORMULAS.values()}
+    for attr in set(names) - {"COST_FORMULAS", "SUMMARY"}:
+        if name in ("closed_forms", "step"):  # the single expressions are formulas of the set
+            assert getattr(module, attr) in formulas, (name, attr)

@@ -263,10 +263,13 @@ LATENCY_WALL: sp.Expr
 __getattr__ = lazy.attributes(
     __name__,
     COST_FORMULAS=_cost_formulas,
-    NANOBATCH=lambda: _cost_formulas()["nanobatch"][0],
-    SHARD=lambda: _cost_formulas()["shard"][0],
-    CRITICAL_COMPUTE=lambda: _cost_formulas()["critical_compute"][0],
-    LATENCY_WALL=lambda: _cost_formulas()["latency_wall"][0],
+    **lazy.expressions(
+        _cost_formulas,
+        NANOBATCH="nanobatch",
+        SHARD="shard",
+        CRITICAL_COMPUTE="critical_compute",
+        LATENCY_WALL="latency_wall",
+    ),
 )
 
 

@@ -41,6 +41,14 @@ def attributes(module: str, **builders: Callable[[], Any]) -> Callable[[str], An
     return __getattr__
 
 
+def expressions(
+    formulas: Callable[[], dict[str, tuple[Any, Any]]], **keys: str
+) -> dict[str, Callable[[], Any]]:
+    """Builders for :func:`attributes` of single expressions out of a module's cost formulas:
+    ``NAME=key`` builds ``formulas()[key][0]``."""
+    return {name: (lambda key=key: formulas()[key][0]) for name, key in keys.items()}
+
+
 def lazy_names(module: Any) -> tuple[str, ...]:
     """The attributes of ``module`` built on first use (none if it declares none)."""
     getter = vars(module).get("__getattr__")

@@ -234,9 +234,12 @@ UTILIZATION: sp.Expr
 __getattr__ = lazy.attributes(
     __name__,
     COST_FORMULAS=_cost_formulas,
-    STEP_TIME=lambda: _cost_formulas()["step_time"][0],
-    NETWORK_TIME=lambda: _cost_formulas()["network_time"][0],
-    UTILIZATION=lambda: _cost_formulas()["utilization"][0],
+    **lazy.expressions(
+        _cost_formulas,
+        STEP_TIME="step_time",
+        NETWORK_TIME="network_time",
+        UTILIZATION="utilization",
+    ),
 )
 
 
