@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -14,6 +15,16 @@ BUILD = ROOT / "_build"
 HTML = BUILD / "html"
 EXECUTED = BUILD / "executed"
 SHARED = ROOT.parent / "shared"
+
+
+@functools.cache
+def every_derivation() -> tuple:
+    """Every derivation of the library, built once per test process: the derivation and the
+    premise tests parametrize over them at collection, and building all 53 took seconds in each
+    test worker for each of the two modules.  Derivations are frozen; no test changes one."""
+    from dmlimits.derivation import all_derivations
+
+    return tuple(all_derivations())
 
 
 def toc_notebooks() -> list[str]:

@@ -5,7 +5,7 @@ import re
 
 import pytest
 import sympy as sp
-from conftest import EXECUTED
+from conftest import EXECUTED, every_derivation
 from dmlimits import model, premises
 from dmlimits import symbols as s
 from dmlimits.derivation import (
@@ -13,11 +13,10 @@ from dmlimits.derivation import (
     DerivationError,
     Step,
     Substitution,
-    all_derivations,
     derivation,
 )
 
-ALL = all_derivations()
+ALL = every_derivation()
 
 
 def test_there_are_derivations_in_every_module():

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 import sympy as sp
+from conftest import every_derivation
 from dmlimits import collectives, premises
-from dmlimits.derivation import Step, Substitution, all_derivations, derivation
+from dmlimits.derivation import Step, Substitution, derivation
 from dmlimits.premises import ORACLES, PremiseError
 
-ALL = all_derivations()
+ALL = every_derivation()
 IDS = [d.name for d in ALL]
 
 
