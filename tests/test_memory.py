@@ -293,3 +293,27 @@ def test_torchtitans_selective_recomputation_keeps_every_other_matmul():
     assert "torchtitan" in sources["op"].lower() and "torchtitan" not in sources["attention"]
     with pytest.raises(ValueError, match="selective_policy must be 'attention' or 'op', got 'x'"):
         _config(selective_policy="x")
+
+
+def test_a_torchtitan_pipeline_stage_keeps_its_weights_and_gradients_whole():
+    """Under pipeline parallelism torchtitan's FSDP keeps a stage's 16-bit weights gathered and
+    accumulates its gradients unsharded in fp32: six bytes a parameter of the stage, against one
+    layer's weights and gradients at a time otherwise; without pipeline stages nothing moves."""
+    from dataclasses import replace
+
+    cfg = runs.Config(shape=transformer.shape("llama2-70b"), cluster=runs.cluster("h100"),
+                      n_gpus=64, global_batch_tokens=64 * 4096 * 4, seq_len=4096,
+                      pp=4, dp=16, sharding="fsdp", stage_keeps_gathered=True)  # fmt: skip
+
+    p_stage = cfg.shape.params / 4
+    assert memory.peak(cfg).gathered == pytest.approx(6 * p_stage)
+    plain = memory.peak(replace(cfg, stage_keeps_gathered=False)).gathered
+    assert plain == pytest.approx(4 * p_stage / cfg.shape.layers * 4)
+    flat = replace(cfg, pp=1, dp=64, stage_keeps_gathered=True)
+    assert (
+        memory.peak(flat).gathered
+        == memory.peak(replace(flat, stage_keeps_gathered=False)).gathered
+    )
+    for r in runs.dev_rows():
+        keeps = runs.interpret(r).config.stage_keeps_gathered
+        assert keeps == ("torchtitan" in r["source"].lower()), r["source"]

@@ -559,6 +559,12 @@ class Config:
     # core is recomputed), or "op", torchtitan's per-op policy (every other matmul of a block
     # recomputed; memory.op_saved_bytes_per_token).  Only the memory count reads it.
     selective_policy: str = "attention"
+    # FSDP under pipeline parallelism keeps each stage's weights gathered between its forward
+    # and backward passes and accumulates its gradients unsharded over the micro-batches
+    # (torchtitan: reshard_after_forward=False when pipeline parallelism is on; PyTorch's
+    # pipeline stages turn FSDP's gradient reduction off but for the last micro-batch).  Only
+    # the memory count reads it.
+    stage_keeps_gathered: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_gpus", "tp", "pp", "dp", "cp", "ep", "mbs", "vpp", "seq_len"):
@@ -1134,6 +1140,7 @@ def interpret(row: dict) -> Interpretation:
         keeps_gathered_inputs=keeps_gathered,
         activation_factor=_activation_factor(source),
         selective_policy="op" if "torchtitan" in source.lower() else "attention",
+        stage_keeps_gathered="torchtitan" in source.lower(),
         fp8_allgather="fp8 all-gather" in precision_text,
     )
     counting = THROUGHPUT_METRICS.get(metric)
