@@ -1120,6 +1120,22 @@ def interpret(row: dict) -> Interpretation:
             + ("kept" if keeps_gathered else "gathered again in the backward pass")
             + " (the framework's way)"
         )
+    torchtitan = "torchtitan" in source.lower()
+    if torchtitan and recompute == "selective":
+        assumed.append(
+            "selective recomputation by torchtitan's per-op policy: every other matmul's "
+            "output kept (the memory count)"
+        )
+    if torchtitan and pp > 1:
+        assumed.append(
+            "FSDP keeps each pipeline stage's weights gathered and its gradients unsharded "
+            "until the last micro-batch (torchtitan's way; the memory count)"
+        )
+    factor = _activation_factor(source)
+    if factor != 1.0:
+        assumed.append(
+            f"activation memory {factor:g} times the count (the Playbook's fitted factor)"
+        )
     cfg = Config(
         shape=shape,
         cluster=cl,
@@ -1138,9 +1154,9 @@ def interpret(row: dict) -> Interpretation:
         recompute=recompute,
         sequence_parallel=sequence_parallel,
         keeps_gathered_inputs=keeps_gathered,
-        activation_factor=_activation_factor(source),
-        selective_policy="op" if "torchtitan" in source.lower() else "attention",
-        stage_keeps_gathered="torchtitan" in source.lower(),
+        activation_factor=factor,
+        selective_policy="op" if torchtitan else "attention",
+        stage_keeps_gathered=torchtitan,
         fp8_allgather="fp8 all-gather" in precision_text,
     )
     counting = THROUGHPUT_METRICS.get(metric)
