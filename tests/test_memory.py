@@ -317,3 +317,21 @@ def test_a_torchtitan_pipeline_stage_keeps_its_weights_and_gradients_whole():
     for r in runs.dev_rows():
         keeps = runs.interpret(r).config.stage_keeps_gathered
         assert keeps == ("torchtitan" in r["source"].lower()), r["source"]
+
+
+def test_what_the_memory_count_assumes_of_a_framework_is_named():
+    """A row's interpretation names every memory assumption it takes from the framework."""
+    notes = {}
+    for r in runs.dev_rows():
+        i = runs.interpret(r)
+        text = " ".join(i.assumed)
+        if i.config.recompute == "selective" and i.config.selective_policy == "op":
+            notes.setdefault("op", []).append("per-op policy" in text)
+        if i.config.stage_keeps_gathered and i.config.pp > 1:
+            notes.setdefault("stage", []).append("pipeline stage's weights gathered" in text)
+    assert set(notes) == {"op", "stage"} and all(all(v) for v in notes.values()), notes
+    row = {"model": "8B", "nodes": "1", "gpus": "8", "dp": "8", "tp": "1", "pp": "1",
+           "zero_stage": "0", "micro_batch": "1", "grad_accum": "1", "global_batch_seqs": "8",
+           "seq_len": "4096", "global_batch_tokens": "32768", "status": "ok", "mfu_pct": "40",
+           "tokens_per_s_per_gpu": "1000", "gpu_memory_gb": "30"}  # fmt: skip
+    assert any("fitted factor" in a for a in runs.interpret(row).assumed)
