@@ -472,6 +472,9 @@ def _execute_one(
             progress_bar=False,
             log_output=False,
             report_mode=False,
+            # The notebook is written once, when it ends or fails; writing it after every cell
+            # as well cost about a second a chapter (bench/bench_build.py's chapters).
+            request_save_on_cell_execute=False,
             kernel_manager_class=_ipc_kernel_manager(socket_dir),
             **hooks,
         )
