@@ -55,18 +55,15 @@ def _coverage(rows) -> tuple[int, int]:
 
 
 def _memory_on_bench(rows) -> dict:
-    err, agree = [], 0
-    for r in rows:
-        peak = memory.peak(runs.interpret(r).config)
-        ok = r["status"] == "ok"
-        agree += peak.fits == ok
-        if ok and r.get("gpu_memory_gb"):
-            measured = float(r["gpu_memory_gb"]) * 1e9  # the column is in GB
-            err.append(peak.total / measured - 1)
-    err = np.array(err)
     configs = [runs.interpret(r).config for r in rows]
-    measured = [float(r["gpu_memory_gb"]) * 1e9 if r.get("gpu_memory_gb") else np.nan for r in rows]
-    ran = [r["status"] == "ok" for r in rows]
+    # The column is in GB; nan where a run recorded no peak.
+    measured = np.array([float(r["gpu_memory_gb"]) * 1e9 if r.get("gpu_memory_gb") else np.nan
+                         for r in rows])  # fmt: skip
+    ran = np.array([r["status"] == "ok" for r in rows])
+    peaks = [memory.peak(c) for c in configs]
+    agree = sum(p.fits == ok for p, ok in zip(peaks, ran, strict=True))
+    with_peak = ran & np.isfinite(measured)
+    err = np.array([p.total for p in peaks])[with_peak] / measured[with_peak] - 1
     return {
         "runs": len(rows),
         "with_memory": len(err),
