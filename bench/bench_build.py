@@ -6,8 +6,8 @@ Speed targets are checked here, never in timed tests.  Run from the project fold
 
     .venv/bin/python bench/bench_build.py
 
-The builds share caches of their own (sweeps, executed notebooks and Sphinx's state, in a
-temporary folder, so the project's caches neither help nor change), and each writes to a
+The builds share caches of their own (sweeps, kept formulas, executed notebooks and Sphinx's
+state, in a temporary folder, so the project's caches neither help nor change), and each writes to a
 temporary folder: the default book in _build/html is not touched.  In order:
 
 1. the default book with empty caches, as after a change to the library: every scenario the
@@ -102,6 +102,7 @@ def main() -> None:
             DMLIMITS_SWEEP_CACHE=str(Path(tmp) / "cache" / "sweeps"),
             DMLIMITS_NOTEBOOK_CACHE=str(Path(tmp) / "cache" / "notebooks"),
             DMLIMITS_SPHINX_CACHE=str(Path(tmp) / "cache" / "sphinx"),
+            DMLIMITS_FORMULA_CACHE=str(Path(tmp) / "cache" / "formulas"),
         )
         for i, (name, sets) in enumerate(CASES):
             seconds, sweeps, html, notebooks = run(sets, Path(tmp) / f"case{i}" / "html", env)

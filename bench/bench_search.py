@@ -8,9 +8,12 @@ measured with ``search.sweep_many`` on every core, and with the search's pruning
     .venv/bin/python bench/bench_search.py [--repeat N]
 
 Each repetition runs in a fresh interpreter with the disk cache of sweeps off, so that no sweep
-is read from a cache; the best is reported.  In one process the presets are then swept a second
-time, which shows how much of the first sweep was building the formulas (sympy's derivations
-and their lambdified functions, on first use).
+is read from a cache; the best is reported.  The formulas are built in the process (the formula
+cache off, as after a change to the library) or read from a formula cache that a first run
+filled (:mod:`dmlimits.formula_cache`, as in every later process of a build or a test run).
+In one process the presets are then swept a second time, which shows how much of the first
+sweep was building or reading the formulas (sympy's derivations and their lambdified
+functions, on first use).
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 CHILD = r"""
 import json, time
@@ -58,14 +63,28 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3, help="fresh runs; the best is kept")
     args = p.parse_args()
     cores = os.cpu_count() or 1
+    kept = tempfile.mkdtemp(prefix="bench-formulas-")
     cases = (
-        (1, "one process", "on"),
-        (cores, f"{cores} processes (sweep_many)", "on"),
-        (1, "one process, pruning off", "off"),
+        (1, "one process, formulas built", "on", "off"),
+        (1, "one process, formulas kept (read from the formula cache)", "on", kept),
+        (cores, f"{cores} processes (sweep_many), formulas kept", "on", kept),
+        (1, "one process, pruning off, formulas kept", "off", kept),
     )
-    for jobs, what, prune in cases:
+    # Fill the formula cache once, as the first build or test run after a change does.
+    subprocess.run(
+        [sys.executable, "-c", "JOBS = 1\n" + CHILD],
+        check=True,
+        capture_output=True,
+        env=dict(os.environ, DMLIMITS_SWEEP_CACHE="off", DMLIMITS_FORMULA_CACHE=kept),
+    )
+    for jobs, what, prune, formulas in cases:
         runs = []
-        env = dict(os.environ, DMLIMITS_SWEEP_CACHE="off", DMLIMITS_SEARCH_PRUNE=prune)
+        env = dict(
+            os.environ,
+            DMLIMITS_SWEEP_CACHE="off",
+            DMLIMITS_SEARCH_PRUNE=prune,
+            DMLIMITS_FORMULA_CACHE=formulas,
+        )
         for _ in range(max(1, args.repeat)):
             child = f"JOBS = {jobs}\n" + CHILD
             out = subprocess.run(
@@ -93,8 +112,9 @@ def main() -> int:
             print(
                 f"swept again in the same process (formulas built, sympy and lambdify done): "
                 f"{warm:.2f} s; the first sweep's extra {best['total'] - warm:.2f} s is mostly "
-                "building the formulas (and filling the search's small memos)"
+                "building or reading the formulas (and filling the search's small memos)"
             )
+    shutil.rmtree(kept, ignore_errors=True)
     return 0
 
 

@@ -618,6 +618,15 @@ def execute_notebooks(
     return sorted(timings, key=lambda t: names.index(t.notebook))
 
 
+def keep_formulas(work: Path) -> None:
+    """Keep the built formulas between the build's processes (the sweeps' workers and the
+    notebooks' kernels inherit the variable): ``_build/cache/formulas`` unless the environment
+    names another folder, or ``off`` (:mod:`dmlimits.formula_cache`)."""
+    from . import formula_cache
+
+    os.environ.setdefault(formula_cache.CACHE_ENV, str(work / "cache" / "formulas"))
+
+
 def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
     """Sweep every scenario the chapters read, once, on every core, into the disk cache that
     the notebooks' kernels then read (``_build/cache/sweeps`` unless the environment names
@@ -970,6 +979,7 @@ def _build(
         stage_config(stage)
         params = notebook_parameters(scn)
         jobs = jobs or max(1, min(len(names), os.cpu_count() or 1))
+        keep_formulas(work)
         sweep_up_front(scn, work, jobs)
         timings = execute_notebooks(root, stage, names, params, jobs)
         html_started = time.perf_counter()

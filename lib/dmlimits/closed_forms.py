@@ -23,7 +23,7 @@ import numpy as np
 import sympy as sp
 
 from . import collectives as coll
-from . import lazy, matmul, model
+from . import formula_cache, lazy, matmul, model
 from . import symbols as s
 from . import units as u
 from .checks import require_scenario
@@ -238,6 +238,7 @@ def latency_compute_derivation() -> Derivation:
 
 
 @cache
+@formula_cache.expressions
 def _cost_formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     return {
         "nanobatch": (nanobatch_derivation().result.rhs, u.one),

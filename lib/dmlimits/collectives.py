@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import sympy as sp
 
-from . import lazy
+from . import formula_cache, lazy
 from . import symbols as s
 from . import units as u
 from .checks import as_output
@@ -625,7 +625,7 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
 #: Each collective's time by name: (sympy expression, unit), unit-checked in the tests; built on
 #: first use (:mod:`dmlimits.lazy`).
 COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]]
-_cost_formulas = cache(_formulas)
+_cost_formulas = cache(formula_cache.expressions(_formulas))
 
 # Bytes one GPU sends (and receives) in one ring all-reduce: 2 (p - 1) / p n_w w.
 ALLREDUCE_BYTES: sp.Expr = CONSTANTS.apply(_ring_bytes(parts, n_words))

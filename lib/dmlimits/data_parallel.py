@@ -38,7 +38,7 @@ import numpy as np
 import sympy as sp
 
 from . import collectives as co
-from . import lazy, model, published
+from . import formula_cache, lazy, model, published
 from . import symbols as s
 from . import units as u
 from .checks import as_output as _out
@@ -462,7 +462,7 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
 #: Each data-parallel cost by name: (sympy expression, unit), unit-checked in the tests.
 #: Built on first use (:mod:`dmlimits.lazy`).
 COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]]
-_cost_formulas = cache(_formulas)
+_cost_formulas = cache(formula_cache.expressions(_formulas))
 
 
 @cache

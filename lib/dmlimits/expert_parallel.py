@@ -38,7 +38,7 @@ import numpy as np
 import sympy as sp
 
 from . import collectives as c
-from . import lazy, model
+from . import formula_cache, lazy, model
 from . import pipeline as pp
 from . import symbols as s
 from . import units as u
@@ -209,9 +209,14 @@ def _probability(expr: sp.Expr) -> sp.Expr:
     return sp.factor(sp.simplify(SPLIT.apply(EVEN.apply(expr))))
 
 
-P_NODE = _probability(_SAME_NODE)
-P_NET = _probability(_OTHER_NODE)
-P_SELF = _probability(experts_per_gpu / s.n_experts)
+@formula_cache.expressions
+def _level_probabilities() -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """The chances of the same node, another node and the token's own GPU, simplified (kept
+    between processes: sympy takes about half a second, at every import)."""
+    return tuple(_probability(e) for e in (_SAME_NODE, _OTHER_NODE, experts_per_gpu / s.n_experts))
+
+
+P_NODE, P_NET, P_SELF = _level_probabilities()
 LEVEL_PROBABILITIES = Substitution(
     "uniform routing, {eq}`expert-parallel-same-node-3` and {eq}`expert-parallel-other-node-3`",
     {p_node: P_NODE, p_net: P_NET},
@@ -603,7 +608,7 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
 #: Each expert-parallel cost by name: (sympy expression, unit), unit-checked in the tests; built
 #: on first use.
 COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]]
-_cost_formulas = cache(_formulas)
+_cost_formulas = cache(formula_cache.expressions(_formulas))
 
 
 @cache

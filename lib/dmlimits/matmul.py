@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import sympy as sp
 
+from . import formula_cache
 from . import symbols as s
 from . import units as u
 from .checks import require_scenario as _check_scenario
@@ -312,6 +313,7 @@ def boundary_capacities(multicast: bool) -> dict[str, sp.Expr]:
 
 
 @cache
+@formula_cache.expressions
 def traffic_expressions(kind: str, multicast: bool) -> dict[str, sp.Expr]:
     """Bytes through HBM, L2 and shared memory (keys of :data:`LEVELS`), symbolic."""
     kind = check_kind(kind)
@@ -334,6 +336,7 @@ def traffic_expressions(kind: str, multicast: bool) -> dict[str, sp.Expr]:
 
 
 @cache
+@formula_cache.expressions
 def cost_expressions(kind: str, multicast: bool) -> dict[str, sp.Expr]:
     """Each time of one matmul, in seconds, as sympy expressions in registered symbols.
 
@@ -594,9 +597,12 @@ def _numeric_parts(kind: str, multicast: bool):
     """The parts of :func:`cost_expressions`, lambdified together.  ``total`` and
     ``efficiency`` are not: sympy's ``Max`` of the long level expressions is slow to build
     (seconds per kind), so :func:`_numeric_combined` composes them from the parts instead."""
-    exprs = cost_expressions(kind, multicast)
-    body = [CONSTANTS.replace(exprs[k]) for k in _PARTS]
-    return sp.lambdify((d1, d2, b, *_HARDWARE), body, "numpy", cse=True)
+
+    def build():
+        exprs = cost_expressions(kind, multicast)
+        return (d1, d2, b, *_HARDWARE), [CONSTANTS.replace(exprs[k]) for k in _PARTS]
+
+    return formula_cache.lambdified(f"matmul.parts {kind} {multicast}", build, cse=True)
 
 
 @cache
@@ -604,12 +610,16 @@ def _numeric_combined(kind: str, multicast: bool):
     """``total`` and ``efficiency`` as functions of the parts: the expressions of
     :func:`cost_expressions` with each part replaced by a plain symbol (checked in the tests
     against the full expressions)."""
-    exprs = cost_expressions(kind, multicast)
-    stand_ins = {name: sp.Symbol(f"part_{name}", positive=True) for name in _PARTS}
-    total = sp.Max(*(stand_ins[k] for k in (*LEVELS, "arithmetic"))) + stand_ins["latency"]
-    efficiency = exprs["efficiency"] * exprs["total"] / total
-    body = [CONSTANTS.replace(sp.simplify(e)) for e in (total, efficiency)]
-    return sp.lambdify((*stand_ins.values(), d1, d2, b, *_HARDWARE), body, "numpy")
+
+    def build():
+        exprs = cost_expressions(kind, multicast)
+        stand_ins = {name: sp.Symbol(f"part_{name}", positive=True) for name in _PARTS}
+        total = sp.Max(*(stand_ins[k] for k in (*LEVELS, "arithmetic"))) + stand_ins["latency"]
+        efficiency = exprs["efficiency"] * exprs["total"] / total
+        body = [CONSTANTS.replace(sp.simplify(e)) for e in (total, efficiency)]
+        return (*stand_ins.values(), d1, d2, b, *_HARDWARE), body
+
+    return formula_cache.lambdified(f"matmul.combined {kind} {multicast}", build)
 
 
 def _numeric(kind: str, multicast: bool, what: tuple[str, ...]):
@@ -791,9 +801,11 @@ def weights_streamed(scn: Scenario, d1: Any, d2: Any) -> dict[str, bool]:
 
 @cache
 def _traffic_function(kind: str, multicast: bool):
-    q = traffic_expressions(kind, multicast)
-    body = [CONSTANTS.replace(q[k]) for k in LEVELS]
-    return sp.lambdify((d1, d2, b, *_HARDWARE), body, "numpy", cse=True)
+    def build():
+        q = traffic_expressions(kind, multicast)
+        return (d1, d2, b, *_HARDWARE), [CONSTANTS.replace(q[k]) for k in LEVELS]
+
+    return formula_cache.lambdified(f"matmul.traffic {kind} {multicast}", build, cse=True)
 
 
 def level_traffic(

@@ -16,6 +16,7 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
+from . import formula_cache
 from . import symbols as s
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .scenario import Scenario
@@ -272,6 +273,7 @@ def closed_forms(sparse: bool, law: str) -> dict[str, sp.Expr]:
 
 
 @cache
+@formula_cache.expressions
 def _closed_forms(sparse: bool, law: str) -> dict[str, sp.Expr]:
     if law not in BATCH_LAWS:
         raise ValueError(f"batch law {law!r}: expected one of {', '.join(BATCH_LAWS)}")
@@ -319,6 +321,7 @@ def exponents(sparse: bool, law: str) -> dict[str, sp.Expr]:
 
 
 @cache
+@formula_cache.expressions
 def _exponents(sparse: bool, law: str) -> dict[str, sp.Expr]:
     forms = closed_forms(sparse, law)
     return {k: sp.factor(exponent(forms[k])) for k in EXPONENT_SYMBOLS}
@@ -375,7 +378,15 @@ def _lambdified(sparse: bool, law: str) -> dict[str, object]:
         s.compute,
         *sorted(set().union(*(f.free_symbols for f in forms.values())) - {s.compute}, key=str),
     ]
-    return {"args": args, **{k: sp.lambdify(args, f, "numpy") for k, f in forms.items()}}
+    return {
+        "args": args,
+        **{
+            k: formula_cache.lambdified(
+                f"model.closed_form {sparse} {law} {k}", lambda f=f: (args, f)
+            )
+            for k, f in forms.items()
+        },
+    }
 
 
 def along_compute(

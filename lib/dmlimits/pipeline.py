@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from . import lazy
+from . import formula_cache, lazy
 from . import symbols as s
 from . import units as u
 from .checks import as_output as _out
@@ -379,6 +379,7 @@ CROSSINGS = interleave * n_pp - 1
 
 
 @cache
+@formula_cache.expressions
 def _cost_formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     return {
         "boundary_bytes": (BOUNDARY_BYTES, u.byte),

@@ -842,17 +842,11 @@ def _key(scn: Scenario) -> str:
 @cache
 def library_fingerprint() -> str:
     """A hash of every file of the installed library (code, data, presets): a changed formula
-    or constant changes it, and so every cached sweep's address."""
-    import hashlib
-    from pathlib import Path
+    or constant changes it, and so every cached sweep's address
+    (:func:`dmlimits.formula_cache.library_fingerprint`)."""
+    from .formula_cache import library_fingerprint as fingerprint
 
-    root = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and path.suffix in (".py", ".csv", ".yaml", ".md"):
-            h.update(str(path.relative_to(root)).encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()
+    return fingerprint()
 
 
 def cache_path(scn: Scenario) -> Any:

@@ -18,7 +18,7 @@ import numpy as np
 import sympy as sp
 
 from . import data_parallel as dpm
-from . import lazy, model
+from . import formula_cache, lazy, model
 from . import pipeline as ppm
 from . import symbols as s
 from . import units as u
@@ -212,6 +212,7 @@ def utilization_derivation() -> Derivation:
 
 
 @cache
+@formula_cache.expressions
 def _cost_formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     return {
         "step_time": (step_time_derivation().result.rhs, _S),

@@ -40,7 +40,7 @@ import numpy as np
 import sympy as sp
 
 from . import collectives as coll
-from . import lazy
+from . import formula_cache, lazy
 from . import matmul as mm
 from . import symbols as s
 from . import units as u
@@ -573,7 +573,7 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     }
 
 
-_cost_formulas = cache(_formulas)
+_cost_formulas = cache(formula_cache.expressions(_formulas))
 #: Each tensor-parallel cost by name: (sympy expression, unit), unit-checked in the tests; built
 #: on first use (:mod:`dmlimits.lazy`).
 COST_FORMULAS: dict[str, tuple[sp.Expr, sp.Expr]]

@@ -1,0 +1,341 @@
+"""Formulas kept on disk, so that each process does not build them again.
+
+Every process that evaluates the book's formulas builds them first: sympy derives the model's
+closed forms and exponents, the matmul model's cost expressions and the parallelisms' cost
+formulas, and ``lambdify`` turns them into numpy functions.  It is the same work in every
+chapter's kernel, every test worker and every command: about a second to three seconds a
+process (``bench/bench_search.py`` and ``bench/bench_build.py`` measure it).
+
+When the environment variable :data:`CACHE_ENV` names a folder, this module keeps two kinds of
+result there, each addressed by everything it is computed from: the library's files
+(:func:`library_fingerprint`), the versions of Python, sympy and numpy, the builder's name and
+its arguments.  A changed formula, constant or package gives every result a new address.
+
+* :func:`expressions` keeps what a builder returns (a sympy expression, or dicts, tuples and
+  lists of them with plain keys) as its tree: each node's class and its arguments in their
+  stored order, each atom as its ``srepr``.  It is read back with sympy's evaluation off: the
+  tree that was built, term for term and in the same order, so that it prints the same.  A
+  result is kept only when reading it back gives an equal tree and the same ``srepr``.
+* :func:`lambdified` keeps the Python source that ``sympy.lambdify`` wrote, and executes it
+  again in the namespace ``lambdify`` gives the same modules, with the few names ``lambdify``
+  added for it (``functools.reduce``, say) imported again.  It is kept only when every global
+  name of that source is the same object, read back.
+
+Without the folder (the variable unset or ``off``: a chapter run on its own in JupyterLab or
+with papermill) everything is built in the process.  The Makefile and the build name
+``_build/cache/formulas``.  ``tests/test_formula_cache.py`` checks that every kept builder reads
+back what a fresh build returns.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import inspect
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sympy as sp
+from sympy.core.function import UndefinedFunction
+
+#: The environment variable naming the folder of kept formulas ("off" or unset: none kept).
+CACHE_ENV = "DMLIMITS_FORMULA_CACHE"
+#: The layout of a kept file; a new layout gives every result a new address.
+FORMAT = 1
+
+#: What this process read from the folder and wrote to it (for the tests and the benches).
+COUNTS = {"read": 0, "written": 0, "not kept": 0}
+
+
+def library_fingerprint() -> str:
+    """A hash of every file of the installed library (code, data, presets): a changed formula
+    or constant changes it, and so the address of every cached sweep and formula."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.suffix in (".py", ".csv", ".yaml", ".md"):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@functools.cache
+def _environment_key() -> str:
+    """The library's fingerprint and the versions that build and print formulas, once per
+    process (the library's files do not change under a running process)."""
+    return "\0".join(
+        (str(FORMAT), library_fingerprint(), sys.version, sp.__version__, np.__version__)
+    )
+
+
+def cache_dir() -> Path | None:
+    """The folder of kept formulas, or ``None`` when none are kept."""
+    folder = os.environ.get(CACHE_ENV, "")
+    return None if folder in ("", "off") else Path(folder)
+
+
+def _path(key: str) -> Path | None:
+    folder = cache_dir()
+    if folder is None:
+        return None
+    digest = hashlib.sha256(f"{_environment_key()}\0{key}".encode()).hexdigest()
+    return folder / f"{digest}.json"
+
+
+def _load(path: Path | None) -> Any:
+    """The JSON kept at ``path``, or ``None`` when there is none or it cannot be read (a file
+    cut short is built again and written over)."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _store(path: Path, data: dict) -> None:
+    """Write atomically: another process reads the whole file or none."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+    COUNTS["written"] += 1
+
+
+# --- Sympy results ------------------------------------------------------------------------------
+class _NotKept(Exception):
+    """A result this module cannot write and read back exactly."""
+
+
+@functools.cache
+def _sympy_namespace() -> dict[str, Any]:
+    """The names an ``srepr`` of the book's expressions uses: sympy's, and the book's own
+    function classes."""
+    from sympy.functions.elementary.piecewise import ExprCondPair
+
+    from .printing import Log2
+
+    namespace: dict[str, Any] = {}
+    exec("from sympy import *", namespace)  # a fixed statement
+    namespace.update(ExprCondPair=ExprCondPair, Log2=Log2)
+    return namespace
+
+
+def _tree(expr: sp.Basic) -> Any:
+    """An expression as nested lists: an atom as its ``srepr``, any other node as its class's
+    name and its arguments in the order they are stored (``srepr`` prints a sum's or a
+    product's terms in printing order, which is not always the stored one)."""
+    if not expr.args:
+        return sp.srepr(expr)
+    func = expr.func
+    if isinstance(func, UndefinedFunction):
+        name = {"undefined": func.__name__}
+    elif _sympy_namespace().get(func.__name__) is func:
+        name = func.__name__
+    else:
+        raise _NotKept(f"the class {func.__name__}")
+    return [name, [_tree(a) for a in expr.args]]
+
+
+def _untree(data: Any) -> sp.Basic:
+    namespace = _sympy_namespace()
+    if isinstance(data, str):
+        return eval(data, dict(namespace))  # an atom's srepr, written by _tree
+    name, args = data
+    func = sp.Function(name["undefined"]) if isinstance(name, dict) else namespace[name]
+    return func(*(_untree(a) for a in args))
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, sp.Basic):
+        return {"sympy": _tree(value)}
+    if isinstance(value, dict):
+        return {"dict": [[_encode(k), _encode(v)] for k, v in value.items()]}
+    if isinstance(value, tuple | list):
+        return {type(value).__name__: [_encode(v) for v in value]}
+    if value is None or isinstance(value, bool | int | float | str):
+        return {"value": value}
+    raise _NotKept(f"a {type(value).__name__}")
+
+
+def _decode(data: Any) -> Any:
+    ((kind, body),) = data.items()
+    if kind == "sympy":
+        with sp.evaluate(False):  # each node as it was stored, not simplified again
+            return _untree(body)
+    if kind == "dict":
+        return {_decode(k): _decode(v) for k, v in body}
+    if kind == "tuple":
+        return tuple(_decode(v) for v in body)
+    if kind == "list":
+        return [_decode(v) for v in body]
+    if kind == "value":
+        return body
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same structure, and every expression with the same ``srepr`` and equal."""
+    if isinstance(a, sp.Basic):
+        return isinstance(b, sp.Basic) and sp.srepr(a) == sp.srepr(b) and a == b
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict)
+            and len(a) == len(b)
+            and all(_same(ka, kb) and _same(a[ka], b[kb]) for ka, kb in zip(a, b, strict=True))
+        )
+    if isinstance(a, tuple | list):
+        return (
+            type(a) is type(b)
+            and len(a) == len(b)
+            and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        )
+    return type(a) is type(b) and a == b
+
+
+def keep_result(key: str, value: Any) -> bool:
+    """Write ``value`` under ``key`` if it reads back the same; whether it was written."""
+    path = _path(key)
+    if path is None:
+        return False
+    try:
+        data = _encode(value)
+        kept = _same(value, _decode(json.loads(json.dumps(data))))
+    except (_NotKept, SyntaxError, NameError, TypeError, ValueError):
+        kept = False
+    if not kept:
+        COUNTS["not kept"] += 1
+        return False
+    _store(path, {"key": key, "result": data})
+    return True
+
+
+def read_result(key: str) -> tuple[bool, Any]:
+    """``(True, value)`` when a result is kept under ``key``, else ``(False, None)``."""
+    data = _load(_path(key))
+    if data is None or data.get("key") != key:
+        return False, None
+    try:
+        value = _decode(data["result"])
+    except (KeyError, SyntaxError, NameError, TypeError, ValueError):
+        return False, None
+    COUNTS["read"] += 1
+    return True, value
+
+
+def expressions(builder: Callable[..., Any]) -> Callable[..., Any]:
+    """Keep what ``builder`` returns for each tuple of positional arguments (their ``repr`` is
+    part of the address).  Use it under ``functools.cache``, which keeps the result in the
+    process; ``.build`` is the builder itself."""
+    name = f"{builder.__module__}.{builder.__qualname__}"
+
+    @functools.wraps(builder)
+    def kept(*args: Any) -> Any:
+        key = f"expressions {name}{args!r}"
+        found, value = read_result(key)
+        if found:
+            return value
+        value = builder(*args)
+        keep_result(key, value)
+        return value
+
+    kept.build = builder  # type: ignore[attr-defined]
+    kept.key = name  # type: ignore[attr-defined]
+    return kept
+
+
+# --- Lambdified functions -----------------------------------------------------------------------
+def _modules_key(modules: Any) -> str:
+    return repr(modules)
+
+
+_NAMESPACES: dict[str, dict[str, Any]] = {}
+
+
+def _namespace(modules: Any) -> dict[str, Any]:
+    """The globals ``lambdify`` gives a function of ``modules`` (those of a trivial one)."""
+    key = _modules_key(modules)
+    if key not in _NAMESPACES:
+        _NAMESPACES[key] = sp.lambdify((), sp.Integer(0), modules).__globals__
+    return _NAMESPACES[key]
+
+
+def _global_names(code: Any) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _global_names(const)
+    return names
+
+
+def _importable(obj: Any) -> list[str] | None:
+    """``[module, name]`` that imports ``obj`` itself, or ``None``."""
+    module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not module or not name or "." in name:
+        return None
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+    return [module, name] if found is obj else None
+
+
+def _from_source(
+    source: str, modules: Any, name: str, imports: dict[str, list[str]]
+) -> Callable[..., Any]:
+    namespace = dict(_namespace(modules))
+    for global_name, (module, attribute) in imports.items():
+        namespace[global_name] = getattr(importlib.import_module(module), attribute)
+    exec(compile(source, f"<kept formula {name}>", "exec"), namespace)
+    return namespace["_lambdifygenerated"]
+
+
+def lambdified(
+    key: str,
+    build: Callable[[], tuple[Sequence[Any], Any]],
+    modules: Any = "numpy",
+    **options: Any,
+) -> Callable[..., Any]:
+    """``sympy.lambdify(*build(), modules, **options)``, its source kept under ``key`` (with
+    the modules and options): a kept source is executed again and ``build`` is not called."""
+    full = f"lambdified {key} {_modules_key(modules)} {sorted(options.items())!r}"
+    data = _load(_path(full))
+    if data is not None and data.get("key") == full:
+        try:
+            fn = _from_source(data["source"], modules, key, data["imports"])
+        except (KeyError, SyntaxError, NameError, TypeError, ValueError, ImportError):
+            pass
+        else:
+            COUNTS["read"] += 1
+            return fn
+    args, expr = build()
+    fn = sp.lambdify(args, expr, modules, **options)
+    path = _path(full)
+    if path is not None:
+        imports = {n: _importable(fn.__globals__[n]) for n in foreign_names(fn, modules)}
+        if None in imports.values():
+            COUNTS["not kept"] += 1
+        else:
+            _store(path, {"key": full, "source": inspect.getsource(fn), "imports": imports})
+    return fn
+
+
+def foreign_names(fn: Callable[..., Any], modules: Any = "numpy") -> list[str]:
+    """The global names of a lambdified ``fn`` that the namespace of ``modules`` does not hold
+    as the same object: lambdify added them (``functools.reduce`` for a ``Max``, say).  Each
+    is kept as the module and name that import it; a function with one that cannot be
+    imported so is not kept."""
+    namespace, own = _namespace(modules), fn.__globals__
+    return sorted(
+        n
+        for n in _global_names(fn.__code__)
+        if n in own and not (n in namespace and namespace[n] is own[n])
+    )

@@ -1,0 +1,171 @@
+"""Formulas kept on disk (dmlimits.formula_cache): every kept builder reads back exactly what a
+fresh build returns (the same tree, printed the same), every kept lambdified function computes
+exactly what a fresh one does, and a result that cannot be read back so is never kept."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+
+import dmlimits
+import numpy as np
+import pytest
+import sympy as sp
+from dmlimits import formula_cache as fc
+from dmlimits import matmul, model
+from dmlimits.symbols import REGISTRY
+
+#: Every builder the library keeps, with the arguments the book calls it with.
+SPARSE_LAWS = [(sparse, law) for sparse in (False, True) for law in model.BATCH_LAWS]
+KIND_MULTICAST = [(kind, mc) for kind in matmul.KINDS for mc in (False, True)]
+KEPT = {
+    "dmlimits.model._closed_forms": SPARSE_LAWS,
+    "dmlimits.model._exponents": SPARSE_LAWS,
+    "dmlimits.matmul.traffic_expressions": KIND_MULTICAST,
+    "dmlimits.matmul.cost_expressions": KIND_MULTICAST,
+    "dmlimits.expert_parallel._level_probabilities": [()],
+    **{
+        f"dmlimits.{m}._cost_formulas": [()]
+        for m in ("collectives", "data_parallel", "tensor_parallel", "pipeline",
+                  "expert_parallel", "step", "closed_forms")
+    },
+}  # fmt: skip
+
+
+def kept_builders() -> dict[str, object]:
+    """Every function of the library wrapped by :func:`formula_cache.expressions`, by the name
+    of the module attribute that holds it."""
+    found = {}
+    for info in pkgutil.walk_packages(dmlimits.__path__, "dmlimits."):
+        if info.name in ("dmlimits.__main__", "dmlimits.sphinxext"):
+            continue
+        module = importlib.import_module(info.name)
+        for attr, value in list(vars(module).items()):
+            for inner in (getattr(value, "__wrapped__", None), value):  # under functools.cache
+                if callable(inner) and hasattr(inner, "build") and hasattr(inner, "key"):
+                    found[f"{info.name}.{attr}"] = inner
+                    break
+    return found
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.setenv(fc.CACHE_ENV, str(tmp_path))
+    return tmp_path
+
+
+def test_every_kept_builder_is_listed_here():
+    """A builder kept on disk without a line in :data:`KEPT` would go unchecked."""
+    assert set(kept_builders()) == set(KEPT)
+
+
+def first_fast(cases: list) -> list:
+    """The first case of each builder in the fast loop (make check), every case in make test."""
+    return [c if i == 0 else pytest.param(*c, marks=pytest.mark.slow) for i, c in enumerate(cases)]
+
+
+@pytest.mark.parametrize(
+    "name,args", [c for n, calls in KEPT.items() for c in first_fast([(n, a) for a in calls])]
+)
+def test_a_kept_result_reads_back_as_built(folder, name, args):
+    kept = kept_builders()[name]
+    fresh = kept(*args)  # built (the folder is empty) and written
+    assert fc._path(f"expressions {kept.key}{args!r}").is_file(), "not kept"
+    before = fc.COUNTS["read"]
+    read = kept(*args)  # read back
+    assert fc.COUNTS["read"] == before + 1
+    assert fc._same(fresh, read)
+
+    def printed(value):
+        if isinstance(value, dict):
+            return {str(k): printed(v) for k, v in value.items()}
+        if isinstance(value, tuple | list):
+            return [printed(v) for v in value]
+        return REGISTRY.latex(value) if isinstance(value, sp.Basic) else value
+
+    assert printed(read) == printed(fresh)  # what a chapter renders
+
+
+@pytest.mark.parametrize(
+    "what,kind,multicast",
+    first_fast([(w, k, m) for w in ("parts", "combined", "traffic") for k, m in KIND_MULTICAST]),
+)
+def test_a_kept_lambdified_function_computes_as_built(folder, what, kind, multicast):
+    """The matmul model's numeric functions (the search's hot path), kept and run again, give
+    the same floats, bit for bit, on shapes spanning the book's sweeps."""
+    builder = {
+        "parts": matmul._numeric_parts,
+        "combined": matmul._numeric_combined,
+        "traffic": matmul._traffic_function,
+    }[what].__wrapped__
+    written = builder(kind, multicast)
+    before = fc.COUNTS["read"]
+    read = builder(kind, multicast)
+    assert fc.COUNTS["read"] == before + 1, "not read back"
+    rng = np.random.default_rng(7)
+    n = len(read.__code__.co_varnames[: read.__code__.co_argcount])
+    args = [10 ** rng.uniform(0, 6, 200) for _ in range(n)]
+    for a, b in zip(written(*args), read(*args), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_nothing_is_kept_without_a_folder(monkeypatch):
+    for value in ("off", ""):
+        monkeypatch.setenv(fc.CACHE_ENV, value)
+        assert fc.cache_dir() is None
+        assert fc.keep_result("probe", sp.Symbol("x")) is False
+        assert fc.read_result("probe") == (False, None)
+
+
+def test_a_file_cut_short_is_built_again(folder):
+    x = sp.Symbol("x", positive=True)
+    assert fc.keep_result("probe", {"a": x + 1})
+    (path,) = folder.glob("*.json")
+    path.write_text('{"key": "probe", "res')
+    assert fc.read_result("probe") == (False, None)
+    assert fc.keep_result("probe", {"a": x + 2})
+    assert fc.read_result("probe") == (True, {"a": x + 2})
+
+
+def test_what_cannot_be_read_back_exactly_is_not_kept(folder):
+    before = fc.COUNTS["not kept"]
+    assert fc.keep_result("probe", object()) is False
+    f = sp.Function("f")
+    assert fc.keep_result("probe", f(sp.Symbol("x"))) is True  # an undefined function is kept
+    assert fc.read_result("probe")[1] == f(sp.Symbol("x"))
+    assert fc.COUNTS["not kept"] == before + 1
+    # A lambdified function that calls a Python function of its own cannot be run again from
+    # its source: it is returned, and not kept.
+    from sympy.utilities.lambdify import implemented_function
+
+    g = implemented_function("g", lambda v: v + 1)
+    x = sp.Symbol("x")
+    fn = fc.lambdified("probe g", lambda: ((x,), g(x)))
+    assert fn(1.0) == 2.0 and fc.COUNTS["not kept"] == before + 2
+    assert not [p for p in folder.glob("*.json") if "probe g" in p.read_text()]
+
+
+def test_an_unevaluated_tree_keeps_its_order_and_form(folder):
+    """``srepr`` prints a sum's terms in printing order; the kept tree is the stored one, so an
+    unevaluated form (``-(2 e - 1)/2``, as ``sp.factor`` leaves it) stays as it was."""
+    e = sp.Symbol("e_B", positive=True)
+    factored = sp.factor(sp.Rational(1, 2) - e)
+    assert fc.keep_result("probe", factored)
+    _, read = fc.read_result("probe")
+    assert sp.srepr(read) == sp.srepr(factored) and read.args == factored.args
+    assert sp.latex(read) == sp.latex(factored)
+
+
+def test_a_changed_library_gives_new_addresses(folder, monkeypatch):
+    fc.keep_result("probe", sp.Integer(3))
+    assert fc.read_result("probe") == (True, sp.Integer(3))
+    monkeypatch.setattr(fc, "_environment_key", lambda: "another library")
+    assert fc.read_result("probe") == (False, None)
+
+
+def test_a_kept_file_names_what_it_holds(folder):
+    fc.keep_result("probe", sp.Integer(3))
+    (path,) = folder.glob("*.json")
+    data = json.loads(path.read_text())
+    assert data["key"] == "probe" and data["result"] == {"sympy": "Integer(3)"}
