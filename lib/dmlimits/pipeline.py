@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import cache
+from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
@@ -744,7 +744,16 @@ class Schedule:
 
     def busy(self, gpu: int) -> float:
         """Slots in which ``gpu`` computes."""
-        return sum(p.end - p.start for p in self.passes if p.gpu == gpu)
+        return self._busy[gpu] if 0 <= gpu < self.n_pp else 0
+
+    @cached_property
+    def _busy(self) -> list[float]:
+        """Each GPU's busy slots, added pass by pass in the order of ``passes`` (one walk over
+        the passes, not one for each GPU)."""
+        sums: list[float] = [0] * self.n_pp
+        for p in self.passes:
+            sums[p.gpu] += p.end - p.start
+        return sums
 
     @property
     def bubble(self) -> Fraction:
@@ -847,7 +856,8 @@ def _list_schedule(
             raise ScheduleDeadlock(
                 f"the order stalls with passes {position} of {[len(o) for o in orders]} placed"
             )
-    return tuple(sorted(placed))
+    # The dataclass's own order (its fields in turn), by a key: comparing tuples is faster.
+    return tuple(sorted(placed, key=lambda p: (p.start, p.gpu, p.kind, p.chunk, p.micro, p.end)))
 
 
 def _slots(name: str, value: Any) -> float:
