@@ -93,3 +93,36 @@ def test_the_binder_button_opens_the_myst_source():
     sphinxext._binder_opens_myst(None, "notebooks/model", "page.html", context, None)
     assert context["header_buttons"][0]["buttons"][0]["url"] == binder + ".md"
     assert context["header_buttons"][1]["url"] == "https://github.com/o/r"
+
+
+def test_numbered_references_read_each_page_once(tmp_path, monkeypatch):
+    """Sphinx resolves a {numref} by unpickling the page it points to; the book's standard
+    domain shares one copy a page, and the references still number as Sphinx numbers them."""
+    from sphinx.application import Sphinx
+    from sphinx.environment import BuildEnvironment
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "conf.py").write_text("extensions = ['dmlimits.sphinxext']\nnumfig = True\n")
+    table = ".. _{0}:\n\n.. table:: {0}\n\n   = =\n   a b\n   = =\n\n"
+    refs = "".join(f":numref:`{t}` and :numref:`{t}`.\n\n" for t in ("one", "two", "three"))
+    (src / "index.rst").write_text(
+        "Index\n=====\n\n.. toctree::\n\n   other\n\n" + table.format("one") + refs
+    )
+    (src / "other.rst").write_text(
+        "Other\n=====\n\n" + table.format("two") + table.format("three") + refs
+    )
+    reads = []
+    own = BuildEnvironment.get_doctree
+    monkeypatch.setattr(
+        BuildEnvironment, "get_doctree", lambda env, name: reads.append(name) or own(env, name)
+    )
+    app = Sphinx(src, src, tmp_path / "html", tmp_path / "doctrees", "html",
+                 status=None, warning=None, warningiserror=True)  # fmt: skip
+    app.build()
+    # Six references from each page to tables on two pages: each page read once for them.
+    # (Sphinx reads each page once more to write it, and the index for the tree of pages.)
+    assert reads.count("other") <= 3 and reads.count("index") <= 3, reads
+    for page in ("index", "other"):
+        html = (tmp_path / "html" / f"{page}.html").read_text()
+        assert all(f"Table {n}" in html for n in (1, 2, 3)), page

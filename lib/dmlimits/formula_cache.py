@@ -51,6 +51,8 @@ CACHE_ENV = "DMLIMITS_FORMULA_CACHE"
 FORMAT = 1
 
 #: What this process read from the folder and wrote to it (for the tests and the benches).
+#:
+#: :meta hide-value:
 COUNTS = {"read": 0, "written": 0, "not kept": 0}
 
 
