@@ -74,6 +74,16 @@ def test_a_missing_image_is_caught_and_named(site_copy):
     ), problems
 
 
+def test_a_broken_neighbour_link_is_caught_and_named(site_copy):
+    html = (site_copy / HEADLINE).read_text()
+    target = re.search(r'<a class="right-next"\s+href="([^"#]+)', html).group(1)
+    (site_copy / "notebooks" / target).unlink()
+    problems = browser.check_site(site_copy, only=[HEADLINE])
+    assert [p.kind for p in problems if p.page == HEADLINE] == ["a.right-next link broken"], (
+        problems
+    )
+
+
 def test_the_headline_figure_is_saved_for_people_to_look_at(built_book):
     """Issue #13: Fig 9.1 (utilization against compute, the published curve overlaid) on its
     page, saved where a reviewer can open it: _build/screenshots/reproduction.png."""
