@@ -61,11 +61,15 @@ def run_cli(
     )
 
 
-#: What nbval's kernels run without: the build's sweep cache and the search's pruning.  nbval
-#: re-executes every notebook of the default book, which was built with both (and with the
-#: cache of executed notebooks), and compares every output: so the book built with them is
-#: checked to be the book computed without them.
-UNCACHED = {"DMLIMITS_SWEEP_CACHE": "off", "DMLIMITS_SEARCH_PRUNE": "off"}
+#: What nbval's kernels run without: the build's sweep cache, its kept formulas and the
+#: search's pruning.  nbval re-executes every notebook of the default book, which was built
+#: with all three (and with the cache of executed notebooks), and compares every output: so the
+#: book built with them is checked to be the book computed without them.
+UNCACHED = {
+    "DMLIMITS_SWEEP_CACHE": "off",
+    "DMLIMITS_FORMULA_CACHE": "off",
+    "DMLIMITS_SEARCH_PRUNE": "off",
+}
 
 
 def _nbval_uncached(collector) -> None:
