@@ -614,3 +614,28 @@ def test_a_bad_flag_column_is_refused(column):
     row = dict(runs.holdout_rows()[0], **{column: "yes"})
     with pytest.raises(ValueError, match=f"column {column} must be true or false, got 'yes'"):
         runs.interpret(row)
+
+
+def test_the_playbooks_mfu_over_its_throughput_moves_with_the_layout():
+    """The chapter says the Playbook's MFU is not its tokens per second under another count
+    per token: the ratio of the two rows of one configuration differs between layouts of one
+    model, which no count per token (the same for every layout) could do."""
+    cmp = confront.comparison()
+    ratios = confront.playbook_ratios(cmp)
+    assert len(ratios) >= 20
+    spread = confront.playbook_spread(cmp)
+    mine = [r for k, r in ratios.items() if k[0] == spread["model"]]
+    assert (min(mine), max(mine)) == (spread["lo"], spread["hi"])
+    assert spread["min"] <= spread["lo"] < spread["hi"] <= spread["max"]
+    assert spread["hi"] / spread["lo"] > 1.05
+    # Each ratio is the two published rows of one run: the same step under two metrics.
+    key, ratio = next(iter(ratios.items()))
+    rows = [
+        (r, rep)
+        for r, rep in zip(cmp.rows, cmp.reported, strict=True)
+        if (r["model"], r["n_gpus"], r["tp"], r["pp"], r["dp"]) == key
+        and confront.source_label(r) == "Ultra-Scale Playbook"
+    ]
+    by_metric = {r["metric"]: rep for r, rep in rows}
+    assert ratio == pytest.approx(by_metric["MFU"] / by_metric["tokens_per_s_per_gpu"])
+    assert confront.playbook_agreement(cmp) == pytest.approx(np.median(list(ratios.values())))

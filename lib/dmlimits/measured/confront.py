@@ -401,17 +401,40 @@ def held_out_markdown(result: dict) -> str:
     return "\n".join(lines).replace("%", "\\%")
 
 
-def playbook_agreement(cmp: runs.Comparison) -> float:
-    """Median ratio of the MFU the Playbook reports to the MFU its tokens per second give
-    under this book's FLOP count, over the configurations that report both."""
+def playbook_ratios(cmp: runs.Comparison) -> dict[tuple, float]:
+    """For each Playbook configuration that reports both, the ratio of the MFU the Playbook
+    reports to the MFU its tokens per second give under this book's FLOP count, by (model,
+    GPUs, tp, pp, dp)."""
     mfu, tok = {}, {}
     for i, r in enumerate(cmp.rows):
         if source_label(r) != "Ultra-Scale Playbook":
             continue
         key = (r["model"], r["n_gpus"], r["tp"], r["pp"], r["dp"])
         (mfu if r["metric"] == "MFU" else tok)[key] = cmp.reported[i]
-    ratios = [mfu[k] / tok[k] for k in mfu if k in tok]
-    return float(np.median(ratios))
+    return {k: float(mfu[k] / tok[k]) for k in mfu if k in tok}
+
+
+def playbook_agreement(cmp: runs.Comparison) -> float:
+    """Median of :func:`playbook_ratios` over the Playbook's configurations."""
+    return float(np.median(list(playbook_ratios(cmp).values())))
+
+
+def playbook_spread(cmp: runs.Comparison) -> dict:
+    """How far :func:`playbook_ratios` moves within one model: a FLOP count per token gives
+    every layout of a model one ratio.  ``model``: the model whose ratio moves most;
+    ``lo``/``hi``: its lowest and highest ratio; ``min``/``max``: over every configuration."""
+    by_model: dict[str, list[float]] = {}
+    ratios = playbook_ratios(cmp)
+    for key, ratio in ratios.items():
+        by_model.setdefault(key[0], []).append(ratio)
+    model = max(by_model, key=lambda m: max(by_model[m]) / min(by_model[m]))
+    return {
+        "model": model,
+        "lo": min(by_model[model]),
+        "hi": max(by_model[model]),
+        "min": min(ratios.values()),
+        "max": max(ratios.values()),
+    }
 
 
 def counting_counts(cmp: runs.Comparison) -> Counter:
