@@ -138,8 +138,9 @@ def tidy_legends(fig: plt.Figure) -> None:
         if legend is None or legend_overlap(ax) == 0:
             continue
         for loc in LEGEND_PLACES:
+            # A legend inside its axes moves no axes (the layout engines leave it out), and its
+            # box is found from its place when asked: no drawing needed to try a place.
             legend.set_loc(loc)
-            fig.canvas.draw()
             if legend_overlap(ax) == 0:
                 break
         else:
