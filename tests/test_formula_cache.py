@@ -169,3 +169,16 @@ def test_a_kept_file_names_what_it_holds(folder):
     (path,) = folder.glob("*.json")
     data = json.loads(path.read_text())
     assert data["key"] == "probe" and data["result"] == {"sympy": "Integer(3)"}
+
+
+def test_a_folder_that_cannot_be_written_keeps_nothing_and_stops_nothing(tmp_path, monkeypatch):
+    blocker = tmp_path / "a file"
+    blocker.write_text("")
+    monkeypatch.setenv(fc.CACHE_ENV, str(blocker / "formulas"))  # a folder under a file
+    before = fc.COUNTS["not kept"]
+    assert fc.keep_result("probe", sp.Integer(3)) is False
+    x = sp.Symbol("x")
+    fn = fc.lambdified("probe unwritable", lambda: ((x,), 2 * x))
+    assert fn(2.0) == 4.0
+    assert fc.COUNTS["not kept"] == before + 2
+    assert list(tmp_path.iterdir()) == [blocker]

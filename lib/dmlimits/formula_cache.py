@@ -22,9 +22,11 @@ its arguments.  A changed formula, constant or package gives every result a new 
   name of that source is the same object, read back.
 
 Without the folder (the variable unset or ``off``: a chapter run on its own in JupyterLab or
-with papermill) everything is built in the process.  The Makefile and the build name
-``_build/cache/formulas``.  ``tests/test_formula_cache.py`` checks that every kept builder reads
-back what a fresh build returns.
+with papermill) everything is built in the process.  The library's fingerprint is taken once a
+process, at the first formula it keeps or reads: a process whose library files are edited
+under it should be started again (as after any edit to a module it has imported).  The
+Makefile and the build name ``_build/cache/formulas``.  ``tests/test_formula_cache.py`` checks
+that every kept builder reads back what a fresh build returns.
 """
 
 from __future__ import annotations
@@ -102,14 +104,25 @@ def _load(path: Path | None) -> Any:
         return None
 
 
-def _store(path: Path, data: dict) -> None:
-    """Write atomically: another process reads the whole file or none."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+def _store(path: Path, data: dict) -> bool:
+    """Write atomically: another process reads the whole file or none.  A folder that cannot
+    be written (not a folder, a full disk) keeps nothing and stops nothing: the formula was
+    built, and the process goes on with it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        COUNTS["not kept"] += 1
+        return False
     COUNTS["written"] += 1
+    return True
 
 
 # --- Sympy results ------------------------------------------------------------------------------
@@ -216,8 +229,7 @@ def keep_result(key: str, value: Any) -> bool:
     if not kept:
         COUNTS["not kept"] += 1
         return False
-    _store(path, {"key": key, "result": data})
-    return True
+    return _store(path, {"key": key, "result": data})
 
 
 def read_result(key: str) -> tuple[bool, Any]:
