@@ -4,6 +4,7 @@ measured runs (issue #12: Llama 2 70B with FSDP on 8 H100s cannot run)."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import pytest
@@ -24,7 +25,11 @@ def _config(shape="llama2-70b", n=8, **kw) -> runs.Config:
 
 def test_derivations_verify_and_have_units():
     found = derivations_of("measured.memory")
-    assert {d.name for d in found} == {"run-memory-state", "run-memory-activations"}
+    assert {d.name for d in found} == {
+        "run-memory-state",
+        "run-memory-activations",
+        "run-memory-op-selective",
+    }
     for d in found:
         d.verify()
     for expr, unit in memory.COST_FORMULAS.values():
@@ -281,6 +286,11 @@ def test_torchtitans_selective_recomputation_keeps_every_other_matmul():
     )
     assert memory.op_saved_bytes_per_token(sh, 4, True) == pytest.approx(
         2 * ((d + d + kv + d + f) / 4 + d)
+    )
+    # A plain MLP runs q, k, v, o, up, down: q, v and up are kept, the down projection is not.
+    plain = dataclasses.replace(sh, gated=False)
+    assert memory.op_saved_bytes_per_token(plain, 2, False) == pytest.approx(
+        2 * ((d + kv + d + f) / 2 + d)
     )
     kept = memory.peak(_config("llama2-7b", n=8, recompute="selective", selective_policy="op"))
     megatron = memory.peak(_config("llama2-7b", n=8, recompute="selective"))

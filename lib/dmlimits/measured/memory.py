@@ -144,6 +144,11 @@ c_sc = _decl("c_sc", r"c_{\mathrm{sc}}", "bytes of the attention scores' term", 
              defined_in=CHAPTER)  # fmt: skip
 d_kv = _decl("d_kv", r"d_{\mathrm{kv}}", "width of a block's keys (and of its values), "
              "d_model n_kv / n_h", defined_in=CHAPTER)  # fmt: skip
+m_op = _decl("M_op", r"M_{\mathrm{op}}", "bytes a layer keeps per token under per-op selective "
+             "recomputation", _B, defined_in=CHAPTER)  # fmt: skip
+t_sp = _decl("t_sp", r"t_{\mathrm{sp}}", "ranks a block's input is split over: the "
+             "tensor-parallel degree with sequence parallelism, else 1",
+             defined_in=CHAPTER)  # fmt: skip
 
 STATE_SPLIT = {  # ZeRO stage: (g_w, g_g, g_o) as multiples of the group
     0: (False, False, False), 1: (False, False, True), 2: (False, True, True),
@@ -260,10 +265,69 @@ def activation_derivation() -> Derivation:
     )
 
 
+@register
+def op_selective_derivation() -> Derivation:
+    """What torchtitan's per-op selective recomputation keeps of one layer, per token."""
+    t = tpm.n_tp
+    e1 = sp.Eq(
+        m_op,
+        w_val
+        * (s.d_model / t + d_kv / t + s.d_model / t + s.d_ff / t + (tf.mlp_mats - 2) * s.d_model
+           + s.d_model / t_sp),
+    )  # fmt: skip
+    sequence = Substitution(
+        "sequence parallelism splits the block's input over the tensor-parallel ranks",
+        {t_sp: t},
+        kind="assumption",
+    )
+    llama = Substitution(
+        "a Llama-style block: 16-bit values, a gated MLP",
+        {w_val: VALUE_BYTES, tf.mlp_mats: 3},
+        kind="assumption",
+        source="touvron2023llama2",
+    )
+    e2 = sequence.apply(e1)
+    return derivation(
+        "run-memory-op-selective",
+        "What per-op selective recomputation keeps of a layer",
+        [
+            Step(
+                "torchtitan's per-op policy keeps the output of every second matmul, counted "
+                "in forward order within a block, and the attention kernel's output; the "
+                "checkpoint keeps the block's input, and everything else is recomputed. The "
+                "matmuls run $q, k, v, o$, then the MLP's: so $q$, $v$, the attention's output, "
+                "the MLP's first up-projection and, in a gated MLP ($m_{\\mathrm{MLP}} = 3$), "
+                "its down projection, whose output is a partial sum as wide as the model on "
+                "every rank. Tensor parallelism splits the column-parallel outputs and the "
+                "attention's.",
+                e1,
+            ),
+            Step(
+                "With sequence parallelism the block's input is split too.",
+                e2,
+                using=sequence,
+            ),
+            Step("For a Llama-style block.", llama.apply(e2), using=llama),
+        ],
+        chapter=CHAPTER,
+        notes=(
+            "pytorch/torchtitan, ``_apply_ac_to_transformer_block`` (the December 2024 "
+            "benchmarks; ``llama3_8b.toml`` sets ``selective_ac_option = 'op'``).",
+        ),
+    )
+
+
 COST_FORMULAS = {
     "model_state": (state_derivation().steps[-2].expr.rhs, _B),
     "activations": (activation_derivation().steps[2].expr.rhs, _B),  # before a block is chosen
+    "op_selective": (op_selective_derivation().steps[0].expr.rhs, _B),
 }
+
+
+@cache
+def _op_selective_fn():
+    expr = op_selective_derivation().steps[0].expr.rhs
+    return sp.lambdify((s.d_model, d_kv, s.d_ff, tf.mlp_mats, tpm.n_tp, t_sp, w_val), expr)
 
 
 @cache
@@ -305,15 +369,13 @@ def op_saved_bytes_per_token(shape: tf.Shape, tp: int, sequence_parallel: bool) 
     and down are kept; in a plain MLP q, v and up.  Tensor parallelism splits the outputs of
     the column-parallel matmuls and the attention's; a row-parallel matmul's output (o, down)
     is a partial sum as wide as the model on every rank, and the block's input is split only
-    with sequence parallelism."""
-    d, kv, f = shape.d_model, shape.kv_width, shape.d_ff
-    split = 1 / tp
-    mlp = [(f, split), (f, split), (d, 1.0)] if shape.gated else [(f, split), (d, 1.0)]
-    matmuls = [(d, split), (kv, split), (kv, split), (d, 1.0), *mlp]
-    kept = sum(width * share for width, share in matmuls[0::2])
-    kept += d * split  # the attention kernel's output
-    kept += d * (split if sequence_parallel else 1.0)  # the block's input
-    return VALUE_BYTES * kept
+    with sequence parallelism.  Derived as ``run-memory-op-selective``."""
+    return float(
+        _op_selective_fn()(
+            shape.d_model, shape.kv_width, shape.d_ff, shape.mlp_mats, tp,
+            tp if sequence_parallel else 1, VALUE_BYTES,
+        )
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

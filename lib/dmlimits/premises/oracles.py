@@ -830,6 +830,38 @@ def _memory_activations(d: Derivation) -> str:
     return _compare(count, "M_act", cases)
 
 
+def _op_policy_kept(d_model: int, d_kv: int, d_ff: int, gated: bool, tp: int, sp_: bool) -> float:
+    """Values per token a block keeps under torchtitan's per-op policy, by walking its matmuls
+    in forward order and keeping every second output (index 0, 2, ...), each as wide as the
+    matmul's output on one rank (column-parallel: split ``tp`` ways; row-parallel: a whole
+    partial sum), then the attention kernel's output and the block's input."""
+    column, row = (lambda w: w / tp), (lambda w: w)
+    mlp = [column(d_ff), column(d_ff), row(d_model)] if gated else [column(d_ff), row(d_model)]
+    walk = [column(d_model), column(d_kv), column(d_kv), row(d_model), *mlp]
+    kept = sum(out for i, out in enumerate(walk) if i % 2 == 0)
+    return kept + d_model / tp + d_model / (tp if sp_ else 1)
+
+
+@oracle(
+    "run-memory-op-selective",
+    "simulation",
+    "a block's matmuls walked in forward order (q, k, v, o, then the MLP's), every second "
+    "output kept as wide as it is on one rank, with the attention's output and the block's "
+    "input: the first step for a gated and a plain MLP, with and without sequence "
+    "parallelism, and the last for a Llama block",
+)
+def _memory_op_selective(d: Derivation) -> str:
+    first, cases, last = d.steps[0].expr, [], []
+    for dm, kv, ff, tp in ((4096, 1024, 14336, 1), (8192, 1024, 28672, 8), (2048, 2048, 8192, 4)):
+        for gated, sp_ in itertools.product((True, False), (True, False)):
+            v = {"d_model": dm, "d_kv": kv, "d_ff": ff, "g_mlp": 3 if gated else 2, "N_TP": tp,
+                 "t_sp": tp if sp_ else 1, "w_act": 2}  # fmt: skip
+            cases.append((v, 2 * _op_policy_kept(dm, kv, ff, gated, tp, sp_)))
+        want = 2 * _op_policy_kept(dm, kv, ff, True, tp, True)
+        last.append(({"d_model": dm, "d_kv": kv, "d_ff": ff, "N_TP": tp}, want))
+    return _compare(first, "M_op", cases) + "; " + _compare(d.result, "M_op", last)
+
+
 # --- Expert parallelism ------------------------------------------------------------------------
 def _routing(n0: int, n1: int, experts: int) -> tuple[float, float]:
     """Experts dealt round-robin to the GPUs of a group of ``n0`` GPUs in each of ``n1``
