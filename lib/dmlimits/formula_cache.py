@@ -72,8 +72,8 @@ def library_fingerprint() -> str:
 
 @functools.cache
 def _environment_key() -> str:
-    """The library's fingerprint and the versions that build and print formulas, once per
-    process (the library's files do not change under a running process)."""
+    """The library's fingerprint and the versions that build and print formulas, taken once a
+    process (see the module's note on a library edited under a running process)."""
     return "\0".join(
         (str(FORMAT), library_fingerprint(), sys.version, sp.__version__, np.__version__)
     )
