@@ -58,9 +58,11 @@ FORMAT = 1
 COUNTS = {"read": 0, "written": 0, "not kept": 0}
 
 
+@functools.cache
 def library_fingerprint() -> str:
     """A hash of every file of the installed library (code, data, presets): a changed formula
-    or constant changes it, and so the address of every cached sweep and formula."""
+    or constant changes it, and so the address of every cached sweep and formula.  Taken once
+    a process, for the sweeps and the formulas alike."""
     root = Path(__file__).resolve().parent
     h = hashlib.sha256()
     for path in sorted(root.rglob("*")):
@@ -93,31 +95,39 @@ def _path(key: str) -> Path | None:
     return folder / f"{digest}.json"
 
 
-def _load(path: Path | None) -> Any:
+def read_json(path: Path | None) -> Any:
     """The JSON kept at ``path``, or ``None`` when there is none or it cannot be read (a file
-    cut short is built again and written over)."""
-    if path is None or not path.is_file():
+    cut short is built again and written over).  The sweep cache reads with it too."""
+    if path is None:
         return None
     try:
-        return json.loads(path.read_text())
+        return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
 
 
-def _store(path: Path, data: dict) -> bool:
-    """Write atomically: another process reads the whole file or none.  A folder that cannot
-    be written (not a folder, a full disk) keeps nothing and stops nothing: the formula was
-    built, and the process goes on with it."""
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` to ``path`` atomically: another process reads the whole file or none
+    (two builds may race).  Raises ``OSError`` when the folder cannot be written.  The sweep
+    cache writes with it too."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _store(path: Path, data: dict) -> bool:
+    """:func:`write_json`, except that a folder that cannot be written (not a folder, a full
+    disk) keeps nothing and stops nothing: the formula was built, and the process goes on with
+    it."""
+    try:
+        write_json(path, data)
     except OSError:
         COUNTS["not kept"] += 1
         return False
@@ -234,7 +244,7 @@ def keep_result(key: str, value: Any) -> bool:
 
 def read_result(key: str) -> tuple[bool, Any]:
     """``(True, value)`` when a result is kept under ``key``, else ``(False, None)``."""
-    data = _load(_path(key))
+    data = read_json(_path(key))
     if data is None or data.get("key") != key:
         return False, None
     try:
@@ -321,7 +331,7 @@ def lambdified(
     """``sympy.lambdify(*build(), modules, **options)``, its source kept under ``key`` (with
     the modules and options): a kept source is executed again and ``build`` is not called."""
     full = f"lambdified {key} {_modules_key(modules)} {sorted(options.items())!r}"
-    data = _load(_path(full))
+    data = read_json(_path(full))
     if data is not None and data.get("key") == full:
         try:
             fn = _from_source(data["source"], modules, key, data["imports"])

@@ -839,7 +839,6 @@ def _key(scn: Scenario) -> str:
     return repr(sorted(scn.values.items()))
 
 
-@cache
 def library_fingerprint() -> str:
     """A hash of every file of the installed library (code, data, presets): a changed formula
     or constant changes it, and so every cached sweep's address
@@ -864,25 +863,16 @@ def cache_path(scn: Scenario) -> Any:
 
 
 def _load(path: Any) -> list[dict[str, Any]] | None:
-    import json
+    from .formula_cache import read_json
 
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    return read_json(path)
 
 
 def _store(path: Any, results: list[dict[str, Any]]) -> None:
     """Write atomically: a reader sees the whole sweep or none (two builds may race)."""
-    import json
-    import os
-    import tempfile
+    from .formula_cache import write_json
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(results, f)
-    os.replace(tmp, path)
+    write_json(path, results)
 
 
 def sweep(scn: Scenario) -> list[dict[str, Any]]:
