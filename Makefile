@@ -22,6 +22,12 @@ export DMLIMITS_SWEEP_CACHE ?= $(CURDIR)/_build/cache/sweeps
 # kernel and test process does not derive them again.  DMLIMITS_FORMULA_CACHE=off: none kept.
 export DMLIMITS_FORMULA_CACHE ?= $(CURDIR)/_build/cache/formulas
 
+# Python may write bytecode (__pycache__ beside lib/'s and tests/' modules, ignored by git)
+# even where the environment sets PYTHONDONTWRITEBYTECODE, as the project's machine does:
+# without it pytest rewrote every test module's assertions again in each worker (about 6 s of
+# each worker's collection) and every kernel compiled the library again.
+export PYTHONDONTWRITEBYTECODE :=
+
 venv: $(STAMP)
 
 # The pinned requirements are installed with uv (pinned here; under a minute instead of pip's
@@ -74,7 +80,7 @@ browser-deps:
 # The fast loop while changing a formula: lint and the library's tests on every core, no build.
 # The tests run `derivations --verify` (every step proved, every premise checked) themselves.
 check: lint
-	$(PY) -m pytest tests -q -n auto -m "not slow and not book"
+	$(PY) -m pytest tests -q -n auto --dist loadgroup -m "not slow and not book"
 
 # JupyterLab (pinned in requirements.txt, with jupytext): the MyST chapters open as notebooks
 # (lab/overrides.json makes the Jupytext notebook the default viewer of Markdown files).
