@@ -86,35 +86,43 @@ def _residual(expr: sp.Basic) -> sp.Expr:
     return expr.lhs - expr.rhs if isinstance(expr, sp.Equality) else expr
 
 
-def _is_zero(expr: sp.Expr) -> bool:
-    """Whether ``expr`` simplifies to zero (a proof, not a numerical spot check)."""
+#: The rewrites :func:`_is_zero` tries in turn, cheapest first: each is an identity, so a
+#: difference that any of them takes to zero is zero.
+_ZERO_TRANSFORMS = (
+    sp.simplify,
+    lambda e: sp.simplify(sp.powsimp(sp.expand_power_base(e, force=True), force=True)),
+    lambda e: sp.simplify(sp.expand(sp.expand_log(e, force=True))),
+)
+
+
+def _is_zero(expr: sp.Expr, transforms=_ZERO_TRANSFORMS) -> bool:
+    """Whether ``expr`` simplifies to zero (a proof, not a numerical spot check) under one of
+    ``transforms``."""
     if expr == 0:
         return True
-    for transform in (
-        sp.simplify,
-        lambda e: sp.simplify(sp.powsimp(sp.expand_power_base(e, force=True), force=True)),
-        lambda e: sp.simplify(sp.expand(sp.expand_log(e, force=True))),
-    ):
-        if transform(expr) == 0:
-            return True
-    return False
+    return any(transform(expr) == 0 for transform in transforms)
 
 
 def _holds(eq: sp.Basic) -> bool:
     """Whether an equation holds identically: its two sides are equal, or (both sides being
     products of powers of positive symbols, as every registered symbol is) their logarithms
-    are, which proves power laws
-    that ``simplify`` leaves unresolved."""
+    are, which proves power laws that ``simplify`` leaves unresolved.
+
+    The order is for speed only (either proof is accepted): a plain ``simplify`` of the
+    difference first, then the logarithms, then the costlier rewrites of the difference, which
+    took seconds to fail on the closed forms' power laws before the logarithms proved them."""
     if eq is sp.true:
         return True
     if not isinstance(eq, sp.Equality):
         return False
-    if _is_zero(_residual(eq)):
+    residual = _residual(eq)
+    if _is_zero(residual, _ZERO_TRANSFORMS[:1]):
         return True
     if all(x.is_positive for x in eq.free_symbols):  # products of powers of them are, too
         logs = sp.expand_log(sp.log(eq.lhs), force=True) - sp.expand_log(sp.log(eq.rhs), force=True)
-        return _is_zero(sp.expand(logs))
-    return False
+        if _is_zero(sp.expand(logs)):
+            return True
+    return _is_zero(residual, _ZERO_TRANSFORMS[1:])
 
 
 def _same(prev: sp.Basic, new: sp.Basic) -> bool:
@@ -293,13 +301,19 @@ def import_library() -> None:
             importlib.import_module(module.name)
 
 
+def builders() -> dict[str, object]:
+    """Every derivation's builder, by its module and name (``"dmlimits.pipeline.bubble_1f1b_"
+    "derivation"``), every module of the package imported first."""
+    import_library()
+    return dict(_BUILDERS)
+
+
 def all_derivations() -> list[Derivation]:
     """Every derivation of the library, built fresh.
 
     Every module of the package is imported first, so the set does not depend on what the
     caller happened to import: a module that registers a derivation is always included."""
-    import_library()
-    return [builder() for builder in _BUILDERS.values()]
+    return [builder() for builder in builders().values()]
 
 
 _BUILT: dict[str, Derivation] = {}  # by name: what derivation_named has built in this process
