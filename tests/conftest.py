@@ -18,13 +18,47 @@ SHARED = ROOT.parent / "shared"
 
 
 @functools.cache
-def every_derivation() -> tuple:
-    """Every derivation of the library, built once per test process: the derivation and the
-    premise tests parametrize over them at collection, and building all 53 took seconds in each
-    test worker for each of the two modules.  Derivations are frozen; no test changes one."""
-    from dmlimits.derivation import all_derivations
+def _builders() -> dict:
+    from dmlimits.derivation import builders
 
-    return tuple(all_derivations())
+    return builders()
+
+
+@functools.cache
+def _built(key: str):
+    """The derivation of one builder, built once per test process (derivations are frozen; no
+    test changes one)."""
+    return _builders()[key]()
+
+
+def derivation_names() -> list[str]:
+    """The names the derivation and premise tests parametrize over, without building a
+    derivation: the oracles' (``test_premises`` checks that they are every derivation's name).
+    Building all of them at collection took seconds in every test worker, also in one that
+    then ran no derivation test."""
+    from dmlimits.premises import ORACLES
+
+    return sorted(ORACLES)
+
+
+def every_derivation() -> tuple:
+    """Every derivation of the library, each built once per test process."""
+    return tuple(_built(key) for key in _builders())
+
+
+def derivation_called(name: str):
+    """The derivation called ``name`` among :func:`every_derivation`."""
+    found = [d for d in every_derivation() if d.name == name]
+    assert found, f"no derivation is called {name!r}"
+    return found[0]
+
+
+def derivations_of(module: str) -> list:
+    """The derivations registered by ``dmlimits.<module>``, built once per test process: a
+    chapter's tests check their names and shape; ``test_derivation.py`` proves each step of
+    each one (so that ``make check`` proves every derivation once, not once a module)."""
+    prefix = f"dmlimits.{module}."
+    return [_built(key) for key in _builders() if key.startswith(prefix)]
 
 
 def toc_notebooks() -> list[str]:

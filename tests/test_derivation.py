@@ -5,7 +5,7 @@ import re
 
 import pytest
 import sympy as sp
-from conftest import EXECUTED, every_derivation
+from conftest import EXECUTED, derivation_called, derivation_names, every_derivation
 from dmlimits import model, premises
 from dmlimits import symbols as s
 from dmlimits.derivation import (
@@ -16,22 +16,25 @@ from dmlimits.derivation import (
     derivation,
 )
 
-ALL = every_derivation()
+# make check (--dist loadgroup) runs the tests that build every derivation on one worker: the
+# other builds none (see conftest.derivation_names).
+pytestmark = pytest.mark.xdist_group("derivations")
 
 
 def test_there_are_derivations_in_every_module():
-    chapters = {d.chapter for d in ALL}
+    chapters = {d.chapter for d in every_derivation()}
     assert {"model", "matmul"} <= chapters
 
 
-@pytest.mark.parametrize("d", ALL, ids=[d.name for d in ALL])
-def test_every_derivation_verifies(d: Derivation):
+@pytest.mark.parametrize("name", derivation_names())
+def test_every_derivation_verifies(name: str):
+    d = derivation_called(name)
     d.verify()
     assert len(d.steps) >= 2
 
 
 def test_names_are_unique():
-    names = [d.name for d in ALL]
+    names = [d.name for d in every_derivation()]
     assert len(names) == len(set(names))
 
 
@@ -121,7 +124,7 @@ def test_the_book_renders_the_objects_the_tests_check(built_book):
             text = out.get("data", {}).get("text/markdown")
             if text:
                 shown.add("".join(text) if isinstance(text, list) else text)
-    chapter = [d for d in ALL if d.chapter == "model"]
+    chapter = [d for d in every_derivation() if d.chapter == "model"]
     assert chapter
     for d in chapter:
         assert d.markdown() in shown, f"{d.name} is not rendered as the library builds it"
@@ -133,7 +136,7 @@ def test_cli_lists_and_verifies(tmp_path):
 
     proc = run_cli("derivations", "--verify")
     assert proc.returncode == 0, proc.stderr
-    for d in ALL:
+    for d in every_derivation():
         k, n = len(d.steps) - 1, len(premises.premises(d))
         assert re.search(
             rf"^{re.escape(d.name)}\s+{len(d.steps)} steps\s+{k} steps? proved; {n} premises?: "
@@ -179,8 +182,8 @@ def test_every_equation_reference_in_a_derivation_exists():
     """A {eq} reference in a step's sentence or a substitution's name names a real label."""
     import re
 
-    labels = {d.label(i) for d in ALL for i in range(1, len(d.steps) + 1)}
-    for d in ALL:
+    labels = {d.label(i) for d in every_derivation() for i in range(1, len(d.steps) + 1)}
+    for d in every_derivation():
         texts = [s.text for s in d.steps] + [s.using.name for s in d.steps if s.using]
         for ref in re.findall(r"\{eq\}`([^`]+)`", " ".join(texts)):
             assert ref in labels, f"{d.name}: {{eq}}`{ref}` is not a label"
@@ -190,7 +193,7 @@ def test_no_step_prints_the_same_as_the_one_before():
     """Issue #13: a step that repeats its predecessor shows the reader nothing."""
     repeated = [
         f"{d.name}-{i}"
-        for d in ALL
+        for d in every_derivation()
         for i in range(2, len(d.steps) + 1)
         if d.steps[i - 1].latex() == d.steps[i - 2].latex()
     ]
@@ -203,7 +206,7 @@ def test_display_equations_fit_the_column():
     from dmlimits import printing
 
     wide = []
-    for d in ALL:
+    for d in every_derivation():
         for i, st in enumerate(d.steps, 1):
             tex = st.latex()
             body = tex.removeprefix("\\begin{aligned}\n").removesuffix("\n\\end{aligned}")
@@ -231,7 +234,7 @@ def ascii_math(text: str) -> list[str]:
 
 
 def _reasons():
-    for d in ALL:
+    for d in every_derivation():
         for i, step in enumerate(d.steps, start=1):
             yield f"{d.name}-{i}", step.text
             if step.using is not None:
@@ -307,7 +310,7 @@ def test_no_fraction_inside_a_denominator():
 
     nested = [
         f"{d.name}-{i}"
-        for d in ALL
+        for d in every_derivation()
         for i, step in enumerate(d.steps, start=1)
         if any(r"\frac" in den for den in _denominators(REGISTRY.latex(step.expr)))
     ]
@@ -319,7 +322,7 @@ def test_every_step_is_an_equation_with_a_left_hand_side():
     """No numbered equation is a bare expression or a lone 0 (issue #13)."""
     bare = [
         f"{d.name}-{i}"
-        for d in ALL
+        for d in every_derivation()
         for i, step in enumerate(d.steps, start=1)
         if not isinstance(step.expr, sp.Equality) or step.expr.lhs == 0
     ]
@@ -331,7 +334,7 @@ def test_a_derivation_is_found_by_its_name():
     name gives the derivation every builder makes, and an unknown name none."""
     from dmlimits.derivation import derivation_named
 
-    for d in ALL:
+    for d in every_derivation():
         found = derivation_named(d.name)
         assert found is not None and found.name == d.name and found.steps == d.steps, d.name
     assert derivation_named("no-such-derivation") is None

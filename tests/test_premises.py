@@ -6,30 +6,34 @@ from __future__ import annotations
 
 import pytest
 import sympy as sp
-from conftest import every_derivation
+from conftest import derivation_called, derivation_names, every_derivation
 from dmlimits import collectives, premises
 from dmlimits.derivation import Step, Substitution, derivation
 from dmlimits.premises import ORACLES, PremiseError
 
-ALL = every_derivation()
-IDS = [d.name for d in ALL]
+# make check (--dist loadgroup) runs the tests that build every derivation on one worker: the
+# other builds none (see conftest.derivation_names).
+pytestmark = pytest.mark.xdist_group("derivations")
 
 
 def test_every_derivation_has_an_oracle_and_every_oracle_a_derivation():
-    assert sorted(ORACLES) == sorted(IDS)
+    assert sorted(ORACLES) == sorted(d.name for d in every_derivation())
+    assert derivation_names() == sorted(ORACLES)  # what the tests below run over
     assert {o.kind for o in ORACLES.values()} == set(premises.ORACLE_KINDS)
 
 
-@pytest.mark.parametrize("d", ALL, ids=IDS)
-def test_every_premise_is_justified_and_its_oracle_agrees(d):
+@pytest.mark.parametrize("name", derivation_names())
+def test_every_premise_is_justified_and_its_oracle_agrees(name):
+    d = derivation_called(name)
     report = premises.check(d)
     assert report.premises[0].kind == "first step"
     assert len(report.premises) == 1 + len(d.substitutions)
     assert report.agreed
 
 
-@pytest.mark.parametrize("d", ALL, ids=IDS)
-def test_each_oracle_rejects_a_result_off_by_a_factor_of_two(d):
+@pytest.mark.parametrize("name", derivation_names())
+def test_each_oracle_rejects_a_result_off_by_a_factor_of_two(name):
+    d = derivation_called(name)
     with pytest.raises(PremiseError):
         ORACLES[d.name].run(premises.scaled(d))
 
@@ -79,7 +83,7 @@ def test_a_false_definition_verifies_but_is_caught():
 
 
 def test_a_cited_premise_is_checked_against_the_result_it_cites():
-    d = next(d for d in ALL if d.name == "collectives-allreduce-tiled")
+    d = derivation_called("collectives-allreduce-tiled")
     (first, *_) = premises.premises(d)
     assert first.derived and first.cites == ("collectives-allreduce-cluster-5",)
     tampered = premises.scaled(d)  # its first step is no longer the cluster form
@@ -105,11 +109,11 @@ def test_the_simulations_are_real():
 
 
 def test_the_book_prints_each_derivations_justification():
-    d = next(d for d in ALL if d.name == "collectives-ring-allreduce")
+    d = derivation_called("collectives-ring-allreduce")
     md = d.markdown()
     assert md.endswith(premises.justification_markdown(d))
     assert "against a simulation: a ring all-reduce simulated chunk by chunk" in md
-    cited = next(d for d in ALL if d.name == "model-width-dense").markdown()
+    cited = derivation_called("model-width-dense").markdown()
     assert "step 1 is {eq}`model-compute-width-5`" in cited
 
 

@@ -223,5 +223,6 @@ def test_the_oracle_can_fail():
     scn = sc.resolve("h100")
     pt = search.Point(512, 2048, 8, 1, 1024, 8.0 * 512**2 * 8, 8.0 * 512**2 * 8, 1.0)
     slow = sc.resolve_overrides(scn, {"hardware.kernel_latency": 1e-3}, name="slow")
-    assert exhaustive(slow, pt, 16) > exhaustive(scn, pt, 16)
-    assert np.isfinite(exhaustive(scn, pt, 16))
+    fast = exhaustive(scn, pt, 8)  # 8 GPUs, not 16: the same check in about a sixth of the time
+    assert np.isfinite(fast)
+    assert exhaustive(slow, pt, 8) > fast
