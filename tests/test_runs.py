@@ -232,8 +232,46 @@ def test_calibration_recovers_known_factors():
         made = dict(row)
         made["value"] = str(100 * runs.predict(it.config, truth).mfu)
         rows.append(made)
-    got = runs.calibrate(rows)
+    got = runs.calibrate(rows, fitted=("matmul", "collective", "overlap"))
     assert (got.matmul, got.collective) == (pytest.approx(0.7), pytest.approx(0.6))
+
+
+def test_the_calibrated_mode_fits_the_matmul_efficiency_alone():
+    """The collective efficiency is the all-reduce measurements' bus bandwidth over a node's
+    line rate and the overlap none, whatever the rows; the matmul efficiency is the fit's."""
+    f = runs.calibrated()
+    assert runs.FITTED == ("matmul",)
+    h100 = runs.cluster("h100")
+    assert f.collective == pytest.approx(nccl.fit().bus_bandwidth / (8 * h100.nic), rel=1e-12)
+    assert 0.5 < f.collective < 1 and f.overlap == 0
+    megatron = [r for r in runs.dev_rows() if "Narayanan" in r["source"]]
+    other = runs.calibrate(megatron)
+    assert (other.collective, other.overlap) == (f.collective, f.overlap)
+    assert f.matmul in runs.CALIBRATION_GRID["matmul"]
+    with pytest.raises(ValueError, match=r"fitted: got \('speed',\); expected one or more of"):
+        runs.calibrate(megatron, fitted=("speed",))
+
+
+def test_the_two_fits_are_compared_as_the_chapter_says():
+    """confront.fits_compared: the one-factor fit is the calibrated mode, the three-factor fit is
+    calibrate with all three, each validated by leaving one source out; the ranges are the
+    held-out fits' own values.  And (the chapter's claim, which a new row could overturn) three
+    free factors predict a source left out worse than one."""
+    r = confront.fits_compared()
+    assert r["one"]["factors"] == runs.calibrated()
+    three = ("matmul", "collective", "overlap")
+    assert r["three"]["factors"] == runs.calibrate(runs.dev_rows(), fitted=three)
+    for key, fitted in confront.FITS.items():
+        held = [g["factors"] for g in confront.held_out(fitted=fitted)["by_source"]]
+        for name, (lo, hi) in r[key]["ranges"].items():
+            assert (lo, hi) == (
+                min(getattr(f, name) for f in held),
+                max(getattr(f, name) for f in held),
+            )
+    assert r["one"]["ranges"]["collective"][0] == r["one"]["ranges"]["collective"][1]
+    assert r["three"]["held_out_points"] > r["one"]["held_out_points"]
+    table = confront.fits_compared_markdown(r)
+    assert table.count("\n") == 3 and "held out" in table
 
 
 def test_every_row_is_interpreted_and_memory_rows_have_no_reported_value():

@@ -82,8 +82,9 @@ RING_LATENCY_FACTOR = 10
 
 
 def _lowest_held_out_collective() -> float:
-    """The lowest collective efficiency a leave-one-source-out fit finds (:func:`held_out`)."""
-    return min(g["factors"].collective for g in held_out()["by_source"])
+    """The lowest collective efficiency a leave-one-source-out fit of all three factors finds
+    (:func:`held_out`; the calibrated mode does not fit it)."""
+    return min(g["factors"].collective for g in held_out(fitted=FITS["three"])["by_source"])
 
 
 #: Each hypothesis changes one thing of the calibrated model: (label, what it changes, the
@@ -96,7 +97,8 @@ HYPOTHESES = (
     ("slow rings", f"each step of a ring all-gather or reduce-scatter across nodes waits "
      f"{RING_LATENCY_FACTOR} times the paper's network latency", {}, _slow_rings),
     ("slow collectives", "the collective efficiency of the least efficient "
-     "leave-one-source-out fit", {"collective": _lowest_held_out_collective}, None),
+     "leave-one-source-out fit of all three factors", {"collective": _lowest_held_out_collective},
+     None),
 )  # fmt: skip
 
 
@@ -299,19 +301,21 @@ def step_time_errors(reported: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     return np.asarray(reported) / np.asarray(predicted) - 1
 
 
-def held_out(rows=None) -> dict:
+def held_out(rows=None, fitted: tuple[str, ...] = runs.FITTED) -> dict:
     """Leave-one-source-out validation of the calibrated mode.
 
     For each source of :func:`source_label`, the factors are fitted
     (:func:`dmlimits.measured.runs.calibrate`) on the rows of every other source and predict that
-    source's rows, which the fit never saw.
+    source's rows, which the fit never saw.  ``fitted``: the factors each fit searches
+    (:func:`dmlimits.measured.runs.calibrate`).
     Returns ``by_source`` (one dict a source: its rows, the factors fitted without it, and the
     median absolute MFU error and median absolute step-time error in sample and held out), the
     pooled median errors over every modelled row, each row predicted by the fit that left its
     source out, and ``per_row``: each modelled row's reported, in-sample and held-out
     utilization, and whether it runs across nodes."""
     rows = runs.dev_rows() if rows is None else tuple(rows)
-    every = runs.calibrated() if rows is runs.dev_rows() else runs.calibrate(rows)
+    default = rows is runs.dev_rows() and fitted == runs.FITTED
+    every = runs.calibrated() if default else runs.calibrate(rows, fitted=fitted)
     labels = [source_label(r) for r in rows]
     out, pooled_in, pooled_out, step_in, step_out = [], [], [], [], []
     per_row: dict[str, list] = {"reported": [], "in_sample": [], "held_out": [], "multi_node": []}
@@ -321,7 +325,7 @@ def held_out(rows=None) -> dict:
         inside = runs.compare(mine, every)
         if not inside.n:
             continue
-        fit = runs.calibrate(rest)
+        fit = runs.calibrate(rest, fitted=fitted)
         outside = runs.compare(mine, fit)
         s_in = step_time_errors(inside.reported, inside.calibrated)
         s_out = step_time_errors(outside.reported, outside.calibrated)
@@ -358,15 +362,72 @@ def held_out(rows=None) -> dict:
         "in_sample_step": float(np.median(np.concatenate(step_in))),
         "held_out_step": float(np.median(np.concatenate(step_out))),
         "per_row": {k: np.concatenate(v) for k, v in per_row.items()},
+        "factors": every,
     }
 
 
-def outside_split(rows=None) -> dict:
+#: The two calibrations :func:`fits_compared` sets side by side: the matmul efficiency alone
+#: (the calibrated mode's) and all three factors.
+FITS = {"one": runs.FITTED, "three": ("matmul", "collective", "overlap")}
+
+
+def fits_compared(rows=None) -> dict[str, dict]:
+    """For each calibration of :data:`FITS`, :func:`held_out` and its step-time errors split
+    into multi-node and single-node runs (``step_multi``, ``step_single``: median absolute
+    error, each row predicted by the fit that left its source out), and the range of each
+    factor over the fits that left one source out (``ranges``: factor -> (lowest, highest))."""
+    out = {}
+    for key, fitted in FITS.items():
+        result = held_out(rows, fitted)
+        pr = result["per_row"]
+        multi = pr["multi_node"].astype(bool)
+        step = np.abs(step_time_errors(pr["reported"], pr["held_out"]))
+        factors = [g["factors"] for g in result["by_source"]]
+        result["step_multi"] = float(np.median(step[multi])) if multi.any() else float("nan")
+        result["step_single"] = float(np.median(step[~multi])) if (~multi).any() else float("nan")
+        result["ranges"] = {
+            name: (min(getattr(f, name) for f in factors), max(getattr(f, name) for f in factors))
+            for name in FITS["three"]
+        }
+        out[key] = result
+    return out
+
+
+def fits_compared_markdown(result: dict[str, dict]) -> str:
+    """The table of :func:`fits_compared`."""
+    lines = [
+        "| Fitted on the runs | Matmul efficiency | Collective efficiency | Overlap | "
+        "MFU error in sample (points) | MFU error held out (points) | "
+        "Step-time error held out, across nodes | within a node |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    names = {"one": "matmul efficiency alone", "three": "all three factors"}
+    for key, r in result.items():
+
+        def cell(name: str, fmt: str, r: dict = r) -> str:
+            lo, hi = r["ranges"][name]
+            value = format(getattr(r["factors"], name), fmt)
+            return value if lo == hi else f"{value} ({lo:{fmt}} to {hi:{fmt}} held out)"
+
+        lines.append(
+            f"| {names[key]} | {cell('matmul', '.3g')} | {cell('collective', '.3g')} | "
+            f"{cell('overlap', '.2g')} | {r['in_sample_points']:.1f} | "
+            f"{r['held_out_points']:.1f} | {r['step_multi']:.0%} | {r['step_single']:.0%} |"
+        )
+    return "\n".join(lines).replace("%", "\\%")
+
+
+def outside_split(rows=None, fitted: tuple[str, ...] = runs.FITTED) -> dict:
     """The calibrated mode on published runs outside the development split
     (:func:`dmlimits.measured.runs.holdout_rows`, which no fit reads): the median absolute MFU
     error, its median sign, and the median absolute step-time error on multi-node and
-    single-node runs."""
-    cmp = runs.compare(runs.holdout_rows() if rows is None else rows, runs.calibrated())
+    single-node runs.  ``fitted``: the factors fitted on the development rows."""
+    factors = (
+        runs.calibrated()
+        if fitted == runs.FITTED
+        else runs.calibrate(runs.dev_rows(), fitted=fitted)
+    )
+    cmp = runs.compare(runs.holdout_rows() if rows is None else rows, factors)
     if not cmp.n:
         raise ValueError("no row with a throughput metric outside the development split")
     step = np.abs(step_time_errors(cmp.reported, cmp.calibrated))
@@ -386,7 +447,7 @@ def outside_split(rows=None) -> dict:
 
 def held_out_markdown(result: dict) -> str:
     lines = [
-        "| Source | Rows | Factors fitted without it (matmul, collective, overlap) | "
+        "| Source | Rows | Factors without it (matmul, collective, overlap) | "
         "MFU error in sample (points) | MFU error held out (points) | "
         "Step-time error in sample | Step-time error held out |",
         "|---|---|---|---|---|---|---|",
