@@ -99,6 +99,11 @@ def measure() -> dict:
         },
     }
     per_row = loso["per_row"]
+    # The target is per framework family: each family left out of the fit in turn.
+    by_family = confront.held_out(label=confront.family_label)["by_source"]
+    out["mfu"]["by_family"] = {
+        g["source"]: {"rows": g["rows"], "held_out": g["held_out_points"]} for g in by_family
+    }
     multi = per_row["multi_node"]
     step_held = np.abs(confront.step_time_errors(per_row["reported"], per_row["held_out"]))
     step_in = np.abs(confront.step_time_errors(per_row["reported"], per_row["in_sample"]))
@@ -158,6 +163,12 @@ def report(m: dict) -> str:
             f"  {source:36s} {g['rows']:3d} rows  in sample {g['in_sample']:5.1f}  held out "
             f"{g['held_out']:5.1f} points ({_verdict(g['held_out'], per_source)} against "
             f"{per_source:g})"
+        )
+    for fam, g in mfu["by_family"].items():
+        lines.append(
+            f"  family {fam:29s} {g['rows']:3d} rows  held out {g['held_out']:5.1f} points "
+            f"({_verdict(g['held_out'], per_source)} against {per_source:g}; the family left out "
+            f"of the fit)"
         )
     o = m["outside_split"]
     lines += [

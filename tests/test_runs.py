@@ -674,3 +674,18 @@ def test_the_playbooks_mfu_over_its_throughput_moves_with_the_layout():
     by_metric = {r["metric"]: rep for r, rep in rows}
     assert ratio == pytest.approx(by_metric["MFU"] / by_metric["tokens_per_s_per_gpu"])
     assert confront.playbook_agreement(cmp) == pytest.approx(np.median(list(ratios.values())))
+
+
+def test_a_whole_framework_is_left_out_by_family():
+    """held_out(label=family_label): Megatron-LM's three sources are one family, fitted on the
+    other families' rows alone."""
+    rows = runs.dev_rows()
+    result = confront.held_out(label=confront.family_label)
+    families = {g["source"]: g for g in result["by_source"]}
+    assert "Megatron-LM" in families and not any(f.startswith("Megatron-LM,") for f in families)
+    rest = [r for r in rows if not confront.source_label(r).startswith("Megatron-LM")]
+    assert len(rest) < len(rows)
+    assert families["Megatron-LM"]["factors"] == runs.calibrate(rest)
+    mine = [r for r in rows if confront.family_label(r) == "Megatron-LM"]
+    got = runs.compare(mine, runs.calibrate(rest)).median_abs_error_points
+    assert families["Megatron-LM"]["held_out_points"] == pytest.approx(got)

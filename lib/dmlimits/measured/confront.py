@@ -301,22 +301,29 @@ def step_time_errors(reported: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     return np.asarray(reported) / np.asarray(predicted) - 1
 
 
-def held_out(rows=None, fitted: tuple[str, ...] = runs.FITTED) -> dict:
+def family_label(row: dict) -> str:
+    """The framework family of a row: its source (:func:`source_label`), with Megatron-LM's
+    three sources one family."""
+    label = source_label(row)
+    return "Megatron-LM" if label.startswith("Megatron-LM") else label
+
+
+def held_out(rows=None, fitted: tuple[str, ...] = runs.FITTED, label=source_label) -> dict:
     """Leave-one-source-out validation of the calibrated mode.
 
-    For each source of :func:`source_label`, the factors are fitted
-    (:func:`dmlimits.measured.runs.calibrate`) on the rows of every other source and predict that
-    source's rows, which the fit never saw.  ``fitted``: the factors each fit searches
-    (:func:`dmlimits.measured.runs.calibrate`).
+    For each source of ``label`` (:func:`source_label`; :func:`family_label` leaves a whole
+    framework out), the factors are fitted (:func:`dmlimits.measured.runs.calibrate`) on the
+    rows of every other source and predict that source's rows, which the fit never saw.
+    ``fitted``: the factors each fit searches (:func:`dmlimits.measured.runs.calibrate`).
     Returns ``by_source`` (one dict a source: its rows, the factors fitted without it, and the
     median absolute MFU error and median absolute step-time error in sample and held out), the
     pooled median errors over every modelled row, each row predicted by the fit that left its
-    source out, and ``per_row``: each modelled row's reported, in-sample and held-out
-    utilization, and whether it runs across nodes."""
+    source out, ``per_row``: each modelled row's reported, in-sample and held-out
+    utilization, and whether it runs across nodes, and ``factors``: the fit on every row."""
     rows = runs.dev_rows() if rows is None else tuple(rows)
     default = rows is runs.dev_rows() and fitted == runs.FITTED
     every = runs.calibrated() if default else runs.calibrate(rows, fitted=fitted)
-    labels = [source_label(r) for r in rows]
+    labels = [label(r) for r in rows]
     out, pooled_in, pooled_out, step_in, step_out = [], [], [], [], []
     per_row: dict[str, list] = {"reported": [], "in_sample": [], "held_out": [], "multi_node": []}
     for label in dict.fromkeys(labels):
