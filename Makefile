@@ -15,8 +15,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: book test check lint derivations clean venv browser-deps lab
 
-# Sweeps are cached on disk, content-addressed by the library's files and the scenario: a changed
-# formula or constant never reads an old sweep.  DMLIMITS_SWEEP_CACHE=off switches it off.
+# Sweeps are cached on disk, content-addressed by the search's modules, the data and the
+# scenario: a changed formula or constant never reads an old sweep.  DMLIMITS_SWEEP_CACHE=off
+# switches it off.
 export DMLIMITS_SWEEP_CACHE ?= $(CURDIR)/_build/cache/sweeps
 # Built formulas (sympy's results and lambdified functions) are kept the same way, so that each
 # kernel and test process does not derive them again.  DMLIMITS_FORMULA_CACHE=off: none kept.

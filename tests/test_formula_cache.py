@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pkgutil
+import subprocess
+import sys
 
 import dmlimits
 import numpy as np
@@ -182,3 +185,75 @@ def test_a_folder_that_cannot_be_written_keeps_nothing_and_stops_nothing(tmp_pat
     assert fn(2.0) == 4.0
     assert fc.COUNTS["not kept"] == before + 2
     assert list(tmp_path.iterdir()) == [blocker]
+
+
+# --- What a sweep depends on ----------------------------------------------------------------------
+def test_the_closure_follows_imports_anywhere_and_the_fingerprint_what_it_reads(
+    tmp_path, monkeypatch
+):
+    """import_closure reads imports at the top and inside functions, relative and absolute, and
+    the packages above; closure_fingerprint changes with a module of the closure or a data file
+    and not with a module outside it."""
+    pkg = tmp_path / "dmlimits"
+    files = {
+        "__init__.py": "",
+        "a.py": "from . import b\n\ndef f():\n    from .sub.c import x\n    return x\n",
+        "b.py": "import math\nfrom dmlimits.sub import e\n",
+        "sub/__init__.py": "",
+        "sub/c.py": "x = 1\n",
+        "sub/e.py": "",
+        "d.py": "from . import a\n",
+        "data/table.csv": "k,v\n1,2\n",
+    }
+    for rel, text in files.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    monkeypatch.setattr(fc, "_ROOT", pkg)
+    fc.import_closure.cache_clear()
+    try:
+        _closure_checks(pkg)
+    finally:  # the closures of the real library are taken again
+        fc.import_closure.cache_clear()
+        fc.closure_fingerprint.cache_clear()
+
+
+def _closure_checks(pkg) -> None:
+    want = ("dmlimits", "dmlimits.a", "dmlimits.b", "dmlimits.sub", "dmlimits.sub.c",
+            "dmlimits.sub.e")  # fmt: skip
+    assert fc.import_closure("dmlimits.a") == want
+
+    def fingerprint() -> str:
+        fc.closure_fingerprint.cache_clear()
+        return fc.closure_fingerprint("dmlimits.a")
+
+    before = fingerprint()
+    (pkg / "d.py").write_text("from . import a  # edited\n")
+    assert fingerprint() == before  # outside the closure
+    for rel in ("sub/c.py", "data/table.csv"):
+        (pkg / rel).write_text((pkg / rel).read_text() + "# edited\n")
+        after = fingerprint()
+        assert after != before, rel
+        before = after
+
+
+@pytest.mark.slow
+def test_a_sweep_imports_nothing_outside_its_closure():
+    """The sweeps kept on disk are addressed by the files of the search's import closure: a
+    sweep of every preset and of a changed scenario, in a fresh process that builds every
+    formula it uses (no cache of any kind), imports no module of the library outside it."""
+    code = (
+        "import json, sys\n"
+        "from dmlimits import formula_cache, scenario as sc, search\n"
+        "for name in sc.PAPER_PRESETS:\n"
+        "    search.sweep(sc.resolve(name))\n"
+        "search.sweep(sc.resolve('h100', sets=['training.months=6', 'gpu=a100']))\n"
+        "used = sorted(m for m in sys.modules if m.split('.')[0] == 'dmlimits')\n"
+        "print(json.dumps([used, formula_cache.import_closure('dmlimits.search')]))\n"
+    )
+    env = {**os.environ, "DMLIMITS_SWEEP_CACHE": "off", fc.CACHE_ENV: "off"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr
+    used, closure = json.loads(proc.stdout.splitlines()[-1])
+    assert "dmlimits.search" in used and set(used) <= set(closure), sorted(set(used) - set(closure))

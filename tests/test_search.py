@@ -292,7 +292,9 @@ def test_the_disk_cache_returns_the_same_sweep(tmp_path, monkeypatch):
             assert same and type(a[k]) is type(b[k]), (k, a[k], b[k])
     other = sc.resolve("h100-no-batch-scaling", ["sweep.d_model_max_factor=2", "training.months=4"])
     assert search.cache_path(other) != path
-    assert len(search.library_fingerprint()) == 64
+    assert len(search.sweep_fingerprint()) == 64
+    monkeypatch.setattr(search, "sweep_fingerprint", lambda: "another library")
+    assert search.cache_path(scn) != path
 
 
 # --- Which parallelism when (the decision chart) -------------------------------------------------

@@ -58,18 +58,89 @@ FORMAT = 1
 COUNTS = {"read": 0, "written": 0, "not kept": 0}
 
 
+_ROOT = Path(__file__).resolve().parent
+#: The files a fingerprint reads: code, data, presets.
+_FINGERPRINTED = (".py", ".csv", ".yaml", ".md")
+
+
+def _fingerprint(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        h.update(str(path.relative_to(_ROOT)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 @functools.cache
 def library_fingerprint() -> str:
     """A hash of every file of the installed library (code, data, presets): a changed formula
-    or constant changes it, and so the address of every cached sweep and formula.  Taken once
-    a process, for the sweeps and the formulas alike."""
-    root = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and path.suffix in (".py", ".csv", ".yaml", ".md"):
-            h.update(str(path.relative_to(root)).encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()
+    or constant changes it, and so the address of every cached formula (and of every executed
+    notebook the build keeps).  Taken once a process."""
+    return _fingerprint([p for p in _ROOT.rglob("*") if p.is_file() and p.suffix in _FINGERPRINTED])
+
+
+def _module_file(name: str) -> Path | None:
+    """The source file of the library's module ``name`` (``dmlimits.a.b``), if it has one."""
+    parts = name.split(".")[1:]
+    candidates = [_ROOT.joinpath(*parts, "__init__.py")]
+    if parts:
+        candidates.insert(0, _ROOT.joinpath(*parts[:-1], parts[-1] + ".py"))
+    return next((path for path in candidates if path.is_file()), None)
+
+
+def _imported(name: str, path: Path) -> set[str]:
+    """The library's modules that the source of module ``name`` imports anywhere (at the top or
+    inside a function), read from its syntax tree: ``import dmlimits.x``, ``from .x import y``
+    (``y`` too when it is a module), ``from . import y``."""
+    import ast
+
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "dmlimits"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                head = ".".join(base + ([node.module] if node.module else []))
+            elif (node.module or "").split(".")[0] == "dmlimits":
+                head = node.module
+            else:
+                continue
+            found.add(head)
+            found |= {f"{head}.{a.name}" for a in node.names}
+    return {m for m in found if _module_file(m) is not None}
+
+
+@functools.cache
+def import_closure(name: str) -> tuple[str, ...]:
+    """Every module of the library that importing ``name`` can run: the modules its source
+    imports anywhere (:func:`_imported`), theirs in turn, and every package above each."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        parts = module.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
+        path = _module_file(module)
+        if path is not None:
+            todo.extend(_imported(module, path) - seen)
+    return tuple(sorted(m for m in seen if _module_file(m) is not None))
+
+
+@functools.cache
+def closure_fingerprint(name: str) -> str:
+    """A hash of the files of :func:`import_closure` of module ``name`` and of every data file
+    and preset of the library: what a result computed by that module can depend on.  A change
+    to a module it never imports (a chapter's figures, the model of measured runs) leaves it
+    alone.  Taken once a process."""
+    code = [_module_file(m) for m in import_closure(name)]
+    data = [p for p in _ROOT.rglob("*") if p.is_file() and p.suffix in _FINGERPRINTED[1:]]
+    return _fingerprint([*code, *data])
 
 
 @functools.cache

@@ -841,16 +841,26 @@ def _key(scn: Scenario) -> str:
 
 def library_fingerprint() -> str:
     """A hash of every file of the installed library (code, data, presets): a changed formula
-    or constant changes it, and so every cached sweep's address
-    (:func:`dmlimits.formula_cache.library_fingerprint`)."""
+    or constant changes it (:func:`dmlimits.formula_cache.library_fingerprint`)."""
     from .formula_cache import library_fingerprint as fingerprint
 
     return fingerprint()
 
 
+def sweep_fingerprint() -> str:
+    """A hash of what a sweep can depend on: every module this one imports, directly or
+    through others, anywhere in their source, and every data file and preset of the library
+    (:func:`dmlimits.formula_cache.closure_fingerprint`).  A changed formula or constant
+    changes it; a change to a module the search never imports (a chapter's figures, the model
+    of measured runs) does not, and the sweeps kept on disk stay valid."""
+    from .formula_cache import closure_fingerprint
+
+    return closure_fingerprint(__name__)
+
+
 def cache_path(scn: Scenario) -> Any:
-    """Where the sweep of ``scn`` is cached on disk (content-addressed: the library's
-    fingerprint and every value of the scenario), or ``None`` when the disk cache is off."""
+    """Where the sweep of ``scn`` is cached on disk (content-addressed: :func:`sweep_fingerprint`
+    and every value of the scenario), or ``None`` when the disk cache is off."""
     import hashlib
     import os
     from pathlib import Path
@@ -858,7 +868,7 @@ def cache_path(scn: Scenario) -> Any:
     folder = os.environ.get(CACHE_ENV, "")
     if folder in ("", "off"):
         return None
-    digest = hashlib.sha256((library_fingerprint() + _key(scn)).encode()).hexdigest()
+    digest = hashlib.sha256((sweep_fingerprint() + _key(scn)).encode()).hexdigest()
     return Path(folder) / f"{digest}.json"
 
 
