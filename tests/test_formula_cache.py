@@ -74,7 +74,7 @@ def first_fast(cases: list) -> list:
 def test_a_kept_result_reads_back_as_built(folder, name, args):
     kept = kept_builders()[name]
     fresh = kept(*args)  # built (the folder is empty) and written
-    assert fc._path(f"expressions {kept.key}{args!r}").is_file(), "not kept"
+    assert fc._path(f"expressions {kept.key}{args!r}", kept.build.__module__).is_file(), "not kept"
     before = fc.COUNTS["read"]
     read = kept(*args)  # read back
     assert fc.COUNTS["read"] == before + 1
@@ -163,7 +163,7 @@ def test_an_unevaluated_tree_keeps_its_order_and_form(folder):
 def test_a_changed_library_gives_new_addresses(folder, monkeypatch):
     fc.keep_result("probe", sp.Integer(3))
     assert fc.read_result("probe") == (True, sp.Integer(3))
-    monkeypatch.setattr(fc, "_environment_key", lambda: "another library")
+    monkeypatch.setattr(fc, "_environment_key", lambda module=None: "another library")
     assert fc.read_result("probe") == (False, None)
 
 
@@ -257,3 +257,25 @@ def test_a_sweep_imports_nothing_outside_its_closure():
     assert proc.returncode == 0, proc.stderr
     used, closure = json.loads(proc.stdout.splitlines()[-1])
     assert "dmlimits.search" in used and set(used) <= set(closure), sorted(set(used) - set(closure))
+
+
+def test_a_kept_formula_is_addressed_by_its_modules_closure(folder, monkeypatch):
+    """A builder's result is addressed by the fingerprint of its module's import closure: a
+    change outside the closure keeps the address, one inside gives a new one; a key without a
+    module (or with one outside the library) is addressed by the whole library."""
+    fc.keep_result("probe", sp.Integer(3), "dmlimits.matmul")
+    assert fc.read_result("probe", "dmlimits.matmul") == (True, sp.Integer(3))
+    assert "dmlimits.measured.runs" not in fc.import_closure("dmlimits.matmul")
+    real = fc.closure_fingerprint
+
+    def fingerprint(changed: str):
+        return lambda module: real(module) + ("x" if changed in fc.import_closure(module) else "")
+
+    for changed, kept in (("dmlimits.measured.runs", True), ("dmlimits.units", False)):
+        fc._environment_key.cache_clear()
+        monkeypatch.setattr(fc, "closure_fingerprint", fingerprint(changed))
+        assert fc.read_result("probe", "dmlimits.matmul")[0] is kept, changed
+    fc._environment_key.cache_clear()
+    monkeypatch.setattr(fc, "closure_fingerprint", real)
+    assert fc._path("probe", "tests.elsewhere") == fc._path("probe")
+    fc._environment_key.cache_clear()

@@ -7,9 +7,12 @@ chapter's kernel, every test worker and every command: about a second to three s
 process (``bench/bench_search.py`` and ``bench/bench_build.py`` measure it).
 
 When the environment variable :data:`CACHE_ENV` names a folder, this module keeps two kinds of
-result there, each addressed by everything it is computed from: the library's files
-(:func:`library_fingerprint`), the versions of Python, sympy and numpy, the builder's name and
-its arguments.  A changed formula, constant or package gives every result a new address.
+result there, each addressed by everything it is computed from: the files of the builder's
+module and of every module it imports (:func:`closure_fingerprint`), the library's data and
+presets, the versions of Python, sympy and numpy, the builder's name and its arguments.  A
+changed formula, constant or package gives every result that can depend on it a new address;
+an edit to a module the builder never imports (the model of measured runs, for the matmul
+model's formulas) leaves its results kept.
 
 * :func:`expressions` keeps what a builder returns (a sympy expression, or dicts, tuples and
   lists of them with plain keys) as its tree: each node's class and its arguments in their
@@ -22,8 +25,8 @@ its arguments.  A changed formula, constant or package gives every result a new 
   name of that source is the same object, read back.
 
 Without the folder (the variable unset or ``off``: a chapter run on its own in JupyterLab or
-with papermill) everything is built in the process.  The library's fingerprint is taken once a
-process, at the first formula it keeps or reads: a process whose library files are edited
+with papermill) everything is built in the process.  The fingerprints are taken once a
+process, at the first formula each keeps or reads: a process whose library files are edited
 under it should be started again (as after any edit to a module it has imported).  The
 Makefile and the build name ``_build/cache/formulas``.  ``tests/test_formula_cache.py`` checks
 that every kept builder reads back what a fresh build returns.
@@ -81,6 +84,8 @@ def library_fingerprint() -> str:
 
 def _module_file(name: str) -> Path | None:
     """The source file of the library's module ``name`` (``dmlimits.a.b``), if it has one."""
+    if name.split(".")[0] != "dmlimits":
+        return None
     parts = name.split(".")[1:]
     candidates = [_ROOT.joinpath(*parts, "__init__.py")]
     if parts:
@@ -144,12 +149,14 @@ def closure_fingerprint(name: str) -> str:
 
 
 @functools.cache
-def _environment_key() -> str:
-    """The library's fingerprint and the versions that build and print formulas, taken once a
-    process (see the module's note on a library edited under a running process)."""
-    return "\0".join(
-        (str(FORMAT), library_fingerprint(), sys.version, sp.__version__, np.__version__)
-    )
+def _environment_key(module: str | None = None) -> str:
+    """The fingerprint of what a result of ``module`` can depend on (:func:`closure_fingerprint`;
+    the whole library's when ``module`` is ``None`` or not the library's) and the versions that
+    build and print formulas, taken once a process (see the module's note on a library edited
+    under a running process)."""
+    inside = module is not None and _module_file(module) is not None
+    fingerprint = closure_fingerprint(module) if inside else library_fingerprint()
+    return "\0".join((str(FORMAT), fingerprint, sys.version, sp.__version__, np.__version__))
 
 
 def cache_dir() -> Path | None:
@@ -158,11 +165,11 @@ def cache_dir() -> Path | None:
     return None if folder in ("", "off") else Path(folder)
 
 
-def _path(key: str) -> Path | None:
+def _path(key: str, module: str | None = None) -> Path | None:
     folder = cache_dir()
     if folder is None:
         return None
-    digest = hashlib.sha256(f"{_environment_key()}\0{key}".encode()).hexdigest()
+    digest = hashlib.sha256(f"{_environment_key(module)}\0{key}".encode()).hexdigest()
     return folder / f"{digest}.json"
 
 
@@ -297,9 +304,11 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def keep_result(key: str, value: Any) -> bool:
-    """Write ``value`` under ``key`` if it reads back the same; whether it was written."""
-    path = _path(key)
+def keep_result(key: str, value: Any, module: str | None = None) -> bool:
+    """Write ``value`` under ``key`` if it reads back the same; whether it was written.
+    ``module``: the library's module that computed it (its address then depends on that
+    module's imports only; on the whole library when ``None``)."""
+    path = _path(key, module)
     if path is None:
         return False
     try:
@@ -313,9 +322,10 @@ def keep_result(key: str, value: Any) -> bool:
     return _store(path, {"key": key, "result": data})
 
 
-def read_result(key: str) -> tuple[bool, Any]:
-    """``(True, value)`` when a result is kept under ``key``, else ``(False, None)``."""
-    data = read_json(_path(key))
+def read_result(key: str, module: str | None = None) -> tuple[bool, Any]:
+    """``(True, value)`` when a result is kept under ``key`` (and ``module``, as
+    :func:`keep_result`), else ``(False, None)``."""
+    data = read_json(_path(key, module))
     if data is None or data.get("key") != key:
         return False, None
     try:
@@ -335,11 +345,11 @@ def expressions(builder: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(builder)
     def kept(*args: Any) -> Any:
         key = f"expressions {name}{args!r}"
-        found, value = read_result(key)
+        found, value = read_result(key, builder.__module__)
         if found:
             return value
         value = builder(*args)
-        keep_result(key, value)
+        keep_result(key, value, builder.__module__)
         return value
 
     kept.build = builder  # type: ignore[attr-defined]
@@ -402,7 +412,7 @@ def lambdified(
     """``sympy.lambdify(*build(), modules, **options)``, its source kept under ``key`` (with
     the modules and options): a kept source is executed again and ``build`` is not called."""
     full = f"lambdified {key} {_modules_key(modules)} {sorted(options.items())!r}"
-    data = read_json(_path(full))
+    data = read_json(_path(full, build.__module__))
     if data is not None and data.get("key") == full:
         try:
             fn = _from_source(data["source"], modules, key, data["imports"])
@@ -413,7 +423,7 @@ def lambdified(
             return fn
     args, expr = build()
     fn = sp.lambdify(args, expr, modules, **options)
-    path = _path(full)
+    path = _path(full, build.__module__)
     if path is not None:
         imports = {n: _importable(fn.__globals__[n]) for n in foreign_names(fn, modules)}
         if None in imports.values():
