@@ -279,3 +279,36 @@ def test_a_kept_formula_is_addressed_by_its_modules_closure(folder, monkeypatch)
     monkeypatch.setattr(fc, "closure_fingerprint", real)
     assert fc._path("probe", "tests.elsewhere") == fc._path("probe")
     fc._environment_key.cache_clear()
+
+
+@pytest.mark.slow
+def test_a_kept_builder_imports_nothing_outside_its_modules_closure():
+    """Each kept builder's result is addressed by its module's import closure: built fresh (no
+    cache), with every builder's module imported first, no builder imports a module of the
+    library outside its own module's closure while it runs (a dynamic import would)."""
+    code = (
+        "import importlib, json, sys\n"
+        "from dmlimits import formula_cache as fc\n"
+        f"kept = {sorted(KEPT.items())!r}\n"
+        "fns = {}\n"
+        "for name, _ in kept:\n"
+        "    module, attr = name.rsplit('.', 1)\n"
+        "    fns[name] = getattr(importlib.import_module(module), attr)\n"
+        "outside = {}\n"
+        "for name, calls in kept:\n"
+        "    for args in calls:\n"
+        "        before = set(sys.modules)\n"
+        "        fns[name](*args)\n"
+        "        new = {m for m in set(sys.modules) - before if m.split('.')[0] == 'dmlimits'}\n"
+        "        module = name.rsplit('.', 1)[0]\n"
+        "        extra = sorted(new - set(fc.import_closure(module)))\n"
+        "        if extra:\n"
+        "            outside[name] = extra\n"
+        "print(json.dumps(outside))\n"
+    )
+    env = {**os.environ, "DMLIMITS_SWEEP_CACHE": "off", fc.CACHE_ENV: "off"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {}

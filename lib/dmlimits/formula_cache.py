@@ -77,8 +77,8 @@ def _fingerprint(paths: list[Path]) -> str:
 @functools.cache
 def library_fingerprint() -> str:
     """A hash of every file of the installed library (code, data, presets): a changed formula
-    or constant changes it, and so the address of every cached formula (and of every executed
-    notebook the build keeps).  Taken once a process."""
+    or constant changes it, and so the address of every executed notebook the build keeps and
+    of a kept result that names no module of the library.  Taken once a process."""
     return _fingerprint([p for p in _ROOT.rglob("*") if p.is_file() and p.suffix in _FINGERPRINTED])
 
 
@@ -141,8 +141,8 @@ def import_closure(name: str) -> tuple[str, ...]:
 def closure_fingerprint(name: str) -> str:
     """A hash of the files of :func:`import_closure` of module ``name`` and of every data file
     and preset of the library: what a result computed by that module can depend on.  A change
-    to a module it never imports (a chapter's figures, the model of measured runs) leaves it
-    alone.  Taken once a process."""
+    to a module it never imports (for the search, the model of measured runs) leaves it alone.
+    Taken once a process."""
     code = [_module_file(m) for m in import_closure(name)]
     data = [p for p in _ROOT.rglob("*") if p.is_file() and p.suffix in _FINGERPRINTED[1:]]
     return _fingerprint([*code, *data])
