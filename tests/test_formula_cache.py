@@ -236,6 +236,17 @@ def _closure_checks(pkg) -> None:
         before = after
 
 
+def _uncached(code: str):
+    """What ``code`` prints last (JSON), run by a fresh interpreter with no sweep and no formula
+    kept on disk."""
+    env = {**os.environ, "DMLIMITS_SWEEP_CACHE": "off", fc.CACHE_ENV: "off"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
 @pytest.mark.slow
 def test_a_sweep_imports_nothing_outside_its_closure():
     """The sweeps kept on disk are addressed by the files of the search's import closure: a
@@ -250,12 +261,7 @@ def test_a_sweep_imports_nothing_outside_its_closure():
         "used = sorted(m for m in sys.modules if m.split('.')[0] == 'dmlimits')\n"
         "print(json.dumps([used, formula_cache.import_closure('dmlimits.search')]))\n"
     )
-    env = {**os.environ, "DMLIMITS_SWEEP_CACHE": "off", fc.CACHE_ENV: "off"}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr
-    used, closure = json.loads(proc.stdout.splitlines()[-1])
+    used, closure = _uncached(code)
     assert "dmlimits.search" in used and set(used) <= set(closure), sorted(set(used) - set(closure))
 
 
@@ -306,9 +312,4 @@ def test_a_kept_builder_imports_nothing_outside_its_modules_closure():
         "            outside[name] = extra\n"
         "print(json.dumps(outside))\n"
     )
-    env = {**os.environ, "DMLIMITS_SWEEP_CACHE": "off", fc.CACHE_ENV: "off"}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.splitlines()[-1]) == {}
+    assert _uncached(code) == {}
