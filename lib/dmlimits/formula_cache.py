@@ -121,7 +121,8 @@ def _imported(name: str, path: Path) -> set[str]:
 @functools.cache
 def import_closure(name: str) -> tuple[str, ...]:
     """Every module of the library that importing ``name`` can run: the modules its source
-    imports anywhere (:func:`_imported`), theirs in turn, and every package above each."""
+    imports anywhere (read from its syntax tree), theirs in turn, and every package above
+    each."""
     seen: set[str] = set()
     todo = [name]
     while todo:
