@@ -353,7 +353,8 @@ def _add_predict(sub) -> None:
         choices=("bound", "calibrated", "both"),
         default="both",
         help="bound: the paper's ideal (matmuls at the GPU's effective utilization, every "
-        "collective hidden, no latency); calibrated: the factors fitted on published runs; "
+        "collective hidden, no latency); calibrated: a matmul efficiency fitted on published "
+        "runs, the collective efficiency of the all-reduce measurements, no overlap; "
         "default: %(default)s",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
