@@ -242,7 +242,8 @@ def test_the_calibrated_mode_fits_the_matmul_efficiency_alone():
     f = runs.calibrated()
     assert runs.FITTED == ("matmul",)
     h100 = runs.cluster("h100")
-    assert f.collective == pytest.approx(nccl.fit().bus_bandwidth / (8 * h100.nic), rel=1e-12)
+    line_rate = h100.node_size * h100.nic
+    assert f.collective == pytest.approx(nccl.fit().bus_bandwidth / line_rate, rel=1e-12)
     assert 0.5 < f.collective < 1 and f.overlap == 0
     megatron = [r for r in runs.dev_rows() if "Narayanan" in r["source"]]
     other = runs.calibrate(megatron)

@@ -171,7 +171,6 @@ def hypotheses_markdown(rows: list[dict]) -> str:
 def fit_summary() -> dict:
     f = nccl.fit()
     m = nccl.measurements()
-    h100 = runs.cluster("h100")
     return {
         "alpha_us": f.alpha * 1e6,
         "bus_GBps": f.bus_bandwidth / nccl.GB,
@@ -182,7 +181,7 @@ def fit_summary() -> dict:
         "half_small_MiB": f.half_peak_message(min(m.nodes)) / 2**20,
         "half_large_MiB": f.half_peak_message(max(m.nodes)) / 2**20,
         # The fit's bus bandwidth over the node's network ports (one a GPU).
-        "nic_efficiency": f.bus_bandwidth / (h100.node_size * h100.nic),
+        "nic_efficiency": runs.measured_collective_efficiency(),
     }
 
 

@@ -1339,9 +1339,9 @@ FIXED_OVERLAP = 0.0
 @cache
 def measured_collective_efficiency() -> float:
     """The all-reduce measurements' fitted bus bandwidth (:func:`dmlimits.measured.nccl.fit`,
-    Fernandez et al.'s scan on nodes of eight H100s) over the line rate of a node's NICs, one
-    400 Gb/s NIC a GPU: the share of the network a collective achieves, measured apart from
-    any training run."""
+    Fernandez et al.'s scan on nodes of H100s) over the line rate of a node's NICs, one a GPU
+    (the ``h100`` cluster's): the share of the network a collective achieves, measured
+    apart from any training run."""
     h100 = CLUSTERS["h100"]
     return nccl.fit().bus_bandwidth / (h100.node_size * h100.nic)
 
