@@ -13,6 +13,9 @@ the model is):
   single-node rows, in sample and held out.
 * **Outside the development split**: the same errors on MosaicML's MPT runs
   (``published_runs_holdout.csv``), which no fit reads.
+* **Two step models**: the calibrated mode's (each operation timed,
+  :mod:`dmlimits.measured.operations`) and the step's FLOP at one matmul efficiency, with the
+  same errors (:func:`dmlimits.measured.confront.operations_compared`).
 * **Peak memory**: on the benchmark file (when present), the median relative error of the
   predicted peak against the recorded one, and how often the predicted fit agrees with whether
   the run ran or crashed out of memory, in sample (the activation factor and overhead are
@@ -124,6 +127,8 @@ def measure() -> dict:
     ok, n = _coverage(runs.holdout_rows())
     out["coverage_holdout"] = {"modelled": ok, "rows": n, "share": ok / n}
     out["memory_published"] = _memory_published()
+    # The calibrated mode times operations; the step's FLOP at one efficiency, for comparison.
+    out["step_models"] = confront.operations_compared()
     if BENCH.is_file():
         with BENCH.open() as fh:
             bench = list(csv.DictReader(fh))
@@ -197,6 +202,15 @@ def report(m: dict) -> str:
             f"step time, {key.replace('_', '-')} ({g['rows']} rows), median absolute error: in "
             f"sample {g['in_sample']:.0%}; held out {g['held_out']:.0%} (target "
             f"{t[target]:.0%}: {_verdict(g['held_out'], t[target])})"
+        )
+    lines += ["", "the calibrated mode's step (operations) against its FLOP at one efficiency:"]
+    for name, r in m["step_models"].items():
+        lines.append(
+            f"  {name:10s} matmul efficiency {r['matmul']:.3g}; MFU in sample "
+            f"{r['in_sample_points']:.1f}, held out {r['held_out_points']:.1f}, worst family "
+            f"{r['worst_family_points']:.1f} ({r['worst_family']}), MosaicML "
+            f"{r['outside_points']:.1f} points; step held out {r['held_out_step']:.0%}, MosaicML "
+            f"{r['outside_step_multi']:.0%} across nodes, {r['outside_step_single']:.0%} within"
         )
     mp = m["memory_published"]
     lines += [

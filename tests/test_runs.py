@@ -214,13 +214,13 @@ def test_calibration_beats_the_bound_and_the_uncalibrated_factors():
     cmp = runs.compare(runs.dev_rows(), runs.calibrated())
     bound_err = np.median(np.abs(cmp.bound - cmp.reported)) * 100
     assert cmp.median_abs_error_points < bound_err
-    raw = runs.Factors(serial_tp=True, latency=True, derate=True)
+    raw = runs.Factors(serial_tp=True, latency=True, derate=True, operations=True)
     assert cmp.median_abs_error_points < runs.compare(runs.dev_rows(), raw).median_abs_error_points
 
 
 def test_calibration_recovers_known_factors():
     """Rows made by the model itself with known factors give those factors back."""
-    truth = runs.Factors(0.7, 0.6, 0.4, serial_tp=True, latency=True, derate=True)
+    truth = runs.Factors(0.7, 0.6, 0.4, serial_tp=True, latency=True, derate=True, operations=True)
     rows = []
     for row in runs.dev_rows():
         try:

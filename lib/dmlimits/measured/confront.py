@@ -307,21 +307,26 @@ def family_label(row: dict) -> str:
     return "Megatron-LM" if label.startswith("Megatron-LM") else label
 
 
-def held_out(rows=None, fitted: tuple[str, ...] = runs.FITTED, label=source_label) -> dict:
+def held_out(
+    rows=None, fitted: tuple[str, ...] = runs.FITTED, label=source_label, operations: bool = True
+) -> dict:
     """Leave-one-source-out validation of the calibrated mode.
 
     For each source of ``label`` (:func:`source_label`; :func:`family_label` leaves a whole
     framework out), the factors are fitted (:func:`dmlimits.measured.runs.calibrate`) on the
     rows of every other source and predict that source's rows, which the fit never saw.
-    ``fitted``: the factors each fit searches (:func:`dmlimits.measured.runs.calibrate`).
+    ``fitted``: the factors each fit searches and ``operations`` how it times a step
+    (:func:`dmlimits.measured.runs.calibrate`).
     Returns ``by_source`` (one dict a source: its rows, the factors fitted without it, and the
     median absolute MFU error and median absolute step-time error in sample and held out), the
     pooled median errors over every modelled row, each row predicted by the fit that left its
     source out, ``per_row``: each modelled row's reported, in-sample and held-out
     utilization, and whether it runs across nodes, and ``factors``: the fit on every row."""
     rows = runs.dev_rows() if rows is None else tuple(rows)
-    default = rows is runs.dev_rows() and fitted == runs.FITTED
-    every = runs.calibrated() if default else runs.calibrate(rows, fitted=fitted)
+    default = rows is runs.dev_rows() and fitted == runs.FITTED and operations
+    every = (
+        runs.calibrated() if default else runs.calibrate(rows, fitted=fitted, operations=operations)
+    )
     labels = [label(r) for r in rows]
     out, pooled_in, pooled_out, step_in, step_out = [], [], [], [], []
     per_row: dict[str, list] = {"reported": [], "in_sample": [], "held_out": [], "multi_node": []}
@@ -331,7 +336,7 @@ def held_out(rows=None, fitted: tuple[str, ...] = runs.FITTED, label=source_labe
         inside = runs.compare(mine, every)
         if not inside.n:
             continue
-        fit = runs.calibrate(rest, fitted=fitted)
+        fit = runs.calibrate(rest, fitted=fitted, operations=operations)
         outside = runs.compare(mine, fit)
         s_in = step_time_errors(inside.reported, inside.calibrated)
         s_out = step_time_errors(outside.reported, outside.calibrated)
@@ -423,15 +428,18 @@ def fits_compared_markdown(result: dict[str, dict]) -> str:
     return "\n".join(lines).replace("%", "\\%")
 
 
-def outside_split(rows=None, fitted: tuple[str, ...] = runs.FITTED) -> dict:
+def outside_split(
+    rows=None, fitted: tuple[str, ...] = runs.FITTED, operations: bool = True
+) -> dict:
     """The calibrated mode on published runs outside the development split
     (:func:`dmlimits.measured.runs.holdout_rows`, which no fit reads): the median absolute MFU
     error, its median sign, and the median absolute step-time error on multi-node and
-    single-node runs.  ``fitted``: the factors fitted on the development rows."""
+    single-node runs.  ``fitted``: the factors fitted on the development rows, and
+    ``operations`` how the step is timed (:func:`dmlimits.measured.runs.calibrate`)."""
     factors = (
         runs.calibrated()
-        if fitted == runs.FITTED
-        else runs.calibrate(runs.dev_rows(), fitted=fitted)
+        if fitted == runs.FITTED and operations
+        else runs.calibrate(runs.dev_rows(), fitted=fitted, operations=operations)
     )
     cmp = runs.compare(runs.holdout_rows() if rows is None else rows, factors)
     if not cmp.n:
@@ -449,6 +457,98 @@ def outside_split(rows=None, fitted: tuple[str, ...] = runs.FITTED) -> dict:
         "step_single_node": float(np.median(step[~multi])) if (~multi).any() else float("nan"),
         "max_gpus": max(it.config.n_gpus for it in cmp.interpretations),
     }
+
+
+def operation_cases() -> dict[str, runs.Config]:
+    """The configurations whose steps the chapter splits by operation: Llama 2 7B with FSDP
+    on a node and on the largest cluster of Fernandez et al.'s setting, and there with
+    pipeline parallelism of four too; Llama 2 70B with FSDP and tensor parallelism of four at
+    the largest; and GPT-3 350M (Brown et al. 2020) on one
+    node of A100s, data parallel, four sequences of 2,048 tokens a GPU."""
+    lo, hi = runs.GPU_COUNTS[0], runs.GPU_COUNTS[-1]
+    small = runs.Config(
+        shape=runs.tf.SHAPES["gpt3-350m"], cluster=runs.cluster("a100"), n_gpus=8,
+        global_batch_tokens=8 * 4 * 2048, seq_len=2048, dp=8, mbs=4, sharding="ddp",
+    )  # fmt: skip
+    return {
+        f"Llama 2 7B, FSDP, {lo} H100s": runs.scaling_config("llama2-7b", "h100", lo, "FSDP"),
+        f"Llama 2 7B, FSDP, {hi:,} H100s": runs.scaling_config("llama2-7b", "h100", hi, "FSDP"),
+        f"Llama 2 7B, FSDP + PP 4, {hi:,} H100s": runs.scaling_config(
+            "llama2-7b", "h100", hi, "FSDP + PP 4"
+        ),
+        f"Llama 2 70B, FSDP + TP 4, {hi:,} H100s": runs.scaling_config(
+            "llama2-70b", "h100", hi, "FSDP + TP 4"
+        ),
+        f"{small.shape.name}, DDP, {small.n_gpus} A100s": small,
+    }
+
+
+#: The two ways of timing a step :func:`operations_compared` sets side by side: operation by
+#: operation (:mod:`dmlimits.measured.operations`, the calibrated mode's) and as the step's FLOP
+#: at one matmul efficiency (the calibrated mode's before).
+STEP_MODELS = {"operations": True, "flop": False}
+
+
+def operations_compared(rows=None) -> dict[str, dict]:
+    """For each way of timing a step (:data:`STEP_MODELS`), one fitted factor each: the fitted
+    matmul efficiency, the MFU and step-time errors in sample and with one source left out
+    (:func:`held_out`), the worst framework family left out (:func:`family_label`), and the
+    errors on the runs outside the development split (:func:`outside_split`)."""
+    out = {}
+    for key, operations in STEP_MODELS.items():
+        loso = held_out(rows, operations=operations)
+        families = held_out(rows, label=family_label, operations=operations)
+        worst = max(families["by_source"], key=lambda g: g["held_out_points"])
+        outside = outside_split(operations=operations)
+        out[key] = {
+            "matmul": loso["factors"].matmul,
+            "in_sample_points": loso["in_sample_points"],
+            "held_out_points": loso["held_out_points"],
+            "held_out_step": loso["held_out_step"],
+            "worst_family": worst["source"],
+            "worst_family_points": worst["held_out_points"],
+            "outside_points": outside["mfu_points"],
+            "outside_step_multi": outside["step_multi_node"],
+            "outside_step_single": outside["step_single_node"],
+        }
+    return out
+
+
+def attention_sensitivity(values: dict[str, float]) -> dict[str, float]:
+    """The calibrated mode refitted with attention's core at ``values`` (cluster name -> share of
+    peak, :func:`dmlimits.measured.operations.attention_utilizations`): its fitted matmul
+    efficiency, its pooled MFU error with one source left out, and its MFU error on the runs
+    outside the development split."""
+    from . import operations
+
+    with operations.attention_utilizations(values):
+        loso = held_out(tuple(runs.dev_rows()))  # a copy: fitted afresh, not the cached fit
+        fit = runs.calibrate(runs.dev_rows())
+        outside = runs.compare(runs.holdout_rows(), fit)
+    return {
+        "matmul": fit.matmul,
+        "held_out_points": loso["held_out_points"],
+        "outside_points": outside.median_abs_error_points,
+    }
+
+
+def operations_compared_markdown(result: dict[str, dict]) -> str:
+    """The table of :func:`operations_compared`."""
+    names = {"operations": "operation by operation", "flop": "the step's FLOP at one efficiency"}
+    lines = [
+        "| Step timed | Fitted matmul efficiency | MFU error in sample (points) | "
+        "held out, by source | worst family held out | MosaicML's runs (never fitted) | "
+        "Step-time error held out | MosaicML, across nodes | MosaicML, within a node |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key, r in result.items():
+        lines.append(
+            f"| {names[key]} | {r['matmul']:.3g} | {r['in_sample_points']:.1f} | "
+            f"{r['held_out_points']:.1f} | {r['worst_family_points']:.1f} "
+            f"({r['worst_family']}) | {r['outside_points']:.1f} | {r['held_out_step']:.0%} | "
+            f"{r['outside_step_multi']:.0%} | {r['outside_step_single']:.0%} |"
+        )
+    return "\n".join(lines).replace("%", "\\%")
 
 
 def held_out_markdown(result: dict) -> str:

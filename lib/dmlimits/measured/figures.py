@@ -126,3 +126,25 @@ def scatter_figure(cmp: runs.Comparison):
     axes[1].legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def operations_figure(cases: dict):
+    """Each configuration's step split by operation (:func:`dmlimits.measured.runs.operation_split`,
+    the calibrated mode), as shares of the step, one bar a configuration."""
+    import matplotlib.pyplot as plt
+
+    splits = {label: runs.operation_split(cfg) for label, cfg in cases.items()}
+    fig, ax = plt.subplots(figsize=(8.4, 0.5 * len(cases) + 1.6))
+    labels = list(splits)
+    left = np.zeros(len(labels))
+    for k, op in enumerate(runs.OPERATIONS):
+        share = np.array([100 * splits[lab][op] / sum(splits[lab].values()) for lab in labels])
+        ax.barh(labels, share, left=left, color=PALETTE[k % len(PALETTE)], label=op)
+        left += share
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of the step (%), calibrated mode")
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=8,
+               frameon=False)  # fmt: skip
+    return fig

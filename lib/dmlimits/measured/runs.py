@@ -6,11 +6,14 @@ size.  Measured runs (Fernandez et al. 2024, and the published runs in ``publish
 shard parameters (ZeRO, FSDP), train transformers at a fixed batch, and overlap imperfectly.
 This module extends the accounting just enough to meet them.  Per optimizer step and GPU:
 
-* **Compute.**  ``B F_tok / (N_GPU F_p eta_mm)``: the batch's training FLOP
-  (:mod:`dmlimits.measured.transformer`, recomputation counted) over the cluster's peak at the run's
-  precision, derated by a matmul efficiency ``eta_mm``.  The 1F1B pipeline stretches it by its
-  bubble, ``1 + (N_PP - 1) / (v m)`` with ``m`` micro-batches per pipeline and ``v`` chunks a
-  GPU (the pipeline chapter).
+* **Compute.**  In the bound, ``B F_tok / (N_GPU F_p eta_mm)``: the batch's training FLOP
+  (:mod:`dmlimits.measured.transformer`, recomputation counted) over the cluster's peak at the
+  run's precision, derated by a matmul efficiency ``eta_mm``.  The calibrated mode times the
+  step's operations one by one instead (:mod:`dmlimits.measured.operations`): each matmul by the
+  book's matmul model, over ``eta_mm``; attention's core at FlashAttention's published
+  utilization; the memory-bound operations and the optimizer step from HBM bandwidth.  The
+  1F1B pipeline stretches the blocks' time by its bubble, ``1 + (N_PP - 1) / (v m)`` with
+  ``m`` micro-batches per pipeline and ``v`` chunks a GPU (the pipeline chapter).
 * **Sharded data parallelism** over the ``g = N_DP N_CP`` ranks that hold the same parameters.
   A ring all-gather or reduce-scatter of a buffer makes each rank send ``(g - 1) / g`` of it.
   ZeRO-1 and ZeRO-2 reduce-scatter the gradients and all-gather the updated parameters once a
@@ -37,18 +40,19 @@ This module extends the accounting just enough to meet them.  Per optimizer step
 Two modes.  The **bound** keeps the paper's ideal assumptions (matmuls at the GPU's effective
 utilization, ``eta_mm = eta``, the paper's clock derate; every collective at its link's full
 bandwidth, no latency, all communication overlappable and ``phi = 1``): no run can beat it in
-this accounting. The **calibrated** mode names three efficiency factors: the matmul efficiency
-``eta_mm``, fitted on the development split (:func:`dev_rows`: the published runs of
-``published_runs.csv``, every row of it; :func:`dmlimits.measured.confront.held_out` validates the
-fit source by source); the collective efficiency ``eta_c`` (the fraction of a link's bandwidth a
-collective achieves), measured rather than fitted: the all-reduce measurements' bus bandwidth over
-the line rate of a node's NICs (:func:`measured_collective_efficiency`); and the overlap ``phi``,
-none (``phi = 0``). Fitting all three on the runs gave about the same error in sample and a larger
-one on a source left out (:data:`FITTED`); tensor-parallel collectives are serial (they sit between
-a block's matmuls), and network collectives pay a latency for every call: all-reduces the latency
-of the all-reduce fit (:mod:`dmlimits.measured.nccl`, growing with log2 of the nodes), FSDP's
-all-gathers and reduce-scatters, which NCCL runs as rings, one step of the paper's network latency
-per rank.
+this accounting. The **calibrated** mode times the step operation by operation (above) and names
+three efficiency factors: the matmul efficiency ``eta_mm`` (the share of the matmul model's
+throughput the runs' matmuls reach), fitted on the development split (:func:`dev_rows`: the
+published runs of ``published_runs.csv``, every row of it;
+:func:`dmlimits.measured.confront.held_out` validates the fit source by source); the collective
+efficiency ``eta_c`` (the fraction of a link's bandwidth a collective achieves), measured rather
+than fitted: the all-reduce measurements' bus bandwidth over the line rate of a node's NICs
+(:func:`measured_collective_efficiency`); and the overlap ``phi``, none (``phi = 0``). Fitting all
+three on the runs gave about the same error in sample and a larger one on a source left out
+(:data:`FITTED`); tensor-parallel collectives are serial (they sit between a block's matmuls), and
+network collectives pay a latency for every call: all-reduces the latency of the all-reduce fit
+(:mod:`dmlimits.measured.nccl`, growing with log2 of the nodes), FSDP's all-gathers and
+reduce-scatters, which NCCL runs as rings, one step of the paper's network latency per rank.
 """
 
 from __future__ import annotations
@@ -501,7 +505,10 @@ class Factors:
     """The named efficiency factors.  ``serial_tp``: tensor-parallel collectives do not overlap.
     ``latency``: network collectives pay their latency (all-reduce fit; rings).  ``derate``: compute
     runs at the GPU's effective utilization, the paper's clock derate of long matmul runs
-    (hardware presets), times ``matmul``."""
+    (hardware presets), times ``matmul``.  ``operations``: the step's operations are timed one
+    by one (:mod:`dmlimits.measured.operations`: each matmul by the matmul model, whose time
+    includes the derate, divided by ``matmul``; the memory-bound operations and the optimizer
+    step from HBM bandwidth) instead of as the step's FLOP at one efficiency."""
 
     matmul: float = 1.0
     collective: float = 1.0
@@ -509,6 +516,7 @@ class Factors:
     serial_tp: bool = False
     latency: bool = False
     derate: bool = False
+    operations: bool = False
 
 
 #: The paper's bound (run-mfu, step 5): matmuls at the GPU's effective utilization, the clock
@@ -668,6 +676,10 @@ def _ring_latency(cfg: Config, ranks: int, nodes: float, calls: float) -> float:
 PARTS = (
     "compute",
     "derate",
+    "linear",
+    "attention",
+    "memory",
+    "optimizer",
     "bubble_ratio",
     "dp_bw",
     "dp_lat",
@@ -681,7 +693,10 @@ PARTS = (
 def components(cfg: Config) -> dict[str, float]:
     """The parts of a step that do not depend on the efficiency factors: compute time at peak,
     the bubble's ratio to compute, and each parallelism's bandwidth time (at the links' full
-    bandwidth) and latency (at the all-reduce fit's)."""
+    bandwidth) and latency (at the all-reduce fit's); and the step's operations one by one
+    (:func:`dmlimits.measured.operations.parts`)."""
+    from . import operations
+
     sh = cfg.shape
     peak = cfg.cluster.peak(cfg.precision)
     w = WORD_BYTES
@@ -698,6 +713,7 @@ def components(cfg: Config) -> dict[str, float]:
     linear = sh.flop_per_token(cfg.seq_len, cfg.recompute) - attn
     out["compute"] = B * (linear / peak + attn / cfg.cluster.peak_16bit) / cfg.n_gpus
     out["bubble_ratio"] = (cfg.pp - 1) / (cfg.vpp * m)
+    out.update(operations.parts(cfg))
 
     # Data parallelism over g = dp x cp ranks, laid out outside tp.
     g = cfg.dp * cfg.cp
@@ -751,14 +767,19 @@ def combine(parts: dict, factors: Factors) -> dict:
     """Step time and its split from :func:`components` and the factors; works elementwise on
     arrays (of rows, or of factor values) as on numbers."""
     derate = parts["derate"] if factors.derate else 1.0
-    t_comp = parts["compute"] / (factors.matmul * derate)
-    t_bubble = t_comp * parts["bubble_ratio"]
+    if factors.operations:
+        t_comp = parts["linear"] / factors.matmul + parts["attention"]
+        t_mem, t_opt = parts["memory"], parts["optimizer"]
+    else:
+        t_comp = parts["compute"] / (factors.matmul * derate)
+        t_mem = t_opt = 0.0 * t_comp
+    t_bubble = (t_comp + t_mem) * parts["bubble_ratio"]
     lat = 1.0 if factors.latency else 0.0
     t_dp = parts["dp_bw"] / factors.collective + lat * parts["dp_lat"]
     t_tp = parts["tp_bw"] / factors.collective + lat * parts["tp_lat"]
     t_cp = parts["cp_bw"] / factors.collective
     t_pp = parts["pp_bw"] / factors.collective
-    t_p = t_comp + t_bubble
+    t_p = t_comp + t_mem + t_bubble + t_opt
     serial = t_tp if factors.serial_tp else 0.0 * t_tp
     overlappable = t_dp + t_cp + t_pp + (0.0 * t_tp if factors.serial_tp else t_tp)
     exposed = np.maximum(overlappable, factors.overlap * t_p) - factors.overlap * t_p
@@ -766,12 +787,18 @@ def combine(parts: dict, factors: Factors) -> dict:
         "step": t_p + serial + exposed,
         "exposed": serial + exposed,
         "compute": t_comp,
+        "memory-bound operations": t_mem,
+        "optimizer step": t_opt,
         "pipeline bubble": t_bubble,
         "data parallel": t_dp,
         "tensor parallel": t_tp,
         "context parallel": t_cp,
         "pipeline boundaries": t_pp,
     }
+
+
+#: The parts of a step's breakdown that are the GPU's own work, not communication.
+COMPUTE_PARTS = ("compute", "memory-bound operations", "optimizer step", "pipeline bubble")
 
 
 @dataclass(frozen=True)
@@ -834,6 +861,37 @@ def predict(cfg: Config, factors: Factors = BOUND, parts: dict | None = None) ->
         exposed_comm_s=float(res["exposed"]),
         energy_per_token_j=cfg.n_gpus * cfg.cluster.power_w * t_step / B,
     )
+
+
+#: What :func:`operation_split` splits a step into, in the order the chapter's figure stacks
+#: them.
+OPERATIONS = (
+    "matmuls",
+    "attention",
+    "memory-bound operations",
+    "optimizer step",
+    "pipeline bubble",
+    "communication in series",
+)
+
+
+def operation_split(cfg: Config, factors: Factors | None = None) -> dict[str, float]:
+    """Seconds of one step by operation (:data:`OPERATIONS`) in a mode that times operations
+    (the calibrated mode's factors by default); they add up to the step time."""
+    factors = factors or calibrated()
+    if not factors.operations:
+        raise ValueError("operation_split needs factors with operations=True (the calibrated mode)")
+    parts = components(cfg)
+    res = combine(parts, factors)
+    matmuls = parts["linear"] / factors.matmul
+    return {
+        "matmuls": matmuls,
+        "attention": parts["attention"],
+        "memory-bound operations": float(res["memory-bound operations"]),
+        "optimizer step": float(res["optimizer step"]),
+        "pipeline bubble": float(res["pipeline bubble"]),
+        "communication in series": float(res["exposed"]),
+    }
 
 
 # --- Published runs ---------------------------------------------------------------------------
@@ -1346,12 +1404,20 @@ def measured_collective_efficiency() -> float:
     return nccl.fit().bus_bandwidth / (h100.node_size * h100.nic)
 
 
-def calibrate(rows=None, grid: dict | None = None, fitted: tuple[str, ...] = FITTED) -> Factors:
+def calibrate(
+    rows=None,
+    grid: dict | None = None,
+    fitted: tuple[str, ...] = FITTED,
+    operations: bool = True,
+) -> Factors:
     """The factors minimising the median absolute error of utilization over ``rows`` (the
     development rows by default), by exhaustive search over :data:`CALIBRATION_GRID`; ties go
     to the smaller mean absolute error.  Only the factors named in ``fitted`` are searched
     (:data:`FITTED` by default); the collective efficiency is otherwise
-    :func:`measured_collective_efficiency` and the overlap :data:`FIXED_OVERLAP`."""
+    :func:`measured_collective_efficiency` and the overlap :data:`FIXED_OVERLAP`.
+    ``operations``: the step timed operation by operation (:mod:`dmlimits.measured.operations`,
+    the calibrated mode's way) or, ``False``, as its FLOP at one matmul efficiency (the
+    calibrated mode before it timed operations; the chapter *Real runs* compares the two)."""
     unknown = set(fitted) - set(CALIBRATION_GRID)
     if unknown or not fitted:
         raise ValueError(
@@ -1380,6 +1446,7 @@ def calibrate(rows=None, grid: dict | None = None, fitted: tuple[str, ...] = FIT
         serial_tp=True,
         latency=True,
         derate=True,
+        operations=operations,
     )
     step = combine(parts, f)["step"]
     err = np.abs(ideal / step - reported)
@@ -1388,7 +1455,13 @@ def calibrate(rows=None, grid: dict | None = None, fitted: tuple[str, ...] = FIT
     order = np.lexsort((mean.ravel(), median.ravel()))
     i = np.unravel_index(order[0], median.shape)
     return Factors(
-        float(mm[i]), float(cc[i]), float(ov[i]), serial_tp=True, latency=True, derate=True
+        float(mm[i]),
+        float(cc[i]),
+        float(ov[i]),
+        serial_tp=True,
+        latency=True,
+        derate=True,
+        operations=operations,
     )
 
 
@@ -1490,12 +1563,9 @@ def strong_scaling(
         "mfu": np.array([p.mfu for p in preds]),
         "exposed_s": np.array([p.exposed_comm_s for p in preds]),
         "comm_s": np.array(
-            [
-                sum(v for k, v in p.breakdown.items() if k not in ("compute", "pipeline bubble"))
-                for p in preds
-            ]
+            [sum(v for k, v in p.breakdown.items() if k not in COMPUTE_PARTS) for p in preds]
         ),
-        "compute_s": np.array([p.breakdown["compute"] for p in preds]),
+        "compute_s": np.array([sum(p.breakdown[k] for k in COMPUTE_PARTS) for p in preds]),
         "step_s": np.array([p.step_time_s for p in preds]),
         "energy_per_token_j": np.array([p.energy_per_token_j for p in preds]),
     }

@@ -1071,3 +1071,52 @@ def _search_network(d: Derivation) -> str:
 )
 def _search_utilization(d: Derivation) -> str:
     return _search_against_authors(d, "utilization")
+
+
+# --- The operations of a step ------------------------------------------------------------------
+def _block_kernels(d: int, kv: int, ff: int, gated: bool, tp: int, seq_par: bool) -> list[float]:
+    """Values one forward kernel of a block reads and writes per token on one rank, kernel by
+    kernel in the order they run: a norm, the rotary embedding, a residual addition, a norm, the
+    MLP's nonlinearity, a residual addition.  Norms and residuals see the whole hidden vector
+    unless sequence parallelism splits it; the rest see a tensor-parallel shard."""
+    hidden = d / (tp if seq_par else 1)
+    norm = hidden + hidden  # read x, write its normalized copy
+    rotary = 2 * (d + kv) / tp  # read q and k, write them rotated
+    residual = 3 * hidden  # read two vectors, write their sum
+    nonlinearity = (3 if gated else 2) * ff / tp  # read the up-projections, write one
+    return [norm, rotary, residual, norm, nonlinearity, residual]
+
+
+@oracle(
+    "run-operations-memory",
+    "simulation",
+    "a step walked kernel by kernel: every memory-bound kernel of every block on one GPU, for "
+    "every micro-batch and pass (forward, recomputed forward, a backward of twice the forward's "
+    "bytes), each paying the kernel latency and its bytes over HBM bandwidth; then the fp32 "
+    "loss's four vocabulary-wide passes and Adam's thirty bytes a parameter of the GPU's shard",
+)
+def _operations_memory(d: Derivation) -> str:
+    cases = []
+    for dm, kv, ff, gated, tp, seq_par, pp, dp, cp, rb, g_o in (
+        (4096, 1024, 14336, True, 1, False, 1, 8, 1, 0, 8),
+        (8192, 1024, 28672, True, 8, True, 4, 2, 2, 1, 4),
+        (2048, 2048, 8192, False, 2, False, 2, 4, 1, 1, 1),
+    ):
+        layers, vocab, params, batch, mbs_tokens = 16, 32000, 3e9, 2**20, 4096
+        word, latency, bw = 2, 4e-6, 3e12
+        tokens = batch / (dp * cp)  # through this GPU's pipeline, per context rank
+        micro = tokens / mbs_tokens
+        t = 0.0
+        for _layer in range(layers // pp):
+            for _mb in range(int(micro)):
+                for per_token in _block_kernels(dm, kv, ff, gated, tp, seq_par):
+                    for passes in [1] * (1 + rb) + [2]:  # forward(s), then the backward
+                        t += latency + passes * per_token * word * mbs_tokens / bw
+        t += tokens * 4 * 4 * vocab / tp / pp / bw  # the loss, counted on every stage's share
+        t += 30 * params / (tp * pp * g_o) / bw
+        vals = {"d_model": dm, "d_kv": kv, "d_ff": ff, "g_mlp": 3 if gated else 2, "N_TP": tp,
+                "t_sp": tp if seq_par else 1, "N_PP": pp, "N_DP": dp, "N_CP": cp, "rho_b": rb,
+                "g_o": g_o, "L": layers, "V_voc": vocab, "N": params, "B": batch,
+                "m_micro": micro, "w_word": word, "t_kern": latency, "W_HBM": bw}  # fmt: skip
+        cases.append((vals, t))
+    return _compare(d.result, "t_mem", cases, rtol=1e-9)

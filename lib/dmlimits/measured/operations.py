@@ -1,0 +1,321 @@
+"""The operations of one training step on one GPU, besides its collectives.
+
+The bound of :mod:`dmlimits.measured.runs` times a step's compute as its FLOP at one efficiency,
+the same for every matmul of every model.  A step runs more than that: matmuls whose efficiency
+depends on their shape, and between them operations that do almost no arithmetic and whose time
+is the bytes they move through HBM.  The calibrated mode times both:
+
+* **Matmuls** by the book's single-GPU matmul model (:mod:`dmlimits.matmul`, the first paper's
+  roofline over HBM, L2 and shared memory, plus a kernel latency), one call for each of a block's
+  four weight matrices on one tensor-parallel rank (the fused query, key and value projection;
+  the output projection; the MLP's up-projections, fused; its down-projection) and for the output
+  projection to the vocabulary, at the nanobatch of one micro-batch: ``b = b_mb s / N_CP``
+  tokens.  Each runs forward (again when recomputed), for the activation gradient and for the
+  weight gradient.  A small model's matmuls, or a large tensor-parallel degree's thin shards,
+  run below the clock derate: the kernel latency is a larger share and the tiles fill less.
+  FP8 runs take the matmul model's time at the ratio of the 16-bit to the FP8 peak.
+* **Attention's core** at the utilization FlashAttention-2 reaches on the GPU: the upper end of
+  its published range on the A100 (Dao 2023) and its published utilization on the H100 (Shah
+  et al. 2024), which Hopper GPUs share (:data:`ATTENTION_UTILIZATION`).  The runs of the
+  development split and of the holdout file used FlashAttention-style kernels or (Megatron-LM in
+  2021-22) kernels that kept the scores, which this counts as FlashAttention's.
+* **Memory-bound operations**, counted operation by operation (derivation
+  ``run-operations-memory``): a block's two norms, two residual additions, rotary embedding of
+  its queries and keys and its MLP's nonlinearity read and write the token's vectors through HBM
+  (a GPT block's two dropouts stand in for the rotary embedding: the same traffic, to a few per
+  cent), each a kernel that pays the kernel latency; the loss over the vocabulary; and Adam's
+  update of the GPU's share of the optimizer state, once a step.
+
+Every number is the hardware preset's, a published measurement or a count; nothing here is
+fitted.  The calibrated mode still fits one factor, the matmul efficiency, which divides the
+matmul model's time (:func:`dmlimits.measured.runs.calibrate`).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from functools import cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+import sympy as sp
+
+from .. import data_parallel as dpm
+from .. import matmul as mm
+from .. import pipeline as pl
+from .. import published, scenario
+from .. import symbols as s
+from .. import tensor_parallel as tpm
+from .. import units as u
+from ..derivation import Derivation, Step, Substitution, derivation, register
+from . import memory
+from . import transformer as tf
+from .runs import SHARDING, n_cp
+
+if TYPE_CHECKING:
+    from .runs import Config
+
+CHAPTER = "diminishing_returns"
+_S, _B = u.second, u.byte
+_decl = s.REGISTRY.declare
+
+# --- Symbols -----------------------------------------------------------------------------------
+t_mem = _decl("t_mem", r"t_{\mathrm{mem}}", "time of a step's memory-bound operations on one GPU",
+              _S, defined_in=CHAPTER)  # fmt: skip
+q_blk = _decl("Q_blk", r"Q_{\mathrm{blk}}", "bytes a block's memory-bound operations move per "
+              "token in a step", _B, defined_in=CHAPTER)  # fmt: skip
+q_fwd = _decl("Q_fwd", r"Q_{\mathrm{fwd}}", "bytes a block's memory-bound operations move per "
+              "token in one forward pass", _B, defined_in=CHAPTER)  # fmt: skip
+k_bwd = _decl("k_bwd", r"k_{\mathrm{bwd}}", "traffic of a memory-bound operation's backward pass, "
+              "in forward passes", defined_in=CHAPTER)  # fmt: skip
+n_kern = _decl("n_k", r"n_{\mathrm{k}}", "memory-bound kernels of a block's forward pass",
+               defined_in=CHAPTER)  # fmt: skip
+q_head = _decl("Q_head", r"Q_{\mathrm{head}}", "bytes the loss over the vocabulary moves per "
+               "token", _B, defined_in=CHAPTER)  # fmt: skip
+q_opt = _decl("Q_opt", r"Q_{\mathrm{opt}}", "bytes the optimizer step moves per parameter", _B,
+              defined_in=CHAPTER)  # fmt: skip
+c_loss = _decl("c_loss", r"c_{\mathrm{loss}}", "bytes the loss moves per vocabulary entry and "
+               "token", _B, defined_in=CHAPTER)  # fmt: skip
+
+#: Kernels of a block's forward pass that do no matmul: two norms, two residual additions, the
+#: rotary embedding and the MLP's nonlinearity.
+FORWARD_KERNELS = 6
+#: A memory-bound operation's backward pass reads its saved input and the output's gradient and
+#: writes the input's gradient: about twice its forward traffic.
+BACKWARD_PASSES = 2
+#: The loss in fp32, per vocabulary entry and token: its forward reads the logits and writes
+#: their softmax, its backward reads that and writes the logits' gradient; four 4-byte passes.
+LOSS_BYTES = 16
+#: Mixed-precision Adam per parameter: reads the fp32 gradient, master weight and two moments
+#: (16 bytes), writes the master weight and moments (12) and the 16-bit weight (2).
+OPTIMIZER_BYTES = 30
+
+
+@register
+def memory_ops_derivation() -> Derivation:
+    tokens = s.batch / (dpm.n_dp * n_cp)
+    per_stage = s.n_layers / pl.n_pp
+    e1 = sp.Eq(
+        t_mem,
+        per_stage * (pl.n_micro * (2 + tf.rho_b) * n_kern * mm.t_kernel
+                     + tokens * q_blk / mm.bw_hbm)
+        + tokens * q_head / (pl.n_pp * mm.bw_hbm)
+        + q_opt * s.n_params / (tpm.n_tp * pl.n_pp * memory.g_o * mm.bw_hbm),
+    )  # fmt: skip
+    passes = Substitution(
+        (
+            "the forward pass, its recomputation and a backward pass of "
+            r"$k_{\mathrm{bwd}}$ forward passes' bytes"
+        ),
+        {q_blk: (1 + tf.rho_b + k_bwd) * q_fwd},
+        kind="definition",
+    )
+    e2 = passes.apply(e1)
+    count = Substitution(
+        "a block's memory-bound operations, one by one",
+        {
+            q_fwd: mm.word
+            * (10 * s.d_model / memory.t_sp + (2 * (s.d_model + memory.d_kv)
+                                               + tf.mlp_mats * s.d_ff) / tpm.n_tp),
+            n_kern: FORWARD_KERNELS,
+            q_head: c_loss * tf.vocab / tpm.n_tp,
+        },
+        kind="definition",
+    )  # fmt: skip
+    e3 = count.apply(e2)
+    adam = Substitution(
+        "backward passes of twice the forward's bytes, an fp32 loss, mixed-precision Adam",
+        {k_bwd: BACKWARD_PASSES, c_loss: LOSS_BYTES, q_opt: OPTIMIZER_BYTES},
+        kind="assumption",
+        source="rajbhandari2020zero",
+    )
+    e4 = adam.apply(e3)
+    return derivation(
+        "run-operations-memory",
+        "The memory-bound operations of one step on one GPU",
+        [
+            Step(
+                "Each of a stage's blocks runs its memory-bound kernels for every micro-batch "
+                "(forward, recomputed forward and backward; each pays the kernel latency) and "
+                "moves their bytes for every token of the GPU; the loss moves its bytes on the "
+                "last stage (counted here as a share of every stage) and the optimizer updates "
+                "the GPU's share of the optimizer state once a step.",
+                e1,
+            ),
+            Step(
+                "A block's traffic per token: its forward pass, the recomputed forward, and a "
+                "backward pass that moves some multiple of the forward's bytes.",
+                e2,
+                using=passes,
+            ),
+            Step(
+                "Counted operation by operation: two norms (each reads and writes a vector as "
+                "wide as the model), two residual additions (each reads two and writes one), "
+                "the rotary embedding of the queries and keys (reads and writes them) and the "
+                "MLP's nonlinearity (reads its up-projections, writes one). Norms and residuals "
+                "are split over the tensor-parallel ranks only with sequence parallelism; the "
+                "loss over the vocabulary is split by tensor parallelism.",
+                e3,
+                using=count,
+            ),
+            Step(
+                "A backward pass moves twice its forward's bytes, the loss runs in fp32 and "
+                "Adam reads and writes thirty bytes a parameter.",
+                e4,
+                using=adam,
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+# Dimension-checked before the assumptions' numbers replace the bytes a pass, loss and
+# parameter move.
+COST_FORMULAS = {"t_mem": (memory_ops_derivation().steps[2].expr.rhs, _S)}
+
+_ARGS = (
+    s.batch, dpm.n_dp, n_cp, s.n_layers, pl.n_pp, pl.n_micro, tf.rho_b, mm.t_kernel, mm.bw_hbm,
+    mm.word, s.d_model, memory.t_sp, memory.d_kv, tf.mlp_mats, s.d_ff, tpm.n_tp, tf.vocab,
+    s.n_params, k_bwd, c_loss, q_opt, memory.g_o,
+)  # fmt: skip
+
+
+@cache
+def _memory_fn():
+    return sp.lambdify(_ARGS, COST_FORMULAS["t_mem"][0], "numpy")
+
+
+# --- The GPUs' single-device models -------------------------------------------------------------
+#: The book's hardware preset that times each cluster's matmuls and memory-bound operations,
+#: with what differs from it.  The clusters of the published A100 runs have the 80 GB A100,
+#: whose HBM2e moves 2,039 GB/s (NVIDIA A100 datasheet); the preset is the 40 GB card.
+PRESETS: dict[str, tuple[str, dict[str, float]]] = {
+    "a100": ("a100", {"hardware.hbm_bandwidth": 2.039e12, "hardware.hbm_capacity": 80e9}),
+    "h100": ("h100", {}),
+    "h100-500w": ("h100", {}),
+    "h200": ("h200", {}),
+    "b200": ("b200", {}),
+    "gb200-nvl72": ("gb200-nvl72", {}),
+}
+
+
+#: The share of the 16-bit peak attention's core reaches on each cluster's GPU: FlashAttention-2's
+#: published utilization (the upper end of its range on the A100; on the H100, which the H200
+#: shares); ``None``: no published figure (Blackwell), the GPU's clock derate instead.
+ATTENTION_UTILIZATION: dict[str, float | None] = {
+    "a100": published.value("flash2.a100_utilization_max"),
+    "h100": published.value("flash3.h100_flash2_utilization"),
+    "h100-500w": published.value("flash3.h100_flash2_utilization"),
+    "h200": published.value("flash3.h100_flash2_utilization"),
+    "b200": None,
+    "gb200-nvl72": None,
+}
+
+
+@contextmanager
+def attention_utilizations(values: dict[str, float]):
+    """Within the ``with`` block, attention's core reaches ``values`` (cluster name -> share of
+    the 16-bit peak) instead of :data:`ATTENTION_UTILIZATION`'s: to test how much a result
+    depends on them.  Cached calibrations (:func:`dmlimits.measured.runs.calibrated`) are not
+    recomputed inside it; fit with :func:`dmlimits.measured.runs.calibrate`."""
+    for name, value in values.items():
+        if name not in ATTENTION_UTILIZATION:
+            raise ValueError(
+                f"no cluster {name!r}; expected one of {', '.join(ATTENTION_UTILIZATION)}"
+            )
+        if not 0 < value <= 1:
+            raise ValueError(f"utilization of {name}: expected a share in (0, 1], got {value!r}")
+    saved = dict(ATTENTION_UTILIZATION)
+    ATTENTION_UTILIZATION.update(values)
+    try:
+        yield
+    finally:
+        ATTENTION_UTILIZATION.clear()
+        ATTENTION_UTILIZATION.update(saved)
+
+
+def attention_utilization(cluster) -> float:
+    """The share of its 16-bit peak a cluster's GPU reaches in attention's core
+    (:data:`ATTENTION_UTILIZATION`; the clock derate where nothing is published)."""
+    value = ATTENTION_UTILIZATION.get(cluster.name)
+    return cluster.derate if value is None else value
+
+
+@cache
+def device(cluster: str) -> scenario.Scenario:
+    """The scenario whose hardware times one GPU of ``cluster`` (:data:`PRESETS`)."""
+    try:
+        preset, overrides = PRESETS[cluster]
+    except KeyError:
+        raise ValueError(
+            f"no single-GPU model for cluster {cluster!r}; expected one of {', '.join(PRESETS)}"
+        ) from None
+    return scenario.resolve(preset, overrides=overrides)
+
+
+def block_matmuls(cfg: Config) -> list[tuple[float, float]]:
+    """The weight shapes ``(d1, d2)`` of one block's matmuls on one tensor-parallel rank."""
+    sh, t = cfg.shape, cfg.tp
+    d = sh.d_model
+    return [
+        (d, (d + 2 * sh.kv_width) / t),  # queries, keys and values, fused (column-parallel)
+        (d / t, d),  # the attention's output projection (row-parallel)
+        (d, (sh.mlp_mats - 1) * sh.d_ff / t),  # the MLP's up-projections, fused
+        (sh.d_ff / t, d),  # its down-projection
+    ]
+
+
+def _passes_time(scn, shapes: list[tuple[float, float]], b: float, rb) -> np.ndarray:
+    """Each matmul's forward (``1 + rb`` times), activation-gradient and weight-gradient time,
+    for weight shapes ``(d1, d2)`` at nanobatch ``b``."""
+    d1 = np.array([max(1, round(x)) for x, _ in shapes], dtype=float)
+    d2 = np.array([max(1, round(y)) for _, y in shapes], dtype=float)
+    fwd = mm.matmul_time(scn, d1, d2, b, "forward")
+    act = mm.matmul_time(scn, d1, d2, b, "activation-grad")
+    wgt = mm.matmul_time(scn, d1, d2, b, "weight-grad")
+    return (1 + np.asarray(rb, dtype=float)) * fwd + act + wgt
+
+
+def parts(cfg: Config) -> dict[str, float]:
+    """Seconds of one step on one GPU: ``linear``, its matmuls by the matmul model (clock derate
+    and kernel latency included); ``attention``, attention's core at its utilization
+    (:func:`attention_utilization`); ``memory``, the memory-bound operations of its blocks and
+    the loss (:func:`memory_ops_derivation`, without the optimizer); ``optimizer``, Adam's
+    update."""
+    sh, c = cfg.shape, cfg.cluster
+    scn = device(c.name)
+    rb, _ = tf.RECOMPUTE[cfg.recompute]
+    b = cfg.mbs * cfg.seq_len / cfg.cp
+    m = cfg.micro_batches
+    shapes = [*block_matmuls(cfg), (sh.d_model, sh.vocab / cfg.tp)]
+    times = _passes_time(scn, shapes, b, [rb] * (len(shapes) - 1) + [0])
+    per_block, head = float(times[:-1].sum()), float(times[-1])
+    # The matmul model runs at the 16-bit peak; FP8 matmuls at the FP8 peak.
+    speed = c.peak_16bit / c.peak(cfg.precision)
+    linear = speed * m * (sh.layers / cfg.pp * per_block + head / cfg.pp)
+    attn = sh.attention_flop_per_token(cfg.seq_len, cfg.recompute)
+    attention = (
+        cfg.global_batch_tokens * attn / (c.peak_16bit * attention_utilization(c) * cfg.n_gpus)
+    )
+    g = cfg.dp * cfg.cp
+    stage = _zero_stage(cfg)
+    g_o = (cfg.shard_group if cfg.sharding == "hsdp" else g) if stage >= 1 else 1
+    sp_split = cfg.tp if cfg.sequence_parallel else 1
+    args = (
+        cfg.global_batch_tokens, cfg.dp, cfg.cp, sh.layers, cfg.pp, m, rb,
+        float(scn["hardware.kernel_latency"]), float(scn["hardware.hbm_bandwidth"]),
+        float(scn["model.word_bytes"]), sh.d_model, sp_split, sh.kv_width, sh.mlp_mats,
+        sh.d_ff, cfg.tp, sh.vocab, sh.params, BACKWARD_PASSES, LOSS_BYTES, OPTIMIZER_BYTES,
+    )  # fmt: skip
+    with_opt = float(_memory_fn()(*args, g_o))
+    without = float(_memory_fn()(*args, np.inf))
+    return {
+        "linear": linear,
+        "attention": attention,
+        "memory": without,
+        "optimizer": with_opt - without,
+    }
+
+
+def _zero_stage(cfg: Config) -> int:
+    return SHARDING[cfg.sharding]

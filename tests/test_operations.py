@@ -1,0 +1,174 @@
+"""The operations of a step (dmlimits.measured.operations): matmuls by the matmul model,
+attention at its published utilization, memory-bound operations and the optimizer from HBM
+bandwidth (issue #14: a per-operation step model)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from conftest import derivations_of
+from dmlimits import matmul, published, units
+from dmlimits.measured import confront, operations, runs, transformer
+from dmlimits.symbols import REGISTRY
+
+
+def _config(shape="llama2-7b", gpu="h100", n=8, **kw) -> runs.Config:
+    kw.setdefault("dp", n // (kw.get("tp", 1) * kw.get("pp", 1)))
+    return runs.Config(shape=transformer.shape(shape), cluster=runs.cluster(gpu), n_gpus=n,
+                       global_batch_tokens=64 * 4096, seq_len=4096, **kw)  # fmt: skip
+
+
+def test_derivation_is_registered_and_has_units():
+    assert [d.name for d in derivations_of("measured.operations")] == ["run-operations-memory"]
+    for expr, unit in operations.COST_FORMULAS.values():
+        units.check_unit(expr, REGISTRY.units, unit)
+
+
+def test_every_cluster_has_a_single_gpu_model():
+    for c in runs.CLUSTERS.values():
+        scn = operations.device(c.name)
+        assert scn["hardware.kernel_latency"] > 0
+        assert operations.attention_utilization(c) > 0
+    with pytest.raises(ValueError, match="no single-GPU model for cluster 'tpu'"):
+        operations.device("tpu")
+
+
+def test_the_a100_clusters_device_has_the_80_gb_cards_bandwidth():
+    """The A100 runs were on 80 GB cards; the book's A100 preset is the 40 GB card."""
+    assert operations.device("a100")["hardware.hbm_bandwidth"] == pytest.approx(2.039e12)
+    assert operations.device("h100")["hardware.hbm_bandwidth"] == pytest.approx(3.352e12)
+
+
+def test_attention_runs_at_flashattentions_published_utilization():
+    cfg = _config()
+    p = operations.parts(cfg)
+    flop = cfg.shape.attention_flop_per_token(cfg.seq_len, cfg.recompute)
+    want = (
+        cfg.global_batch_tokens
+        * flop
+        / (cfg.cluster.peak_16bit * published.value("flash3.h100_flash2_utilization") * cfg.n_gpus)
+    )
+    assert p["attention"] == pytest.approx(want)
+    a100 = _config(gpu="a100")
+    assert operations.attention_utilization(a100.cluster) == published.value(
+        "flash2.a100_utilization_max"
+    )
+    # Blackwell: nothing published; the clock derate stands in.
+    b200 = runs.cluster("b200")
+    assert operations.attention_utilization(b200) == b200.derate
+
+
+def test_large_matmuls_run_at_the_derate_thin_ones_below_it():
+    """A large model's matmuls take about their FLOP at the clock derate; a small model's
+    split eight ways, with one short sequence a micro-batch, take markedly longer."""
+
+    def ratio(cfg):
+        p = operations.parts(cfg)
+        attn = cfg.shape.attention_flop_per_token(cfg.seq_len, cfg.recompute)
+        linear_flop = cfg.shape.flop_per_token(cfg.seq_len, cfg.recompute) - attn
+        at_derate = (
+            cfg.global_batch_tokens
+            * linear_flop
+            / (cfg.cluster.peak_16bit * cfg.cluster.derate * cfg.n_gpus)
+        )
+        return p["linear"] / at_derate
+
+    big = _config("llama2-70b", n=64, tp=8, sharding="fsdp")
+    small = runs.Config(
+        shape=transformer.SHAPES["gpt3-350m"], cluster=runs.cluster("a100"), n_gpus=8,
+        global_batch_tokens=64 * 1024, seq_len=1024, tp=8, dp=1,
+    )  # fmt: skip
+    assert ratio(big) == pytest.approx(1.0, abs=0.05)
+    assert ratio(small) > 1.3
+
+
+def test_fp8_halves_the_matmuls_and_leaves_attention():
+    bf16, fp8 = _config(), _config(precision="fp8")
+    p, q = operations.parts(bf16), operations.parts(fp8)
+    assert q["linear"] == pytest.approx(p["linear"] / 2)
+    assert q["attention"] == pytest.approx(p["attention"])
+
+
+def test_sequence_parallelism_splits_the_norms_and_residuals():
+    plain = _config(n=8, tp=8, dp=1)
+    split = dataclasses.replace(plain, sequence_parallel=True)
+    assert operations.parts(split)["memory"] < operations.parts(plain)["memory"]
+    assert operations.parts(split)["linear"] == operations.parts(plain)["linear"]
+
+
+def test_the_optimizer_step_shrinks_with_the_zero_group():
+    ddp = _config(n=8, sharding="ddp")
+    zero1 = _config(n=8, sharding="zero1")
+    assert operations.parts(ddp)["optimizer"] == pytest.approx(
+        8 * operations.parts(zero1)["optimizer"]
+    )
+    # Adam's thirty bytes a parameter over the HBM bandwidth, unsharded.
+    bw = operations.device("h100")["hardware.hbm_bandwidth"]
+    want = operations.OPTIMIZER_BYTES * ddp.shape.params / bw
+    assert operations.parts(ddp)["optimizer"] == pytest.approx(want)
+
+
+def test_the_operations_add_up_to_the_calibrated_step():
+    for cfg in (_config(), _config(n=64, pp=4, dp=16), _config(n=64, tp=8, dp=8)):
+        split = runs.operation_split(cfg)
+        assert sum(split.values()) == pytest.approx(
+            runs.predict(cfg, runs.calibrated()).step_time_s
+        )
+        assert all(v >= 0 for v in split.values())
+    with pytest.raises(ValueError, match="operations=True"):
+        runs.operation_split(_config(), runs.BOUND)
+
+
+def test_the_calibrated_mode_times_operations_and_the_bound_does_not():
+    cfg = _config()
+    assert runs.calibrated().operations and not runs.BOUND.operations
+    flop_only = dataclasses.replace(runs.calibrated(), operations=False)
+    p = runs.components(cfg)
+    res = runs.combine(p, flop_only)
+    assert float(res["memory-bound operations"]) == 0.0
+    assert float(res["compute"]) == pytest.approx(p["compute"] / (flop_only.matmul * p["derate"]))
+
+
+def test_combine_works_on_arrays_of_factors():
+    cfg = _config(n=64, pp=4, dp=16)
+    p = runs.components(cfg)
+    f = np.array([0.5, 0.75, 1.0])
+    many = runs.combine(p, runs.Factors(matmul=f, derate=True, operations=True))["step"]
+    one = [runs.combine(p, runs.Factors(matmul=x, derate=True, operations=True))["step"] for x in f]
+    assert np.allclose(many, one)
+    assert many[0] > many[1] > many[2]
+
+
+def test_attention_utilizations_are_overridden_and_restored():
+    cfg = _config()
+    before = operations.parts(cfg)["attention"]
+    with operations.attention_utilizations({"h100": 0.7}):
+        assert operations.parts(cfg)["attention"] == pytest.approx(before / 2)
+    assert operations.parts(cfg)["attention"] == before
+    with pytest.raises(ValueError, match="expected a share in"):
+        with operations.attention_utilizations({"h100": 1.5}):
+            pass
+    with pytest.raises(ValueError, match="no cluster 'x100'"):
+        with operations.attention_utilizations({"x100": 0.5}):
+            pass
+    assert operations.parts(cfg)["attention"] == before
+
+
+def test_the_chapters_cases_are_valid_configurations():
+    cases = confront.operation_cases()
+    assert len(cases) == 5
+    for cfg in cases.values():
+        assert sum(runs.operation_split(cfg).values()) > 0
+
+
+def test_the_matmul_model_is_the_books():
+    """The matmuls are timed by dmlimits.matmul itself: one matmul's three passes."""
+    cfg = _config()
+    scn = operations.device("h100")
+    d1, d2 = operations.block_matmuls(cfg)[0]
+    b = cfg.mbs * cfg.seq_len
+    want = sum(float(matmul.matmul_time(scn, d1, round(d2), b, k)) for k in matmul.KINDS)
+    got = operations._passes_time(scn, [(d1, d2)], b, [0])[0]
+    assert got == pytest.approx(want)
