@@ -41,11 +41,15 @@ RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\(frac|mathrm|left|right|alpha|
 RAW_NUMBER = re.compile(r"\d\.?\d*[eE][+-]\d")
 REPR = re.compile(r"\b(None|nan|NaN|inf)\b|array\(|<figure>")
 DOUBLED = re.compile(r"\b([A-Za-z]+) \1\b")
+# Wider than the text column, or than the equation's own box (which leaves room for the
+# equation's number and scrolls what does not fit: a reader sees a scroll bar).
 WIDE_EQUATIONS = """
 return [...document.querySelectorAll('mjx-container[display="true"]')]
   .filter(c => { const m = c.querySelector('mjx-math');
                  const col = c.parentElement.getBoundingClientRect().width;
-                 return m && m.getBoundingClientRect().width > col + 2; })
+                 const box = c.getBoundingClientRect().width;
+                 return m && (m.getBoundingClientRect().width > Math.min(col, box) + 2
+                              || c.scrollWidth > c.clientWidth + 2); })
   .map(c => c.textContent.slice(0, 60));
 """
 BAD_ALT = """

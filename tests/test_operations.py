@@ -21,7 +21,10 @@ def _config(shape="llama2-7b", gpu="h100", n=8, **kw) -> runs.Config:
 
 
 def test_derivation_is_registered_and_has_units():
-    assert [d.name for d in derivations_of("measured.operations")] == ["run-operations-memory"]
+    assert {d.name for d in derivations_of("measured.operations")} == {
+        "run-operations-bytes",
+        "run-operations-memory",
+    }
     for expr, unit in operations.COST_FORMULAS.values():
         units.check_unit(expr, REGISTRY.units, unit)
 

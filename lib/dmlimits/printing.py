@@ -26,7 +26,10 @@ from sympy.printing.latex import LatexPrinter
 
 #: The widest a display equation may be, in the characters :func:`visible_width` counts (set
 #: against the typeset widths the browser test measures in the theme's text column).
-MAX_WIDTH = 42
+MAX_WIDTH = 40
+#: How wide a subscript or superscript character is against a character of the line: MathJax
+#: sets scripts at 70.7% of the text's size (its ``scriptscale``).
+SCRIPT_SCALE = 0.7
 
 
 class BookPrinter(LatexPrinter):
@@ -155,7 +158,9 @@ def _group(tex: str, i: int) -> tuple[str, int]:
 
 def visible_width(tex: str) -> float:
     """An estimate of how wide ``tex`` is when typeset, in characters: commands and braces do
-    not count, a fraction counts as its wider part, a subscript or superscript as half."""
+    not count, a fraction counts as its wider part, a subscript or superscript at
+    :data:`SCRIPT_SCALE` of its characters, a binary operator (``+``, ``-``, ``=``) as two
+    with its spaces."""
     width, i = 0.0, 0
     while i < len(tex):
         c = tex[i]
@@ -171,11 +176,12 @@ def visible_width(tex: str) -> float:
                 width += 1
         elif c in "_^":
             inner, i = _group(tex, i + 1)
-            width += visible_width(inner) / 2
+            width += SCRIPT_SCALE * visible_width(inner)
         elif c in "{}& \n":
             i += 1
         else:
-            width += 1
+            # A binary operator is set with a medium space on each side: about two characters.
+            width += 2 if c in "+-=" else 1
             i += 1
     return width
 
@@ -227,8 +233,12 @@ def _lines(printer: BookPrinter, expr: sp.Basic, width: int, depth: int = 0) -> 
         # The widest factor that is a sum goes inside parentheses over several lines, the other
         # factors in front of it; a sum in the denominator as that factor to the power -1.
         num, den = sp.fraction(expr, exact=True)
-        candidates = [(p, 1) for p in sp.Mul.make_args(num) if p.is_Add]
-        candidates += [(p, -1) for p in sp.Mul.make_args(den) if p.is_Add]
+
+        def breakable(p: sp.Basic) -> bool:
+            return p.is_Add or isinstance(p, sp.Max | sp.Min)
+
+        candidates = [(p, 1) for p in sp.Mul.make_args(num) if breakable(p)]
+        candidates += [(p, -1) for p in sp.Mul.make_args(den) if breakable(p)]
         if candidates:
             widest, power = max(candidates, key=lambda c: visible_width(printer.doprint(c[0])))
             rest = sp.Mul(*[p for p in sp.Mul.make_args(num) if p is not widest]) / sp.Mul(
@@ -253,6 +263,14 @@ def display(expr: Any, names: dict[sp.Symbol, str] | None = None, width: int = M
     one = printer.doprint(expr)
     if visible_width(one) <= width:
         return one
+    if isinstance(expr, sp.Equality) and visible_width(printer.doprint(expr.lhs)) > width / 2:
+        # A long left-hand side (a balance of two costs): each side over its own lines, the
+        # right-hand side after an equals sign at the start of a line.
+        left = _lines(printer, expr.lhs, width - 2)
+        right = _lines(printer, expr.rhs, width - 4)
+        lines = [rf"& {left[0]}", *(rf"&\quad {x}" for x in left[1:])]
+        lines += [rf"&= {right[0]}", *(rf"&\quad {x}" for x in right[1:])]
+        return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
     if isinstance(expr, sp.Equality):
         lhs = printer.doprint(expr.lhs)
         body = _lines(printer, expr.rhs, width - visible_width(lhs) - 2)

@@ -142,6 +142,7 @@ def operations_figure(cases: dict):
         ax.barh(labels, share, left=left, color=PALETTE[k % len(PALETTE)], label=op)
         left += share
     ax.invert_yaxis()
+    ax.set_axisbelow(True)  # the grid behind the bars
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the step (%), calibrated mode")
     fig.tight_layout(rect=(0, 0.14, 1, 1))

@@ -19,12 +19,12 @@ is the bytes they move through HBM.  The calibrated mode times both:
   et al. 2024), which Hopper GPUs share (:data:`ATTENTION_UTILIZATION`).  The runs of the
   development split and of the holdout file used FlashAttention-style kernels or (Megatron-LM in
   2021-22) kernels that kept the scores, which this counts as FlashAttention's.
-* **Memory-bound operations**, counted operation by operation (derivation
-  ``run-operations-memory``): a block's two norms, two residual additions, rotary embedding of
-  its queries and keys and its MLP's nonlinearity read and write the token's vectors through HBM
-  (a GPT block's two dropouts stand in for the rotary embedding: the same traffic, to a few per
-  cent), each a kernel that pays the kernel latency; the loss over the vocabulary; and Adam's
-  update of the GPU's share of the optimizer state, once a step.
+* **Memory-bound operations**, counted operation by operation (derivations ``run-operations-bytes``
+  and ``run-operations-memory``): a block's two norms, two residual additions, rotary embedding of
+  its queries and keys and its MLP's nonlinearity read and write the token's vectors through HBM (a
+  GPT block's two dropouts stand in for the rotary embedding: the same traffic, to a few per cent),
+  each a kernel that pays the kernel latency; the loss over the vocabulary; and Adam's update of
+  the GPU's share of the optimizer state, once a step.
 
 Every number is the hardware preset's, a published measurement or a count; nothing here is
 fitted.  The calibrated mode still fits one factor, the matmul efficiency, which divides the
@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import sympy as sp
 
-from .. import data_parallel as dpm
 from .. import matmul as mm
 from .. import pipeline as pl
 from .. import published, scenario
@@ -50,7 +49,7 @@ from .. import units as u
 from ..derivation import Derivation, Step, Substitution, derivation, register
 from . import memory
 from . import transformer as tf
-from .runs import SHARDING, n_cp
+from .runs import SHARDING
 
 if TYPE_CHECKING:
     from .runs import Config
@@ -74,6 +73,8 @@ q_head = _decl("Q_head", r"Q_{\mathrm{head}}", "bytes the loss over the vocabula
                "token", _B, defined_in=CHAPTER)  # fmt: skip
 q_opt = _decl("Q_opt", r"Q_{\mathrm{opt}}", "bytes the optimizer step moves per parameter", _B,
               defined_in=CHAPTER)  # fmt: skip
+tokens_gpu = _decl("T_GPU", r"T_{\mathrm{GPU}}", "tokens that pass through one GPU's layers in a "
+                   "step: B / (N_DP N_CP)", defined_in=CHAPTER)  # fmt: skip
 c_loss = _decl("c_loss", r"c_{\mathrm{loss}}", "bytes the loss moves per vocabulary entry and "
                "token", _B, defined_in=CHAPTER)  # fmt: skip
 
@@ -92,8 +93,55 @@ OPTIMIZER_BYTES = 30
 
 
 @register
+def block_bytes_derivation() -> Derivation:
+    passes = sp.Eq(q_blk, (1 + tf.rho_b + k_bwd) * q_fwd)
+    count = Substitution(
+        "a block's memory-bound operations, one by one",
+        {
+            q_fwd: mm.word
+            * (10 * s.d_model / memory.t_sp + (2 * (s.d_model + memory.d_kv)
+                                               + tf.mlp_mats * s.d_ff) / tpm.n_tp),
+        },
+        kind="definition",
+    )  # fmt: skip
+    e2 = count.apply(passes)
+    twice = Substitution(
+        "a backward pass moves twice its forward's bytes",
+        {k_bwd: BACKWARD_PASSES},
+        kind="assumption",
+    )
+    return derivation(
+        "run-operations-bytes",
+        "The bytes a block's memory-bound operations move per token",
+        [
+            Step(
+                "A block's traffic per token in a step: its forward pass, the recomputed "
+                "forward, and a backward pass that moves some multiple of the forward's bytes.",
+                passes,
+            ),
+            Step(
+                "Counted operation by operation: two norms (each reads and writes a vector as "
+                "wide as the model), two residual additions (each reads two and writes one), "
+                "the rotary embedding of the queries and keys (reads and writes them) and the "
+                "MLP's nonlinearity (reads its up-projections, writes one). Norms and residuals "
+                "are split over the tensor-parallel ranks only with sequence parallelism.",
+                e2,
+                using=count,
+            ),
+            Step(
+                "A backward pass reads the operation's saved input and its output's gradient "
+                "and writes its input's gradient: twice the forward's bytes.",
+                twice.apply(e2),
+                using=twice,
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+@register
 def memory_ops_derivation() -> Derivation:
-    tokens = s.batch / (dpm.n_dp * n_cp)
+    tokens = tokens_gpu
     per_stage = s.n_layers / pl.n_pp
     e1 = sp.Eq(
         t_mem,
@@ -102,34 +150,18 @@ def memory_ops_derivation() -> Derivation:
         + tokens * q_head / (pl.n_pp * mm.bw_hbm)
         + q_opt * s.n_params / (tpm.n_tp * pl.n_pp * memory.g_o * mm.bw_hbm),
     )  # fmt: skip
-    passes = Substitution(
-        (
-            "the forward pass, its recomputation and a backward pass of "
-            r"$k_{\mathrm{bwd}}$ forward passes' bytes"
-        ),
-        {q_blk: (1 + tf.rho_b + k_bwd) * q_fwd},
+    count = Substitution(
+        "a block's memory-bound kernels; the loss, split over the vocabulary",
+        {n_kern: FORWARD_KERNELS, q_head: c_loss * tf.vocab / tpm.n_tp},
         kind="definition",
     )
-    e2 = passes.apply(e1)
-    count = Substitution(
-        "a block's memory-bound operations, one by one",
-        {
-            q_fwd: mm.word
-            * (10 * s.d_model / memory.t_sp + (2 * (s.d_model + memory.d_kv)
-                                               + tf.mlp_mats * s.d_ff) / tpm.n_tp),
-            n_kern: FORWARD_KERNELS,
-            q_head: c_loss * tf.vocab / tpm.n_tp,
-        },
-        kind="definition",
-    )  # fmt: skip
-    e3 = count.apply(e2)
+    e2 = count.apply(e1)
     adam = Substitution(
-        "backward passes of twice the forward's bytes, an fp32 loss, mixed-precision Adam",
-        {k_bwd: BACKWARD_PASSES, c_loss: LOSS_BYTES, q_opt: OPTIMIZER_BYTES},
+        "an fp32 loss, mixed-precision Adam",
+        {c_loss: LOSS_BYTES, q_opt: OPTIMIZER_BYTES},
         kind="assumption",
         source="rajbhandari2020zero",
     )
-    e4 = adam.apply(e3)
     return derivation(
         "run-operations-memory",
         "The memory-bound operations of one step on one GPU",
@@ -137,31 +169,25 @@ def memory_ops_derivation() -> Derivation:
             Step(
                 "Each of a stage's blocks runs its memory-bound kernels for every micro-batch "
                 "(forward, recomputed forward and backward; each pays the kernel latency) and "
-                "moves their bytes for every token of the GPU; the loss moves its bytes on the "
-                "last stage (counted here as a share of every stage) and the optimizer updates "
-                "the GPU's share of the optimizer state once a step.",
+                "moves its bytes for each of the step's tokens that pass through the GPU "
+                "({eq}`run-operations-bytes-3`); "
+                "the loss moves its bytes on the last stage (counted here as a share of every "
+                "stage) and the optimizer updates the GPU's share of the optimizer state once "
+                "a step.",
                 e1,
             ),
             Step(
-                "A block's traffic per token: its forward pass, the recomputed forward, and a "
-                "backward pass that moves some multiple of the forward's bytes.",
+                "Six kernels a block's forward pass: two norms, two residual additions, the "
+                "rotary embedding and the MLP's nonlinearity. The loss over the vocabulary is "
+                "split by tensor parallelism.",
                 e2,
-                using=passes,
-            ),
-            Step(
-                "Counted operation by operation: two norms (each reads and writes a vector as "
-                "wide as the model), two residual additions (each reads two and writes one), "
-                "the rotary embedding of the queries and keys (reads and writes them) and the "
-                "MLP's nonlinearity (reads its up-projections, writes one). Norms and residuals "
-                "are split over the tensor-parallel ranks only with sequence parallelism; the "
-                "loss over the vocabulary is split by tensor parallelism.",
-                e3,
                 using=count,
             ),
             Step(
-                "A backward pass moves twice its forward's bytes, the loss runs in fp32 and "
-                "Adam reads and writes thirty bytes a parameter.",
-                e4,
+                "The loss runs in fp32 (its forward reads the logits and writes their softmax, "
+                "its backward reads that and writes the logits' gradient: four passes of four "
+                "bytes) and Adam reads and writes thirty bytes a parameter.",
+                adam.apply(e2),
                 using=adam,
             ),
         ],
@@ -171,10 +197,13 @@ def memory_ops_derivation() -> Derivation:
 
 # Dimension-checked before the assumptions' numbers replace the bytes a pass, loss and
 # parameter move.
-COST_FORMULAS = {"t_mem": (memory_ops_derivation().steps[2].expr.rhs, _S)}
+COST_FORMULAS = {
+    "q_blk": (block_bytes_derivation().steps[1].expr.rhs, _B),
+    "t_mem": (memory_ops_derivation().steps[1].expr.rhs, _S),
+}
 
 _ARGS = (
-    s.batch, dpm.n_dp, n_cp, s.n_layers, pl.n_pp, pl.n_micro, tf.rho_b, mm.t_kernel, mm.bw_hbm,
+    tokens_gpu, s.n_layers, pl.n_pp, pl.n_micro, tf.rho_b, mm.t_kernel, mm.bw_hbm,
     mm.word, s.d_model, memory.t_sp, memory.d_kv, tf.mlp_mats, s.d_ff, tpm.n_tp, tf.vocab,
     s.n_params, k_bwd, c_loss, q_opt, memory.g_o,
 )  # fmt: skip
@@ -182,7 +211,9 @@ _ARGS = (
 
 @cache
 def _memory_fn():
-    return sp.lambdify(_ARGS, COST_FORMULAS["t_mem"][0], "numpy")
+    """The memory-bound time of a step, the block's bytes put into it."""
+    expr = COST_FORMULAS["t_mem"][0].subs(q_blk, COST_FORMULAS["q_blk"][0])
+    return sp.lambdify(_ARGS, expr, "numpy")
 
 
 # --- The GPUs' single-device models -------------------------------------------------------------
@@ -302,7 +333,7 @@ def parts(cfg: Config) -> dict[str, float]:
     g_o = (cfg.shard_group if cfg.sharding == "hsdp" else g) if stage >= 1 else 1
     sp_split = cfg.tp if cfg.sequence_parallel else 1
     args = (
-        cfg.global_batch_tokens, cfg.dp, cfg.cp, sh.layers, cfg.pp, m, rb,
+        cfg.global_batch_tokens / (cfg.dp * cfg.cp), sh.layers, cfg.pp, m, rb,
         float(scn["hardware.kernel_latency"]), float(scn["hardware.hbm_bandwidth"]),
         float(scn["model.word_bytes"]), sh.d_model, sp_split, sh.kv_width, sh.mlp_mats,
         sh.d_ff, cfg.tp, sh.vocab, sh.params, BACKWARD_PASSES, LOSS_BYTES, OPTIMIZER_BYTES,

@@ -1087,20 +1087,53 @@ def _block_kernels(d: int, kv: int, ff: int, gated: bool, tp: int, seq_par: bool
     return [norm, rotary, residual, norm, nonlinearity, residual]
 
 
+def _walked_bytes(dm, kv, ff, gated, tp, seq_par, rb, word=2) -> float:
+    """Bytes per token a block's memory-bound kernels move in a step, kernel by kernel: each
+    forward kernel once, again when recomputed, and its backward at twice its bytes."""
+    return sum(
+        passes * per_token * word
+        for per_token in _block_kernels(dm, kv, ff, gated, tp, seq_par)
+        for passes in [1] * (1 + rb) + [2]
+    )
+
+
+_BLOCKS = (
+    (4096, 1024, 14336, True, 1, False, 0),
+    (8192, 1024, 28672, True, 8, True, 1),
+    (2048, 2048, 8192, False, 2, False, 1),
+)
+
+
+@oracle(
+    "run-operations-bytes",
+    "hand count",
+    "a block's memory-bound kernels listed in the order they run (a norm, the rotary "
+    "embedding, a residual addition, a norm, the MLP's nonlinearity, a residual addition), "
+    "what each reads and writes per token on one rank added up for the forward pass, the "
+    "recomputed forward and a backward of twice the forward's bytes",
+)
+def _operations_bytes(d: Derivation) -> str:
+    cases = []
+    for dm, kv, ff, gated, tp, seq_par, rb in _BLOCKS:
+        vals = {"d_model": dm, "d_kv": kv, "d_ff": ff, "g_mlp": 3 if gated else 2, "N_TP": tp,
+                "t_sp": tp if seq_par else 1, "rho_b": rb, "w_word": 2}  # fmt: skip
+        cases.append((vals, _walked_bytes(dm, kv, ff, gated, tp, seq_par, rb)))
+    return _compare(d.result, "Q_blk", cases)
+
+
 @oracle(
     "run-operations-memory",
     "simulation",
     "a step walked kernel by kernel: every memory-bound kernel of every block on one GPU, for "
-    "every micro-batch and pass (forward, recomputed forward, a backward of twice the forward's "
-    "bytes), each paying the kernel latency and its bytes over HBM bandwidth; then the fp32 "
-    "loss's four vocabulary-wide passes and Adam's thirty bytes a parameter of the GPU's shard",
+    "every micro-batch and pass (forward, recomputed forward, a backward of twice the "
+    "forward's bytes), each paying the kernel latency and its bytes over HBM bandwidth; then "
+    "the fp32 loss's four vocabulary-wide passes and Adam's thirty bytes a parameter of the "
+    "GPU's shard",
 )
 def _operations_memory(d: Derivation) -> str:
     cases = []
-    for dm, kv, ff, gated, tp, seq_par, pp, dp, cp, rb, g_o in (
-        (4096, 1024, 14336, True, 1, False, 1, 8, 1, 0, 8),
-        (8192, 1024, 28672, True, 8, True, 4, 2, 2, 1, 4),
-        (2048, 2048, 8192, False, 2, False, 2, 4, 1, 1, 1),
+    for (dm, kv, ff, gated, tp, seq_par, rb), (pp, dp, cp, g_o) in zip(
+        _BLOCKS, ((1, 8, 1, 8), (4, 2, 2, 4), (2, 4, 1, 1)), strict=True
     ):
         layers, vocab, params, batch, mbs_tokens = 16, 32000, 3e9, 2**20, 4096
         word, latency, bw = 2, 4e-6, 3e12
@@ -1114,9 +1147,9 @@ def _operations_memory(d: Derivation) -> str:
                         t += latency + passes * per_token * word * mbs_tokens / bw
         t += tokens * 4 * 4 * vocab / tp / pp / bw  # the loss, counted on every stage's share
         t += 30 * params / (tp * pp * g_o) / bw
-        vals = {"d_model": dm, "d_kv": kv, "d_ff": ff, "g_mlp": 3 if gated else 2, "N_TP": tp,
-                "t_sp": tp if seq_par else 1, "N_PP": pp, "N_DP": dp, "N_CP": cp, "rho_b": rb,
-                "g_o": g_o, "L": layers, "V_voc": vocab, "N": params, "B": batch,
-                "m_micro": micro, "w_word": word, "t_kern": latency, "W_HBM": bw}  # fmt: skip
+        vals = {"N_TP": tp, "N_PP": pp, "T_GPU": batch / (dp * cp), "rho_b": rb, "g_o": g_o,
+                "L": layers, "V_voc": vocab, "N": params, "m_micro": micro,
+                "t_kern": latency, "W_HBM": bw,
+                "Q_blk": _walked_bytes(dm, kv, ff, gated, tp, seq_par, rb, word)}  # fmt: skip
         cases.append((vals, t))
-    return _compare(d.result, "t_mem", cases, rtol=1e-9)
+    return _compare(d.result, "t_mem", cases)
