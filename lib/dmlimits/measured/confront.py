@@ -533,21 +533,25 @@ def attention_sensitivity(values: dict[str, float]) -> dict[str, float]:
 
 
 def operations_compared_markdown(result: dict[str, dict]) -> str:
-    """The table of :func:`operations_compared`."""
+    """The table of :func:`operations_compared`: one row a measure, one column a step model."""
     names = {"operations": "operation by operation", "flop": "the step's FLOP at one efficiency"}
+    rows = (
+        ("fitted matmul efficiency", lambda r: f"{r['matmul']:.3g}"),
+        ("MFU error in sample (points)", lambda r: f"{r['in_sample_points']:.1f}"),
+        ("MFU error, one source held out", lambda r: f"{r['held_out_points']:.1f}"),
+        ("MFU error, worst family held out",
+         lambda r: f"{r['worst_family_points']:.1f} ({r['worst_family']})"),
+        ("MFU error, MosaicML's runs (never fitted)", lambda r: f"{r['outside_points']:.1f}"),
+        ("step-time error, one source held out", lambda r: f"{r['held_out_step']:.0%}"),
+        ("step-time error, MosaicML across nodes", lambda r: f"{r['outside_step_multi']:.0%}"),
+        ("step-time error, MosaicML within a node", lambda r: f"{r['outside_step_single']:.0%}"),
+    )  # fmt: skip
     lines = [
-        "| Step timed | Fitted matmul efficiency | MFU error in sample (points) | "
-        "held out, by source | worst family held out | MosaicML's runs (never fitted) | "
-        "Step-time error held out | MosaicML, across nodes | MosaicML, within a node |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| Step timed | " + " | ".join(names[k] for k in result) + " |",
+        "|---|" + "---|" * len(result),
     ]
-    for key, r in result.items():
-        lines.append(
-            f"| {names[key]} | {r['matmul']:.3g} | {r['in_sample_points']:.1f} | "
-            f"{r['held_out_points']:.1f} | {r['worst_family_points']:.1f} "
-            f"({r['worst_family']}) | {r['outside_points']:.1f} | {r['held_out_step']:.0%} | "
-            f"{r['outside_step_multi']:.0%} | {r['outside_step_single']:.0%} |"
-        )
+    for label, cell in rows:
+        lines.append(f"| {label} | " + " | ".join(cell(r) for r in result.values()) + " |")
     return "\n".join(lines).replace("%", "\\%")
 
 
