@@ -170,8 +170,9 @@ def test_the_matmul_model_is_the_books():
     """The matmuls are timed by dmlimits.matmul itself: one matmul's three passes."""
     cfg = _config()
     scn = operations.device("h100")
-    d1, d2 = operations.block_matmuls(cfg)[0]
     b = cfg.mbs * cfg.seq_len
+    d1, d2, nano, count = operations.block_matmuls(cfg, b)[0]
+    assert (nano, count) == (b, 1.0)
     want = sum(float(matmul.matmul_time(scn, d1, round(d2), b, k)) for k in matmul.KINDS)
-    got = operations._passes_time(scn, [(d1, d2)], b, [0])[0]
+    got = operations._passes_time(scn, [(d1, d2, b, 1.0)], [0])[0]
     assert got == pytest.approx(want)

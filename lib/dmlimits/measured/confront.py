@@ -459,6 +459,34 @@ def outside_split(
     }
 
 
+#: The mixtures of experts among the shapes, with the key of their published sizes in
+#: ``published_values.csv``.
+MOE_PRESETS = {"mixtral-8x7b": "mixtral", "deepseek-v3": "deepseek_v3"}
+
+
+def moe_presets_markdown(seq_len: int) -> str:
+    """The mixtures of experts' parameters and active parameters (matmul weights a token
+    meets: its model FLOP without attention's core, over six, at ``seq_len``) as counted,
+    beside the published ones."""
+    lines = [
+        "| Model | Experts | Parameters, counted (billions) | published | "
+        "Active, counted | published |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, pub in MOE_PRESETS.items():
+        sh = runs.tf.SHAPES[key]
+        active = (sh.model_flop_per_token(seq_len) - sh.attention_flop_per_token(seq_len)) / 6
+        experts = f"{sh.experts} ({sh.top_k} a token" + (
+            f", {sh.shared_experts} shared)" if sh.shared_experts else ")"
+        )
+        lines.append(
+            f"| {sh.name} | {experts} | {sh.params / 1e9:.1f} | "
+            f"{published.value(pub + '.total_params') / 1e9:.0f} | {active / 1e9:.1f} | "
+            f"{published.value(pub + '.active_params') / 1e9:.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def operation_cases() -> dict[str, runs.Config]:
     """The configurations whose steps the chapter splits by operation: Llama 2 7B with FSDP
     on a node and on the largest cluster of Fernandez et al.'s setting, and there with

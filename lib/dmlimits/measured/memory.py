@@ -347,12 +347,14 @@ def _activation_fn():
 def layer_bytes_per_token(shape: tf.Shape) -> tuple[float, float]:
     """(bytes one layer keeps per token, of which outside the tensor-parallel region): the
     count of run-memory-activations for the shape's block, with 16-bit values and, where the
-    shape trains with dropout (by default a plain, GPT, MLP: Megatron-LM's), its masks."""
+    shape trains with dropout (by default a plain, GPT, MLP: Megatron-LM's), its masks.  A
+    mixture of experts keeps the MLP tensors of the experts a token goes to
+    (``Shape.active_d_ff``)."""
     d = shape.d_model
     dropout = (not shape.gated) if shape.dropout is None else shape.dropout
     drop = DROPOUT_MASK_BYTES * d if dropout else 0.0
     total = float(
-        _activation_fn()(d, shape.d_ff, shape.kv_width, shape.mlp_mats, VALUE_BYTES, drop)
+        _activation_fn()(d, shape.active_d_ff, shape.kv_width, shape.mlp_mats, VALUE_BYTES, drop)
     )  # fmt: skip
     return total, UNSPLIT_VALUES * VALUE_BYTES * d + drop
 
@@ -372,7 +374,7 @@ def op_saved_bytes_per_token(shape: tf.Shape, tp: int, sequence_parallel: bool) 
     with sequence parallelism.  Derived as ``run-memory-op-selective``."""
     return float(
         _op_selective_fn()(
-            shape.d_model, shape.kv_width, shape.d_ff, shape.mlp_mats, tp,
+            shape.d_model, shape.kv_width, shape.active_d_ff, shape.mlp_mats, tp,
             tp if sequence_parallel else 1, VALUE_BYTES,
         )
     )  # fmt: skip
@@ -463,12 +465,14 @@ def peak(
         group = cfg.shard_group
     stage = SHARDING[cfg.sharding]
     split = [group if on else 1 for on in STATE_SPLIT[stage]]
-    p_r = sh.params / (cfg.tp * cfg.pp)
+    # A mixture of experts' routed experts are split over the expert-parallel ranks too.
+    held = cfg.params_held
+    p_r = held / (cfg.tp * cfg.pp)
     weights = p_r * WEIGHT_BYTES / split[0]
     gradients = p_r * GRAD_BYTES / split[1]
     optimizer = p_r * OPTIMIZER_BYTES / split[2]
     total_state = float(
-        _state_fn()(sh.params, cfg.tp, cfg.pp, WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES, *split)
+        _state_fn()(held, cfg.tp, cfg.pp, WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES, *split)
     )
     if not math.isclose(total_state, weights + gradients + optimizer):
         raise RuntimeError("the model state differs from its derivation (run-memory-state)")

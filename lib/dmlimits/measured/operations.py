@@ -284,27 +284,47 @@ def device(cluster: str) -> scenario.Scenario:
     return scenario.resolve(preset, overrides=overrides)
 
 
-def block_matmuls(cfg: Config) -> list[tuple[float, float]]:
-    """The weight shapes ``(d1, d2)`` of one block's matmuls on one tensor-parallel rank."""
+def block_matmuls(cfg: Config, b: float) -> list[tuple[float, float, float, float]]:
+    """One block's matmuls on one tensor-parallel rank for a micro-batch of ``b`` tokens, as
+    ``(d1, d2, nanobatch, count)``: the weight shape, the tokens each meets and how many such
+    matmuls a block runs (averaged over the layers of a mixture of experts, whose dense layers
+    and MoE layers differ)."""
     sh, t = cfg.shape, cfg.tp
     d = sh.d_model
-    return [
-        (d, (d + 2 * sh.kv_width) / t),  # queries, keys and values, fused (column-parallel)
-        (d / t, d),  # the attention's output projection (row-parallel)
-        (d, (sh.mlp_mats - 1) * sh.d_ff / t),  # the MLP's up-projections, fused
-        (sh.d_ff / t, d),  # its down-projection
+    out = [
+        (d, (d + 2 * sh.kv_width) / t, b, 1.0),  # queries, keys and values, fused (column)
+        (d / t, d, b, 1.0),  # the attention's output projection (row-parallel)
     ]
+    mats = sh.mlp_mats - 1  # the up-projections, fused
+    if not sh.moe:
+        return [*out, (d, mats * sh.d_ff / t, b, 1.0), (sh.d_ff / t, d, b, 1.0)]
+    dense, moe = sh.dense_layers / sh.layers, sh.moe_layers / sh.layers
+    # Each of a GPU's experts meets the tokens routed to it from every expert-parallel rank.
+    local = sh.experts / cfg.ep
+    routed = b * sh.top_k * cfg.ep / sh.experts
+    out += [
+        (d, mats * sh.d_ff / t, b, dense),
+        (sh.d_ff / t, d, b, dense),
+        (d, mats * sh.expert_d_ff / t, routed, moe * local),
+        (sh.expert_d_ff / t, d, routed, moe * local),
+    ]
+    if sh.shared_experts:
+        width = sh.shared_experts * sh.expert_d_ff
+        out += [(d, mats * width / t, b, moe), (width / t, d, b, moe)]
+    return [m for m in out if m[3] > 0]
 
 
-def _passes_time(scn, shapes: list[tuple[float, float]], b: float, rb) -> np.ndarray:
+def _passes_time(scn, matmuls: list[tuple[float, float, float, float]], rb) -> np.ndarray:
     """Each matmul's forward (``1 + rb`` times), activation-gradient and weight-gradient time,
-    for weight shapes ``(d1, d2)`` at nanobatch ``b``."""
-    d1 = np.array([max(1, round(x)) for x, _ in shapes], dtype=float)
-    d2 = np.array([max(1, round(y)) for _, y in shapes], dtype=float)
+    times its count, for matmuls ``(d1, d2, nanobatch, count)``."""
+    d1 = np.array([max(1, round(m[0])) for m in matmuls], dtype=float)
+    d2 = np.array([max(1, round(m[1])) for m in matmuls], dtype=float)
+    b = np.array([max(1.0, m[2]) for m in matmuls])
+    count = np.array([m[3] for m in matmuls])
     fwd = mm.matmul_time(scn, d1, d2, b, "forward")
     act = mm.matmul_time(scn, d1, d2, b, "activation-grad")
     wgt = mm.matmul_time(scn, d1, d2, b, "weight-grad")
-    return (1 + np.asarray(rb, dtype=float)) * fwd + act + wgt
+    return count * ((1 + np.asarray(rb, dtype=float)) * fwd + act + wgt)
 
 
 def parts(cfg: Config) -> dict[str, float]:
@@ -318,8 +338,8 @@ def parts(cfg: Config) -> dict[str, float]:
     rb, _ = tf.RECOMPUTE[cfg.recompute]
     b = cfg.mbs * cfg.seq_len / cfg.cp
     m = cfg.micro_batches
-    shapes = [*block_matmuls(cfg), (sh.d_model, sh.vocab / cfg.tp)]
-    times = _passes_time(scn, shapes, b, [rb] * (len(shapes) - 1) + [0])
+    matmuls = [*block_matmuls(cfg, b), (sh.d_model, sh.vocab / cfg.tp, b, 1.0)]
+    times = _passes_time(scn, matmuls, [rb] * (len(matmuls) - 1) + [0])
     per_block, head = float(times[:-1].sum()), float(times[-1])
     # The matmul model runs at the 16-bit peak; FP8 matmuls at the FP8 peak.
     speed = c.peak_16bit / c.peak(cfg.precision)
@@ -336,7 +356,8 @@ def parts(cfg: Config) -> dict[str, float]:
         cfg.global_batch_tokens / (cfg.dp * cfg.cp), sh.layers, cfg.pp, m, rb,
         float(scn["hardware.kernel_latency"]), float(scn["hardware.hbm_bandwidth"]),
         float(scn["model.word_bytes"]), sh.d_model, sp_split, sh.kv_width, sh.mlp_mats,
-        sh.d_ff, cfg.tp, sh.vocab, sh.params, BACKWARD_PASSES, LOSS_BYTES, OPTIMIZER_BYTES,
+        sh.active_d_ff, cfg.tp, sh.vocab, cfg.params_held, BACKWARD_PASSES, LOSS_BYTES,
+        OPTIMIZER_BYTES,
     )  # fmt: skip
     with_opt = float(_memory_fn()(*args, g_o))
     without = float(_memory_fn()(*args, np.inf))

@@ -28,6 +28,9 @@ This module extends the accounting just enough to meet them.  Per optimizer step
 * **Context parallelism** (ring attention): each rank passes its keys and values around the
   ring of ``N_CP`` ranks, forward, and twice that backward (keys and values, and their
   gradients).
+* **Expert parallelism** (mixtures of experts): the routed experts are split over ``N_EP`` of the
+  data-parallel ranks; each MoE layer's all-to-alls (dispatch and combine, forward and backward)
+  send every routed copy of a token whose expert another rank holds, in series with compute.
 * **Pipeline boundaries**: activations forward and their gradients backward, once each.
 * **Links.**  Ranks are laid out tensor-parallel innermost, then context, data and pipeline
   parallel.  A group inside one node uses NVLink; a group across nodes gets the NICs of its
@@ -67,6 +70,7 @@ import numpy as np
 import sympy as sp
 
 from .. import data_parallel as dpm
+from .. import expert_parallel as epm
 from .. import hardware, published
 from .. import pipeline as pl
 from .. import symbols as s
@@ -136,6 +140,24 @@ t_rep = _decl(
     "T_r",
     r"T_{\mathrm{r}}",
     "tokens one tensor-parallel group processes per step",
+    defined_in=CHAPTER,
+)
+v_ep = _decl(
+    "V_EP",
+    r"V_{\mathrm{EP}}",
+    "bytes one GPU sends for expert parallelism per step",
+    _B,
+    defined_in=CHAPTER,
+)
+n_a2a = _decl(
+    "n_A2A", r"n_{\mathrm{A2A}}", "all-to-alls per MoE layer per micro-batch", defined_in=CHAPTER
+)
+l_moe = _decl("L_MoE", r"L_{\mathrm{MoE}}", "blocks with a mixture of experts", defined_in=CHAPTER)
+k_route = _decl("k_e", r"k_{\mathrm{e}}", "experts a token is routed to", defined_in=CHAPTER)
+t_route = _decl(
+    "T_route",
+    r"T_{\mathrm{route}}",
+    "tokens of a step one GPU routes to experts",
     defined_in=CHAPTER,
 )
 mfu = _decl("U_MFU", r"U_{\mathrm{MFU}}", "model FLOP utilization", defined_in=CHAPTER)
@@ -254,6 +276,41 @@ def tp_traffic_derivation() -> Derivation:
 
 
 @register
+def ep_traffic_derivation() -> Derivation:
+    e1 = sp.Eq(
+        v_ep,
+        n_a2a * (epm.n_ep - 1) / epm.n_ep * t_route * k_route * d * word * l_moe / pl.n_pp,
+    )
+    passes = Substitution(
+        "dispatch and combine, forward and backward, again when recomputed",
+        {n_a2a: 4 + 2 * tf.rho_b},
+        kind="assumption",
+        source="lepikhin2020gshard",
+    )
+    e2 = passes.apply(e1)
+    share = Substitution(
+        "a GPU routes its replica's tokens, split over its tensor-parallel ranks",
+        {t_route: s.batch / (dpm.n_dp * n_cp * tpm.n_tp)},
+        kind="assumption",
+    )
+    return derivation(
+        "ep-traffic",
+        "Bytes a GPU sends for expert parallelism in one step",
+        [
+            Step(
+                "Each all-to-all sends every routed copy of a token (a vector as wide as the "
+                "model) to the rank that holds its expert; with the experts dealt evenly and "
+                "tokens routed evenly, all but one expert-parallel rank's share leaves the GPU",
+                e1,
+            ),
+            Step("Dispatch and combine in each pass", e2, using=passes),
+            Step("Tokens a GPU routes", share.apply(e2), using=share),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+@register
 def cp_traffic_derivation() -> Derivation:
     t_local = s.batch / (dpm.n_dp * n_cp)
     kv = 2 * d * tf.n_kv / tf.n_heads
@@ -328,6 +385,7 @@ COST_FORMULAS = {
     "dp_bytes": (dp_traffic_derivation().steps[1].expr.rhs, _B),
     "tp_bytes": (tp_traffic_derivation().result.rhs, _B),
     "cp_bytes": (cp_traffic_derivation().result.rhs, _B),
+    "ep_bytes": (ep_traffic_derivation().result.rhs, _B),
     "mfu": (mfu_derivation().steps[3].expr.rhs, u.one),
 }
 
@@ -348,6 +406,11 @@ def _fns() -> dict[str, Any]:
     f["cp"] = sp.lambdify(
         (n_cp, d, tf.n_kv, tf.n_heads, s.batch, dpm.n_dp, word, L, pl.n_pp),
         COST_FORMULAS["cp_bytes"][0],
+        "numpy",
+    )
+    f["ep"] = sp.lambdify(
+        (tf.rho_b, epm.n_ep, s.batch, dpm.n_dp, n_cp, tpm.n_tp, k_route, d, word, l_moe, pl.n_pp),
+        COST_FORMULAS["ep_bytes"][0],
         "numpy",
     )
     return f
@@ -595,10 +658,16 @@ class Config:
                 f"tp x pp x dp x cp = {self.tp} x {self.pp} x {self.dp} x {self.cp} = "
                 f"{self.tp * self.pp * self.dp * self.cp}, expected the GPU count {self.n_gpus}"
             )
-        if self.ep != 1:
+        if self.ep != 1 and not self.shape.moe:
             raise ValueError(
-                f"ep={self.ep}: expert parallelism needs a mixture-of-experts shape and these "
-                "shapes are dense; expected ep=1"
+                f"ep={self.ep}: expert parallelism needs a mixture-of-experts shape and "
+                f"{self.shape.name} is dense; expected ep=1"
+            )
+        if self.shape.moe and (self.shape.experts % self.ep or (self.dp * self.cp) % self.ep):
+            raise ValueError(
+                f"ep={self.ep} must divide the experts ({self.shape.experts}) and the "
+                f"data-parallel ranks dp x cp = {self.dp * self.cp}: expert parallelism splits "
+                "the experts over ranks that hold the other weights as data parallelism does"
             )
         factor = self.activation_factor
         if isinstance(factor, bool) or not (
@@ -637,6 +706,12 @@ class Config:
     @property
     def sequences(self) -> float:
         return self.global_batch_tokens / self.seq_len
+
+    @property
+    def params_held(self) -> float:
+        """The parameters one model replica's ranks hold between them: every weight, the routed
+        experts' split over the expert-parallel ranks."""
+        return self.shape.params - self.shape.expert_params * (1 - 1 / self.ep)
 
     @property
     def micro_batches(self) -> float:
@@ -686,6 +761,8 @@ PARTS = (
     "tp_bw",
     "tp_lat",
     "cp_bw",
+    "ep_bw",
+    "ep_lat",
     "pp_bw",
 )
 
@@ -720,7 +797,7 @@ def components(cfg: Config) -> dict[str, float]:
     stage = SHARDING[cfg.sharding]
     nag, nrs = ZERO_COUNTS[stage]
     w_ag = 1.0 if cfg.fp8_allgather else w
-    params = sh.params
+    params = cfg.params_held
     if g > 1 and cfg.sharding == "hsdp":
         h = cfg.shard_group
         r = g // h
@@ -756,6 +833,13 @@ def components(cfg: Config) -> dict[str, float]:
             fns["cp"](cfg.cp, sh.d_model, sh.kv_heads, sh.heads, B, cfg.dp, w, layers, cfg.pp)
         )
         out["cp_bw"] = vol / bw
+    # Expert parallelism, over data-parallel ranks next to the tensor-parallel group.
+    if cfg.ep > 1:
+        bw, nodes = _group_bandwidth(cfg, cfg.ep, cfg.tp)
+        vol = float(fns["ep"](rb, cfg.ep, B, cfg.dp, cfg.cp, cfg.tp, sh.top_k, sh.d_model, w,
+                              sh.moe_layers, cfg.pp))  # fmt: skip
+        out["ep_bw"] = vol / bw
+        out["ep_lat"] = _calls_latency(nodes, (4 + 2 * rb) * sh.moe_layers / cfg.pp * m)
     # Pipeline boundaries, outermost: activations forward, gradients backward.
     if cfg.pp > 1:
         bw, _ = _group_bandwidth(cfg, cfg.pp, cfg.tp * cfg.cp * cfg.dp)
@@ -779,9 +863,12 @@ def combine(parts: dict, factors: Factors) -> dict:
     t_tp = parts["tp_bw"] / factors.collective + lat * parts["tp_lat"]
     t_cp = parts["cp_bw"] / factors.collective
     t_pp = parts["pp_bw"] / factors.collective
+    # The all-to-alls sit between a block's router and its experts: serial, as tensor
+    # parallelism's collectives are.
+    t_ep = parts["ep_bw"] / factors.collective + lat * parts["ep_lat"]
     t_p = t_comp + t_mem + t_bubble + t_opt
-    serial = t_tp if factors.serial_tp else 0.0 * t_tp
-    overlappable = t_dp + t_cp + t_pp + (0.0 * t_tp if factors.serial_tp else t_tp)
+    serial = (t_tp + t_ep) if factors.serial_tp else 0.0 * t_tp
+    overlappable = t_dp + t_cp + t_pp + (0.0 * t_tp if factors.serial_tp else t_tp + t_ep)
     exposed = np.maximum(overlappable, factors.overlap * t_p) - factors.overlap * t_p
     return {
         "step": t_p + serial + exposed,
@@ -793,6 +880,7 @@ def combine(parts: dict, factors: Factors) -> dict:
         "data parallel": t_dp,
         "tensor parallel": t_tp,
         "context parallel": t_cp,
+        "expert parallel": t_ep,
         "pipeline boundaries": t_pp,
     }
 
@@ -971,6 +1059,8 @@ def _shape(row: dict, assumed: list[str]) -> tf.Shape:
         ("llama3405b", "llama3-405b"),
         ("llama27b", "llama2-7b"),
         ("llama270b", "llama2-70b"),
+        ("mixtral8x7b", "mixtral-8x7b"),
+        ("deepseekv3", "deepseek-v3"),
     ):
         if alias in bare:
             return tf.SHAPES[preset]

@@ -21,6 +21,12 @@ attention.  This module derives, in sympy, what that adds:
   core (``rho_a = 1``, Korthikanti et al. 2022).  Model FLOPs (for MFU) never count it; hardware
   FLOPs (HFU, and Megatron's published TFLOP/s) do.
 
+* **Mixtures of experts** (Mixtral, DeepSeek-V3).  An MoE layer's MLP is ``experts`` MLPs of
+  width ``expert_d_ff``, of which a token goes to ``top_k`` (and to every shared expert).  A
+  block's MLP weights are linear in its width, so the parameters count an MoE layer as a dense
+  MLP as wide as all its experts, the FLOP as one as wide as a token's experts, each with the
+  router's ``d_model x experts`` weights.
+
 Shapes of named models are in :data:`SHAPES`, each with its source.
 """
 
@@ -211,9 +217,18 @@ class Shape:
     #: Whether training applies dropout (it keeps a mask per dropout); ``None``: as the block's
     #: family does, Megatron-LM's GPT blocks yes, Llama-style blocks no.
     dropout: bool | None = None
+    #: A mixture of experts: routed experts of each MoE layer (1: a dense model), how many a
+    #: token goes to, the MLP width of one expert, experts every token also goes to (shared),
+    #: and the leading layers that keep a dense MLP of width ``d_ff``.
+    experts: int = 1
+    top_k: int = 1
+    expert_d_ff: int = 0
+    shared_experts: int = 0
+    dense_layers: int = 0
 
     def __post_init__(self) -> None:
-        for field in ("layers", "d_model", "heads", "kv_heads", "d_ff", "vocab"):
+        for field in ("layers", "d_model", "heads", "kv_heads", "d_ff", "vocab", "experts",
+                      "top_k"):  # fmt: skip
             value = getattr(self, field)
             if not isinstance(value, int | np.integer) or value < 1:
                 raise ValueError(
@@ -223,6 +238,40 @@ class Shape:
             raise ValueError(
                 f"shape {self.name!r}: kv_heads={self.kv_heads} must divide heads={self.heads}"
             )
+        if self.experts > 1 and not (
+            self.top_k <= self.experts and self.expert_d_ff >= 1
+            and 0 <= self.dense_layers < self.layers and self.shared_experts >= 0
+        ):  # fmt: skip
+            raise ValueError(
+                f"shape {self.name!r}: a mixture of experts needs top_k <= experts "
+                f"({self.top_k} of {self.experts}), an expert width expert_d_ff >= 1 (got "
+                f"{self.expert_d_ff}) and fewer dense layers than layers (got "
+                f"{self.dense_layers} of {self.layers})"
+            )
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 1
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.moe else 0
+
+    @property
+    def active_d_ff(self) -> float:
+        """The MLP width a token passes through, averaged over the layers: ``d_ff`` in a dense
+        layer, the widths of its ``top_k`` routed and its shared experts in an MoE layer."""
+        if not self.moe:
+            return float(self.d_ff)
+        moe = self.expert_d_ff * (self.top_k + self.shared_experts)
+        return (self.dense_layers * self.d_ff + self.moe_layers * moe) / self.layers
+
+    @property
+    def expert_params(self) -> float:
+        """Weights of the routed experts, which expert parallelism splits (0 for a dense model).
+        An expert's MLP has the block's ``mlp_mats`` matrices, as the dense MLP does."""
+        return float(self.moe_layers * self.experts * self.mlp_mats * self.d_model
+                     * self.expert_d_ff)  # fmt: skip
 
     @property
     def mlp_mats(self) -> int:
@@ -230,8 +279,18 @@ class Shape:
 
     @property
     def block_params(self) -> float:
-        """Weights of all blocks."""
+        """Weights of all blocks (of a mixture of experts: every expert's, shared and routed,
+        and each MoE layer's router, a ``d_model x experts`` matrix)."""
         blocks, _ = _param_fns()
+        if self.moe:
+            width = self.expert_d_ff * (self.experts + self.shared_experts)
+            return (
+                float(blocks(self.dense_layers, self.d_model, self.d_ff, self.heads,
+                             self.kv_heads, self.mlp_mats))
+                + float(blocks(self.moe_layers, self.d_model, width, self.heads, self.kv_heads,
+                               self.mlp_mats))
+                + self.moe_layers * self.d_model * self.experts
+            )  # fmt: skip
         return float(
             blocks(self.layers, self.d_model, self.d_ff, self.heads, self.kv_heads, self.mlp_mats)
         )
@@ -250,6 +309,21 @@ class Shape:
         if recompute not in RECOMPUTE:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
         rb, ra = RECOMPUTE[recompute]
+        if self.moe:
+            # The derivation's count for each group of layers (vocab 0: no output projection),
+            # the output projection once (no layers), and each router's d_model x experts
+            # weights as matmul weights.
+            f = _flop_fn()
+            rest = (self.heads, self.kv_heads)
+            active = self.expert_d_ff * (self.top_k + self.shared_experts)
+            head = f(0, self.d_model, self.d_ff, *rest, self.vocab, self.mlp_mats, seq_len, rb, ra)
+            dense = f(self.dense_layers, self.d_model, self.d_ff, *rest, 0, self.mlp_mats,
+                      seq_len, rb, ra)  # fmt: skip
+            moe = f(self.moe_layers, self.d_model, active, *rest, 0, self.mlp_mats, seq_len, rb, ra)
+            per_mac = model.PASS_COUNTS.mapping[s.flop_per_mac]
+            passes = model.PASS_COUNTS.mapping[s.macs_per_param_token] + rb
+            router = per_mac * passes * self.moe_layers * self.d_model * self.experts
+            return float(head + dense + moe + router)
         return float(
             _flop_fn()(
                 self.layers,
@@ -305,6 +379,26 @@ SHAPES: dict[str, Shape] = {
     "llama3-405b": Shape("Llama 3.1 405B", 126, 16384, 128, 8, 53248, 128256, source=LLAMA3),
 }
 LLAMA_FAMILY = ("llama3.2-1b", "llama3.2-3b", "llama3-8b", "llama3-70b", "llama3-405b")
+
+MIXTRAL = "Jiang et al. 2024, Mixtral of Experts (arXiv:2401.04088), Table 1"
+DEEPSEEK_V3 = (
+    "DeepSeek-AI 2024, DeepSeek-V3 Technical Report (arXiv:2412.19437), section 4.2 and the "
+    "released config.json; its multi-head latent attention counted as plain multi-head "
+    "attention of 128 heads"
+)
+#: Mixtures of experts.  Mixtral 8x7B: Mistral 7B's blocks with eight experts of its MLP, two a
+#: token.  DeepSeek-V3: three dense layers, then 256 routed experts of width 2048 (eight a
+#: token) and one shared; its multi-head latent attention (low-rank projections of the queries,
+#: keys and values) is counted as plain attention of the same heads, which the chapter's tests
+#: compare with its published parameter count.
+SHAPES["mixtral-8x7b"] = Shape(
+    "Mixtral 8x7B", 32, 4096, 32, 8, 14336, 32000, experts=8, top_k=2, expert_d_ff=14336,
+    source=MIXTRAL,
+)  # fmt: skip
+SHAPES["deepseek-v3"] = Shape(
+    "DeepSeek-V3", 61, 7168, 128, 128, 18432, 129280, experts=256, top_k=8, expert_d_ff=2048,
+    shared_experts=1, dense_layers=3, source=DEEPSEEK_V3,
+)  # fmt: skip
 
 GPT3 = "Brown et al. 2020, Language Models are Few-Shot Learners (arXiv:2005.14165), Table 2.1"
 #: GPT-3's vocabulary: GPT-2's byte-pair encoding (Radford et al. 2019), as GPT-3 reuses it.

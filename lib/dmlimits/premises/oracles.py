@@ -1153,3 +1153,28 @@ def _operations_memory(d: Derivation) -> str:
                 "Q_blk": _walked_bytes(dm, kv, ff, gated, tp, seq_par, rb, word)}  # fmt: skip
         cases.append((vals, t))
     return _compare(d.result, "t_mem", cases)
+
+
+@oracle(
+    "ep-traffic",
+    "simulation",
+    "experts dealt round-robin to the expert-parallel ranks and every token's copies routed "
+    "evenly over the experts: the copies whose expert another rank holds, counted expert by "
+    "expert, sent as model-wide vectors in each all-to-all (dispatch and combine, forward, "
+    "backward and a recomputed forward)",
+)
+def _ep_run(d: Derivation) -> str:
+    cases = []
+    for ep, experts, k, tp, pp, dp, cp, recompute in (
+        (2, 8, 2, 1, 1, 4, 1, 0), (8, 64, 6, 2, 2, 8, 1, 1), (4, 16, 1, 1, 4, 4, 2, 0),
+    ):  # fmt: skip
+        layers, dm, word, batch = 4 * pp, 32, 2, 96 * dp * cp * tp
+        routed = batch / (dp * cp * tp)  # tokens this GPU routes a step
+        owner = [e % ep for e in range(experts)]
+        leaving = sum(routed * k / experts for e in range(experts) if owner[e] != 0)
+        calls = (2 + 2 + 2 * recompute) * layers // pp
+        v = {"B": batch, "L_MoE": layers, "d_model": dm, "w_word": word, "N_TP": tp,
+             "N_PP": pp, "N_DP": dp, "N_CP": cp, "N_EP": ep, "k_e": k,
+             "rho_b": recompute}  # fmt: skip
+        cases.append((v, calls * leaving * dm * word))
+    return _compare(d.result, "V_EP", cases)

@@ -1,0 +1,107 @@
+"""Mixtures of experts in the model of measured runs (issue #14: presets for Mixtral and
+DeepSeek-V3, expert parallelism): their parameters, FLOP, memory and all-to-all traffic."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conftest import derivations_of
+from dmlimits import published, units
+from dmlimits.measured import memory, operations, runs, transformer
+from dmlimits.symbols import REGISTRY
+
+MIXTRAL = transformer.SHAPES["mixtral-8x7b"]
+DEEPSEEK = transformer.SHAPES["deepseek-v3"]
+
+
+def _config(shape=MIXTRAL, n=64, ep=8, tp=1, **kw) -> runs.Config:
+    return runs.Config(shape=shape, cluster=runs.cluster("h100"), n_gpus=n,
+                       global_batch_tokens=2 * n * 4096, seq_len=4096, tp=tp, dp=n // tp,
+                       ep=ep, **kw)  # fmt: skip
+
+
+def _matmul_params(shape) -> float:
+    """Matmul weights a token meets: its training FLOP without attention, over six."""
+    return (shape.model_flop_per_token(4096) - shape.attention_flop_per_token(4096)) / 6
+
+
+@pytest.mark.parametrize(("shape", "key"), [(MIXTRAL, "mixtral"), (DEEPSEEK, "deepseek_v3")])
+def test_presets_have_their_published_sizes(shape, key):
+    """Total within 3% and active within 5% of the published counts, which are rounded to two
+    or three significant digits (and DeepSeek-V3's latent attention is counted as plain)."""
+    assert shape.params == pytest.approx(published.value(f"{key}.total_params"), rel=0.03)
+    assert _matmul_params(shape) == pytest.approx(published.value(f"{key}.active_params"), rel=0.05)
+
+
+def test_an_moe_layer_costs_its_active_experts():
+    """Mixtral's FLOP are a dense model's whose MLP is two experts wide, plus the routers."""
+    dense = dataclasses.replace(MIXTRAL, experts=1, top_k=1, expert_d_ff=0, d_ff=2 * 14336)
+    router = 2 * 3 * MIXTRAL.layers * MIXTRAL.d_model * MIXTRAL.experts
+    assert MIXTRAL.model_flop_per_token(4096) == pytest.approx(
+        dense.model_flop_per_token(4096) + router
+    )
+    assert MIXTRAL.active_d_ff == 2 * 14336
+    # DeepSeek-V3: three dense layers of width 18432, the rest eight routed and one shared.
+    want = (3 * 18432 + 58 * 2048 * 9) / 61
+    assert DEEPSEEK.active_d_ff == pytest.approx(want)
+
+
+def test_expert_parallelism_splits_the_experts_state():
+    one, eight = _config(ep=1), _config(ep=8)
+    assert eight.params_held == pytest.approx(MIXTRAL.params - MIXTRAL.expert_params * 7 / 8)
+    m1, m8 = memory.peak(one), memory.peak(eight)
+    assert m8.weights == pytest.approx(m1.weights * eight.params_held / MIXTRAL.params)
+
+
+def test_expert_parallelism_is_refused_where_it_cannot_be():
+    with pytest.raises(ValueError, match="Llama 2 7B is dense"):
+        _config(shape=transformer.SHAPES["llama2-7b"], ep=8)
+    with pytest.raises(ValueError, match="ep=3 must divide the experts"):
+        _config(ep=3)
+    with pytest.raises(ValueError, match="a mixture of experts needs top_k <= experts"):
+        dataclasses.replace(MIXTRAL, top_k=9)
+
+
+def test_the_all_to_alls_are_derived_and_charged():
+    assert "ep-traffic" in {d.name for d in derivations_of("measured.runs")}
+    expr, unit = runs.COST_FORMULAS["ep_bytes"]
+    units.check_unit(expr, REGISTRY.units, unit)
+    cfg = _config(tp=2, ep=8)  # the expert-parallel group spans two nodes: it pays latency
+    parts = runs.components(cfg)
+    assert parts["ep_bw"] > 0 and parts["ep_lat"] > 0
+    assert runs.components(_config(ep=8))["ep_lat"] == 0  # within a node: NVLink
+    pred = runs.predict(cfg, runs.calibrated())
+    assert pred.breakdown["expert parallel"] > 0
+    # In series: the step grows by all of it.
+    no_ep = dict(parts, ep_bw=0.0, ep_lat=0.0)
+    slower = pred.step_time_s - runs.predict(cfg, runs.calibrated(), no_ep).step_time_s
+    assert slower == pytest.approx(pred.breakdown["expert parallel"])
+
+
+def test_the_expert_matmuls_do_the_active_work():
+    """Over a micro-batch, the forward multiply-accumulates of one block's matmuls on one
+    tensor-parallel rank are its active weights' (attention and the experts a token goes to)
+    times the tokens, over the tensor-parallel degree."""
+    for cfg in (_config(), _config(tp=2, ep=8), _config(shape=DEEPSEEK, n=512, ep=64)):
+        sh, b = cfg.shape, 4096.0
+        macs = sum(d1 * d2 * nano * n for d1, d2, nano, n in operations.block_matmuls(cfg, b))
+        attn = 2 * sh.d_model**2 + 2 * sh.d_model * sh.kv_width
+        active = attn + sh.mlp_mats * sh.d_model * sh.active_d_ff
+        assert macs == pytest.approx(b * active / cfg.tp, rel=1e-9)
+
+
+def test_moe_rows_are_read_by_name():
+    rows = [
+        {"model": "Mixtral 8x7B", "gpu": "H100", "n_gpus": "64", "dp": "64", "ep": "8",
+         "seq_len": "4096", "global_batch_tokens": "524288", "sharding": "FSDP",
+         "metric": "MFU", "value": "", "source": "test", "notes": ""},
+        {"model": "DeepSeek-V3", "gpu": "H800 as H100", "n_gpus": "2048", "pp": "16",
+         "dp": "128", "ep": "64", "seq_len": "4096", "global_batch_tokens": "16777216",
+         "sharding": "ZeRO-1", "metric": "MFU", "value": "", "source": "test",
+         "notes": "full AC"},
+    ]  # fmt: skip
+    rows[1]["gpu"] = "H100"
+    out = runs.predict_rows(rows)
+    assert [r["prediction_error"] for r in out] == ["", ""]
+    assert all(0 < float(r["predicted_mfu_calibrated"]) < 1 for r in out)
