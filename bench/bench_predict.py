@@ -12,7 +12,8 @@ the model is):
 * **Step time**: the median absolute relative error of the predicted step, on multi-node and on
   single-node rows, in sample and held out.
 * **Outside the development split**: the same errors on MosaicML's MPT runs
-  (``published_runs_holdout.csv``), which no fit reads.
+  (``published_runs_holdout.csv``) and on NVIDIA's Megatron-Bridge benchmarks
+  (``published_runs_nemo.csv``: FP8, Blackwell GPUs, a mixture of experts), which no fit reads.
 * **Two step models**: the calibrated mode's (each operation timed,
   :mod:`dmlimits.measured.operations`) and the step's FLOP at one matmul efficiency, with the
   same errors (:func:`dmlimits.measured.confront.operations_compared`).
@@ -126,6 +127,10 @@ def measure() -> dict:
     )
     ok, n = _coverage(runs.holdout_rows())
     out["coverage_holdout"] = {"modelled": ok, "rows": n, "share": ok / n}
+    nemo = confront.outside_split(rows=runs.nemo_rows())
+    out["nemo"] = {k: v for k, v in nemo.items() if k != "comparison"}
+    ok, n = _coverage(runs.nemo_rows())
+    out["coverage_nemo"] = {"modelled": ok, "rows": n, "share": ok / n}
     out["memory_published"] = _memory_published()
     # The calibrated mode times operations; the step's FLOP at one efficiency, for comparison.
     out["step_models"] = confront.operations_compared()
@@ -154,7 +159,8 @@ def _verdict(value: float, target: float, higher_is_better: bool = False) -> str
 def report(m: dict) -> str:
     t = TARGETS
     lines = ["Predicting real runs (issue #14's targets)", ""]
-    for key in ("coverage_published", "coverage_holdout", "coverage_benchmark_file"):
+    for key in ("coverage_published", "coverage_holdout", "coverage_nemo",
+                "coverage_benchmark_file"):  # fmt: skip
         if key in m:
             c = m[key]
             lines.append(
@@ -200,6 +206,21 @@ def report(m: dict) -> str:
         f"  these runs ran; the memory check calls {o['called_fitting']:.1%} of them fitting "
         f"(target for the out-of-memory call {t['oom_agreement']:.0%}: "
         f"{_verdict(o['called_fitting'], t['oom_agreement'], True)})",
+    ]
+    nm = m["nemo"]
+    lines += [
+        f"outside the development split (NVIDIA's Megatron-Bridge benchmarks, {nm['rows']} rows: "
+        "FP8, B200 and GB200, DeepSeek-V3; never fitted):",
+        f"  MFU median absolute error {nm['mfu_points']:.1f} points (signed "
+        f"{nm['bias_points']:+.1f}; target {t['mfu_held_out_points']:g}: "
+        f"{_verdict(nm['mfu_points'], t['mfu_held_out_points'])}; per family "
+        f"{t['mfu_per_source_held_out_points']:g}: "
+        f"{_verdict(nm['mfu_points'], t['mfu_per_source_held_out_points'])})",
+        f"  step time, multi-node ({nm['multi_node_rows']} rows): {nm['step_multi_node']:.0%} "
+        f"(target {t['step_multi_node_held_out']:.0%}: "
+        f"{_verdict(nm['step_multi_node'], t['step_multi_node_held_out'])}); single-node: "
+        f"{nm['step_single_node']:.0%} (target {t['step_single_node_held_out']:.0%}: "
+        f"{_verdict(nm['step_single_node'], t['step_single_node_held_out'])})",
     ]
     st = m["step_time"]
     lines.append("")

@@ -645,6 +645,25 @@ def test_no_fit_reads_the_holdout_rows():
     assert out["mfu_points"] == pytest.approx(cmp.median_abs_error_points)
 
 
+def test_the_nemo_rows_are_modelled_as_published_and_never_fitted():
+    """Every Megatron-Bridge row is modelled with the table's layout: its GPUs are its
+    parallel degrees' product, its batch the global batch in sequences times the sequence
+    length, FP8 rows at the FP8 peak; the calibration reads none of them."""
+    rows = runs.nemo_rows()
+    assert rows
+    assert not {r["source"] for r in runs.dev_rows()} & {r["source"] for r in rows}
+    for row in rows:
+        it = runs.interpret(row)
+        c = it.config
+        assert it.reported is not None and it.counting == "model"
+        assert c.tp * c.pp * c.dp * c.cp == c.n_gpus == int(row["n_gpus"])
+        assert c.ep == int(row["ep"]) and c.vpp == int(row["vpp"] or 1)
+        assert c.precision == ("fp8" if "FP8" in row["precision"] else "bf16")
+        assert c.shape.moe == row["model"].startswith("DeepSeek")
+    out = confront.outside_split(rows=rows)
+    assert out["rows"] == len(rows)
+
+
 @pytest.mark.parametrize("column", ["tied", "dropout"])
 def test_a_bad_flag_column_is_refused(column):
     row = dict(runs.holdout_rows()[0], **{column: "yes"})

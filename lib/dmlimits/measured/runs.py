@@ -87,6 +87,9 @@ DATA = "published_runs.csv"
 #: Published runs no fit reads: MosaicML's MPT benchmarks (llm-foundry), a framework family the
 #: development split does not have.
 HOLDOUT = "published_runs_holdout.csv"
+#: NVIDIA's Megatron-Bridge (NeMo) benchmarks: FP8, Blackwell GPUs and a mixture of experts,
+#: held out of every fit too (:func:`nemo_rows`).
+NEMO = "published_runs_nemo.csv"
 WORD_BYTES = float(SCHEMA["model.word_bytes"].default)  # a 16-bit word, as the paper's model
 
 _decl = s.REGISTRY.declare
@@ -1398,6 +1401,13 @@ def dev_rows() -> tuple[dict[str, str], ...]:
     where it is beside the project, from the Ultra-Scale Playbook's full benchmark file
     (``bench/bench_predict.py``)."""
     return published.data_rows(DATA)
+
+
+@cache
+def nemo_rows() -> tuple[dict[str, str], ...]:
+    """NVIDIA's Megatron-Bridge benchmarks (:data:`NEMO`): only compared with predictions,
+    never fitted on."""
+    return published.data_rows(NEMO)
 
 
 @cache
