@@ -147,9 +147,13 @@ def test_combine_works_on_arrays_of_factors():
 def test_attention_utilizations_are_overridden_and_restored():
     cfg = _config()
     before = operations.parts(cfg)["attention"]
+    kept = runs.components(cfg)["attention"]
     with operations.attention_utilizations({"h100": 0.7}):
         assert operations.parts(cfg)["attention"] == pytest.approx(before / 2)
+        # The configuration's components, computed once per process, follow the change.
+        assert runs.components(cfg)["attention"] == pytest.approx(kept / 2)
     assert operations.parts(cfg)["attention"] == before
+    assert runs.components(cfg)["attention"] == kept
     with pytest.raises(ValueError, match="expected a share in"):
         with operations.attention_utilizations({"h100": 1.5}):
             pass

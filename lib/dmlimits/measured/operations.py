@@ -169,8 +169,8 @@ def memory_ops_derivation() -> Derivation:
             Step(
                 "Each of a stage's blocks runs its memory-bound kernels for every micro-batch "
                 "(forward, recomputed forward and backward; each pays the kernel latency) and "
-                "moves its bytes for each of the step's tokens that pass through the GPU "
-                "({eq}`run-operations-bytes-3`); "
+                "moves its bytes (the derivation above) for each of the step's tokens that "
+                "pass through the GPU; "
                 "the loss moves its bytes on the last stage (counted here as a share of every "
                 "stage) and the optimizer updates the GPU's share of the optimizer state once "
                 "a step.",
@@ -263,6 +263,12 @@ def attention_utilizations(values: dict[str, float]):
     finally:
         ATTENTION_UTILIZATION.clear()
         ATTENTION_UTILIZATION.update(saved)
+
+
+def utilization_state() -> tuple:
+    """The attention utilizations in force (:data:`ATTENTION_UTILIZATION`, as changed by
+    :func:`attention_utilizations`), as a key for what depends on them."""
+    return tuple(sorted(ATTENTION_UTILIZATION.items()))
 
 
 def attention_utilization(cluster) -> float:

@@ -63,7 +63,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field, replace
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -774,7 +774,16 @@ def components(cfg: Config) -> dict[str, float]:
     """The parts of a step that do not depend on the efficiency factors: compute time at peak,
     the bubble's ratio to compute, and each parallelism's bandwidth time (at the links' full
     bandwidth) and latency (at the all-reduce fit's); and the step's operations one by one
-    (:func:`dmlimits.measured.operations.parts`)."""
+    (:func:`dmlimits.measured.operations.parts`).  Computed once per configuration and
+    attention utilizations in a process (the fits and validations ask for the same rows many
+    times); a fresh dict each call."""
+    from . import operations
+
+    return dict(_components(cfg, operations.utilization_state()))
+
+
+@lru_cache(maxsize=16384)
+def _components(cfg: Config, _state: tuple) -> dict[str, float]:
     from . import operations
 
     sh = cfg.shape
