@@ -96,12 +96,11 @@ def test_moe_rows_are_read_by_name():
         {"model": "Mixtral 8x7B", "gpu": "H100", "n_gpus": "64", "dp": "64", "ep": "8",
          "seq_len": "4096", "global_batch_tokens": "524288", "sharding": "FSDP",
          "metric": "MFU", "value": "", "source": "test", "notes": ""},
-        {"model": "DeepSeek-V3", "gpu": "H800 as H100", "n_gpus": "2048", "pp": "16",
+        {"model": "DeepSeek-V3", "gpu": "H100", "n_gpus": "2048", "pp": "16",
          "dp": "128", "ep": "64", "seq_len": "4096", "global_batch_tokens": "16777216",
          "sharding": "ZeRO-1", "metric": "MFU", "value": "", "source": "test",
          "notes": "full AC"},
     ]  # fmt: skip
-    rows[1]["gpu"] = "H100"
     out = runs.predict_rows(rows)
     assert [r["prediction_error"] for r in out] == ["", ""]
     assert all(0 < float(r["predicted_mfu_calibrated"]) < 1 for r in out)

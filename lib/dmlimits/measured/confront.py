@@ -542,17 +542,18 @@ def operations_compared(rows=None) -> dict[str, dict]:
     return out
 
 
-def attention_sensitivity(values: dict[str, float]) -> dict[str, float]:
+def attention_sensitivity(values: dict[str, float], outside_rows=None) -> dict[str, float]:
     """The calibrated mode refitted with attention's core at ``values`` (cluster name -> share of
     peak, :func:`dmlimits.measured.operations.attention_utilizations`): its fitted matmul
-    efficiency, its pooled MFU error with one source left out, and its MFU error on the runs
-    outside the development split."""
+    efficiency, its pooled MFU error with one source left out, and its MFU error on runs
+    outside the development split (``outside_rows``; MosaicML's by default)."""
     from . import operations
 
     with operations.attention_utilizations(values):
         loso = held_out(tuple(runs.dev_rows()))  # a copy: fitted afresh, not the cached fit
         fit = runs.calibrate(runs.dev_rows())
-        outside = runs.compare(runs.holdout_rows(), fit)
+        rows = runs.holdout_rows() if outside_rows is None else outside_rows
+        outside = runs.compare(rows, fit)
     return {
         "matmul": fit.matmul,
         "held_out_points": loso["held_out_points"],

@@ -354,9 +354,9 @@ def parts(cfg: Config) -> dict[str, float]:
     attention = (
         cfg.global_batch_tokens * attn / (c.peak_16bit * attention_utilization(c) * cfg.n_gpus)
     )
-    g = cfg.dp * cfg.cp
-    stage = _zero_stage(cfg)
-    g_o = (cfg.shard_group if cfg.sharding == "hsdp" else g) if stage >= 1 else 1
+    # The ranks the optimizer state is split over, as the memory count splits it.
+    group = cfg.shard_group if cfg.sharding == "hsdp" and cfg.shard_group else cfg.dp * cfg.cp
+    g_o = group if memory.STATE_SPLIT[SHARDING[cfg.sharding]][2] else 1
     sp_split = cfg.tp if cfg.sequence_parallel else 1
     args = (
         cfg.global_batch_tokens / (cfg.dp * cfg.cp), sh.layers, cfg.pp, m, rb,
@@ -373,7 +373,3 @@ def parts(cfg: Config) -> dict[str, float]:
         "memory": without,
         "optimizer": with_opt - without,
     }
-
-
-def _zero_stage(cfg: Config) -> int:
-    return SHARDING[cfg.sharding]

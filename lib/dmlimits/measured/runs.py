@@ -278,18 +278,23 @@ def tp_traffic_derivation() -> Derivation:
     )
 
 
+#: The all-to-alls of an MoE layer per micro-batch; the derivation and the latency count of
+#: :func:`components` both read it.
+A2A_PASSES = Substitution(
+    "dispatch and combine, forward and backward, again when recomputed",
+    {n_a2a: 4 + 2 * tf.rho_b},
+    kind="assumption",
+    source="lepikhin2020gshard",
+)
+
+
 @register
 def ep_traffic_derivation() -> Derivation:
     e1 = sp.Eq(
         v_ep,
         n_a2a * (epm.n_ep - 1) / epm.n_ep * t_route * k_route * d * word * l_moe / pl.n_pp,
     )
-    passes = Substitution(
-        "dispatch and combine, forward and backward, again when recomputed",
-        {n_a2a: 4 + 2 * tf.rho_b},
-        kind="assumption",
-        source="lepikhin2020gshard",
-    )
+    passes = A2A_PASSES
     e2 = passes.apply(e1)
     share = Substitution(
         "a GPU routes its replica's tokens, split over its tensor-parallel ranks",
@@ -851,7 +856,8 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
         vol = float(fns["ep"](rb, cfg.ep, B, cfg.dp, cfg.cp, cfg.tp, sh.top_k, sh.d_model, w,
                               sh.moe_layers, cfg.pp))  # fmt: skip
         out["ep_bw"] = vol / bw
-        out["ep_lat"] = _calls_latency(nodes, (4 + 2 * rb) * sh.moe_layers / cfg.pp * m)
+        calls = float(A2A_PASSES.mapping[n_a2a].subs(tf.rho_b, rb))
+        out["ep_lat"] = _calls_latency(nodes, calls * sh.moe_layers / cfg.pp * m)
     # Pipeline boundaries, outermost: activations forward, gradients backward.
     if cfg.pp > 1:
         bw, _ = _group_bandwidth(cfg, cfg.pp, cfg.tp * cfg.cp * cfg.dp)
