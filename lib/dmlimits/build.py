@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from .scenario import DEFAULT_SCENARIO, SCHEMA, Scenario, resolve
+from .scenario import DEFAULT_SCENARIO, SCHEMA, Scenario, read_keys, resolve
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 STAGED = ("_config.yml", "_toc.yml", "book")
@@ -321,10 +321,13 @@ class Progress:
             self._write(f"  {bar(self.finished / len(self.cells))} {line}")
 
 
-def _ipc_kernel_manager(socket_dir: Path):
+def _ipc_kernel_manager(socket_dir: Path, reads: Path | None = None):
     """Kernels talk to papermill over local IPC sockets (in ``socket_dir``, a short path under
-    the system's temporary folder: socket paths are limited in length) rather than TCP."""
+    the system's temporary folder: socket paths are limited in length) rather than TCP.  With
+    ``reads``, the kernel lists there the assumptions it reads (:mod:`dmlimits.chapter_reads`)."""
     from jupyter_client.manager import AsyncKernelManager
+
+    from .scenario import READS_ENV
 
     class IpcKernelManager(AsyncKernelManager):
         def __init__(self, **kwargs):
@@ -335,6 +338,8 @@ def _ipc_kernel_manager(socket_dir: Path):
         async def _async_launch_kernel(self, kernel_cmd, **kw):
             if STOPPING.is_set():  # the build was interrupted: start no kernel
                 raise RuntimeError("the build was interrupted: no kernel is started")
+            if reads is not None:
+                kw["env"] = {**(kw.get("env") or os.environ), READS_ENV: str(reads)}
             return await super()._async_launch_kernel(kernel_cmd, **kw)
 
         _launch_kernel = _async_launch_kernel
@@ -378,6 +383,15 @@ def _read_source(root: Path, name: str) -> Any:
     import jupytext
 
     return jupytext.read(root / f"{name}.md", fmt="md:myst")  # MyST whatever the header says
+
+
+def source_key(root: Path, name: str) -> str:
+    """The address of a chapter's source and everything it runs on, without its parameters:
+    executions with equal source keys differ only by the scenario they were given
+    (:mod:`dmlimits.chapter_reads`)."""
+    from .chapter_reads import source_key as key
+
+    return key(name.encode(), (root / f"{name}.md").read_bytes(), *_environment(root))
 
 
 def notebook_key(root: Path, name: str, parameters: dict) -> str:
@@ -436,7 +450,7 @@ def _cache_store(cache: Path | None, key: str, executed: Path) -> None:
 
 def _execute_one(
     root: Path, stage: Path, name: str, params: dict, socket_dir: Path,
-    progress: Progress | None = None,
+    progress: Progress | None = None, reads: Path | None = None,
 ) -> Timing:  # fmt: skip
     import jupytext
     import papermill as pm
@@ -475,7 +489,7 @@ def _execute_one(
             # The notebook is written once, when it ends or fails; writing it after every cell
             # as well cost about a second a chapter (bench/bench_build.py's chapters).
             request_save_on_cell_execute=False,
-            kernel_manager_class=_ipc_kernel_manager(socket_dir),
+            kernel_manager_class=_ipc_kernel_manager(socket_dir, reads),
             **hooks,
         )
     finally:
@@ -568,31 +582,63 @@ def remember_seconds(work: Path, timings: list[Timing]) -> None:
 
 
 def execute_notebooks(
-    root: Path, stage: Path, names: list[str], params: dict, jobs: int
-) -> list[Timing]:
-    """Execute every notebook into ``stage``; a notebook whose execution the cache holds
-    (:func:`notebook_key`) is copied from it instead of executed again."""
+    root: Path, stage: Path, names: list[str], params: dict, jobs: int,
+    scn: Scenario | None = None,
+) -> list[Timing]:  # fmt: skip
+    """Execute every notebook into ``stage``.  A notebook whose execution the cache holds
+    (:func:`notebook_key`) is copied from it instead of executed again; so is, given the
+    build's scenario ``scn``, one executed for another scenario that agrees on every
+    assumption it read (:mod:`dmlimits.chapter_reads`)."""
+    from . import chapter_reads
+
     total = len(names)
     cache = notebook_cache_dir(root / "_build")
-    keys = {n: notebook_key(root, n, parameters_for(_read_source(root, n), params)) for n in names}
+    sources = {n: _read_source(root, n) for n in names}
+    keys = {n: notebook_key(root, n, parameters_for(sources[n], params)) for n in names}
     timings = [
         Timing(n, 0.0, cached=True)
         for n in names
         if _cached_copy(cache, keys[n], stage / f"{n}.ipynb")
     ]
     hits = {t.notebook for t in timings}
+    # Chapters whose reads can be listed: their executions may serve other scenarios.
+    watched = {
+        n for n in names
+        if cache is not None and scn is not None
+        and chapter_reads.reads_only_through_the_scenario(sources[n].cells) is None
+    }  # fmt: skip
+    source_keys = {n: source_key(root, n) for n in watched}
+    reused = 0
+    for n in sorted(watched - hits, key=names.index):
+        found = chapter_reads.reusable(cache, source_keys[n], scn)
+        if found is None or not _cached_copy(cache, found[0], stage / f"{n}.ipynb"):
+            continue
+        chapter_reads.reparameterize(
+            stage / f"{n}.ipynb", parameters_for(sources[n], params), found[1]
+        )
+        _cache_store(cache, keys[n], stage / f"{n}.ipynb")
+        timings.append(Timing(n, 0.0, cached=True))
+        hits.add(n)
+        reused += 1
     todo = [n for n in schedule(names, root / "_build") if n not in hits]
     failures: list[str] = []
     where = "cache off" if cache is None else f"{len(hits)} unchanged, read from the cache"
+    if reused:
+        where += (
+            f"; {reused} of them executed for another scenario, which agrees on every "
+            "assumption they read"
+        )
     _say(f"executing {len(todo)} of {total} notebook(s) with {jobs} worker(s) ({where})")
     if not todo:
         return sorted(timings, key=lambda t: names.index(t.notebook))
     socket_dir = Path(tempfile.mkdtemp(prefix="dmlimits-kernels-"))
+    reads = {n: socket_dir / f"{i}.reads" for i, n in enumerate(todo) if n in watched}
     progress = Progress({n: code_cells(root / f"{n}.md") for n in todo})
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         futures = {
-            pool.submit(_execute_one, root, stage, n, params, socket_dir, progress): n for n in todo
+            pool.submit(_execute_one, root, stage, n, params, socket_dir, progress, reads.get(n)): n
+            for n in todo
         }
         for done, future in enumerate(as_completed(futures), start=1):
             name = futures[future]
@@ -604,6 +650,10 @@ def execute_notebooks(
                 continue
             timings.append(t)
             _cache_store(cache, keys[name], stage / f"{name}.ipynb")
+            if name in reads:
+                chapter_reads.remember(
+                    cache, source_keys[name], keys[name], scn, read_keys(reads[name])
+                )
             progress.finish(name, f"[{done}/{len(todo)}] {name}.md  {t.seconds:.1f} s")
     except BaseException:
         # Interrupted: start nothing new and stop the kernels now, without waiting for them.
@@ -981,7 +1031,7 @@ def _build(
         jobs = jobs or max(1, min(len(names), os.cpu_count() or 1))
         keep_formulas(work)
         sweep_up_front(scn, work, jobs)
-        timings = execute_notebooks(root, stage, names, params, jobs)
+        timings = execute_notebooks(root, stage, names, params, jobs, scn)
         html_started = time.perf_counter()
         build_html(root, stage, names)
         html_seconds = time.perf_counter() - html_started

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -381,6 +382,94 @@ def parse_set(item: str) -> tuple[str, Any]:
     return key, value
 
 
+#: The build sets this, for each chapter's kernel, to a file where the kernel lists the
+#: assumptions it reads (:func:`record_reads`): a chapter that read none of the assumptions a
+#: reader changed is not executed again (:mod:`dmlimits.build`).
+READS_ENV = "DMLIMITS_SCENARIO_READS"
+#: Listed when a process read every value at once (a copy, a hash, a comparison, a table).
+ALL_READ = "*"
+#: A scenario's own name, description, origin and overrides are listed as ``@name`` and so on.
+META_ATTRIBUTES = ("name", "description", "origin", "overrides")
+
+
+class _Reads:
+    """Appends each assumption read for the first time to a file (one per line), so that the
+    list is whole even if the process is killed."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.seen: set[str] = set()
+
+    def __call__(self, key: str) -> None:
+        if key in self.seen or ALL_READ in self.seen:
+            return
+        self.seen.add(key)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(key + "\n")
+
+
+_READS: _Reads | None = None
+
+
+def record_reads(path: str | None) -> None:
+    """List every assumption this process reads from now on in ``path`` (``None``: stop).
+    Only scenarios resolved while recording are watched; a chapter's kernel starts recording
+    when the library is imported (:data:`READS_ENV`), before any scenario exists."""
+    global _READS
+    _READS = _Reads(path) if path else None
+
+
+def read_keys(path: Path) -> set[str]:
+    """What a process listed with :func:`record_reads`."""
+    try:
+        return {line for line in path.read_text(encoding="utf-8").splitlines() if line}
+    except FileNotFoundError:
+        return set()
+
+
+def _read(key: str) -> None:
+    if _READS is not None:
+        _READS(key)
+
+
+class _WatchedValues(dict):
+    """A scenario's values that tell :func:`record_reads` what is read: one key, or every key
+    when the mapping is read whole (iterated, copied, compared, pickled, printed).  Copies
+    made from it are plain dictionaries: whatever they hold was listed when they were made."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: str) -> Any:
+        _read(key)
+        return dict.__getitem__(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        _read(key)
+        return dict.get(self, key, default)
+
+    def __contains__(self, key: object) -> bool:
+        _read(str(key))
+        return dict.__contains__(self, key)
+
+
+def _whole(name: str):
+    method = getattr(dict, name)
+
+    def read_whole(self, *args: Any, **kwargs: Any) -> Any:
+        _read(ALL_READ)
+        return method(self, *args, **kwargs)
+
+    read_whole.__name__ = name
+    return read_whole
+
+
+for _name in (
+    "__iter__", "__reversed__", "keys", "items", "values", "copy", "__eq__", "__ne__",
+    "__repr__", "__str__", "__or__", "__ror__", "__reduce__", "__reduce_ex__", "__sizeof__",
+):  # fmt: skip
+    setattr(_WatchedValues, _name, _whole(_name))
+
+
 @dataclass(frozen=True)
 class Scenario:
     """A validated set of assumptions.  Index it with dotted keys: ``scn["training.months"]``."""
@@ -390,6 +479,12 @@ class Scenario:
     description: str = ""
     origin: str = ""  # the preset or file it came from
     overrides: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if _READS is not None:  # the process lists what it reads (record_reads)
+            if not isinstance(self.values, _WatchedValues):
+                object.__setattr__(self, "values", _WatchedValues(self.values))
+            object.__setattr__(self, "__class__", _WatchedScenario)
 
     def __getitem__(self, key: str) -> Any:
         if key not in self.values:
@@ -431,6 +526,16 @@ class Scenario:
     def to_yaml(self) -> str:
         data = {"name": self.name, "description": self.description, **self.values}
         return yaml.safe_dump(data, sort_keys=False)
+
+
+class _WatchedScenario(Scenario):
+    """A scenario made while the process lists what it reads: its name, description, origin
+    and overrides are listed when read, as ``@name`` and so on."""
+
+    def __getattribute__(self, attr: str) -> Any:
+        if attr in META_ATTRIBUTES:
+            _read("@" + attr)
+        return object.__getattribute__(self, attr)
 
 
 def _load_base(spec: str) -> tuple[dict[str, Any], str]:
@@ -570,3 +675,7 @@ def describe_presets() -> list[tuple[str, str]]:
             )
         )
     return out
+
+
+if os.environ.get(READS_ENV):
+    record_reads(os.environ[READS_ENV])
