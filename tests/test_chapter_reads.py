@@ -60,9 +60,17 @@ def test_a_scenario_lists_each_value_read_and_whole_reads(reads):
     assert reads() == {"network.latency"}
 
 
-def test_nothing_is_watched_unless_recording():
+def test_nothing_is_watched_unless_recording(reads, tmp_path):
+    with sc.unwatched():  # a preset the library reads as published
+        scn = sc.resolve("h100")
+    assert scn["gpu"] and reads() == set()
+    sc.record_reads(None)
     scn = sc.resolve("h100")
     assert type(scn) is sc.Scenario and type(scn.values) is dict
+    # A process that did not record says so; one that read nothing lists nothing.
+    assert sc.read_keys(tmp_path / "none") is None
+    sc.record_reads(str(tmp_path / "empty"))
+    assert sc.read_keys(tmp_path / "empty") == set()
 
 
 def _cells(*sources: str, params: str = 'scenario = "h100"\noverrides = {}\nscenario_name = None'):
@@ -107,10 +115,13 @@ def test_an_execution_serves_only_scenarios_that_agree_on_what_it_read(tmp_path)
         assert chapter_reads.reusable(cache, "src", differs) is None
     # A value of another type is another value (6 is not 6.0 on a page).
     assert chapter_reads._value(h100, "hardware.sms") != json.dumps(float(h100["hardware.sms"]))
-    # Nothing is remembered of an execution that read everything or listed nothing, and an
+    # Nothing is remembered of an execution that read everything or did not record, and an
     # execution no longer in the cache is not offered.
     assert not chapter_reads.remember(cache, "src2", "k1", h100, {sc.ALL_READ, "gpu"})
-    assert not chapter_reads.remember(cache, "src2", "k1", h100, set())
+    assert not chapter_reads.remember(cache, "src2", "k1", h100, None)
+    # One that read nothing of the scenario serves every scenario.
+    assert chapter_reads.remember(cache, "src3", "k1", h100, set())
+    assert chapter_reads.reusable(cache, "src3", sc.resolve("v100")) == ("k1", [])
     (cache / "k1.ipynb").unlink()
     assert chapter_reads.reusable(cache, "src", same) is None
     for i in range(chapter_reads.KEEP + 3):

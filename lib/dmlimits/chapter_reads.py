@@ -107,11 +107,13 @@ def _entries(cache: Path, source_key: str) -> list[dict[str, Any]]:
     return entries if isinstance(entries, list) else []
 
 
-def remember(cache: Path, source_key: str, key: str, scn: Scenario, reads: set[str]) -> bool:
+def remember(
+    cache: Path, source_key: str, key: str, scn: Scenario, reads: set[str] | None
+) -> bool:
     """Remember that the execution ``key`` of a chapter (its source and environment:
     ``source_key``) read ``reads`` of ``scn``; False when it read every value (no other
-    scenario can reuse it) or listed nothing (its kernel did not record)."""
-    if not reads or ALL_READ in reads:
+    scenario can reuse it) or its kernel did not record (``None``)."""
+    if reads is None or ALL_READ in reads:
         return False
     entries = [e for e in _entries(cache, source_key) if e.get("key") != key]
     entries.append({"key": key, "reads": {k: _value(scn, k) for k in sorted(reads)}})

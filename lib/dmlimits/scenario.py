@@ -21,7 +21,9 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import threading
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -393,12 +395,15 @@ META_ATTRIBUTES = ("name", "description", "origin", "overrides")
 
 
 class _Reads:
-    """Appends each assumption read for the first time to a file (one per line), so that the
-    list is whole even if the process is killed."""
+    """Appends each assumption read for the first time to a file (one per line, after a first
+    line that says the process records), so that the list is whole even if the process is
+    killed, and a process that read nothing leaves an empty list, not none."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.seen: set[str] = set()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(_RECORDING + "\n")
 
     def __call__(self, key: str) -> None:
         if key in self.seen or ALL_READ in self.seen:
@@ -409,6 +414,8 @@ class _Reads:
 
 
 _READS: _Reads | None = None
+_RECORDING = "# the assumptions this process read"
+_UNWATCHED = threading.local()
 
 
 def record_reads(path: str | None) -> None:
@@ -419,12 +426,28 @@ def record_reads(path: str | None) -> None:
     _READS = _Reads(path) if path else None
 
 
-def read_keys(path: Path) -> set[str]:
-    """What a process listed with :func:`record_reads`."""
+def read_keys(path: Path) -> set[str] | None:
+    """What a process listed with :func:`record_reads`; ``None`` when it did not record."""
     try:
-        return {line for line in path.read_text(encoding="utf-8").splitlines() if line}
+        lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        return set()
+        return None
+    if not lines or lines[0] != _RECORDING:
+        return None
+    return {line for line in lines[1:] if line}
+
+
+@contextmanager
+def unwatched():
+    """Scenarios resolved inside are not watched: for a preset the library reads as published
+    (a measured run's GPU, an oracle's reference values), which no reader's assumption
+    changes.  Never for a scenario made from the one a chapter was given."""
+    before = getattr(_UNWATCHED, "on", False)
+    _UNWATCHED.on = True
+    try:
+        yield
+    finally:
+        _UNWATCHED.on = before
 
 
 def _read(key: str) -> None:
@@ -481,7 +504,7 @@ class Scenario:
     overrides: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        if _READS is not None:  # the process lists what it reads (record_reads)
+        if _READS is not None and not getattr(_UNWATCHED, "on", False):  # record_reads
             if not isinstance(self.values, _WatchedValues):
                 object.__setattr__(self, "values", _WatchedValues(self.values))
             object.__setattr__(self, "__class__", _WatchedScenario)
