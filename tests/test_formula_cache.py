@@ -209,21 +209,34 @@ def test_the_closure_follows_imports_anywhere_and_the_fingerprint_what_it_reads(
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(text)
     monkeypatch.setattr(fc, "_ROOT", pkg)
-    fc.import_closure.cache_clear()
+    monkeypatch.setenv(fc.CACHE_ENV, str(tmp_path / "kept"))
+    _forget_closures()
     try:
         _closure_checks(pkg)
     finally:  # the closures of the real library are taken again
-        fc.import_closure.cache_clear()
-        fc.closure_fingerprint.cache_clear()
+        _forget_closures()
+
+
+def _forget_closures() -> None:
+    """What a process reads once (the modules' imports, the data files, the closures and their
+    fingerprints), forgotten: as in a new process."""
+    for memo in (fc._imported, fc._data_files, fc._kept_closures, fc.import_closure,
+                 fc.closure_fingerprint):  # fmt: skip
+        memo.cache_clear()
 
 
 def _closure_checks(pkg) -> None:
     want = ("dmlimits", "dmlimits.a", "dmlimits.b", "dmlimits.sub", "dmlimits.sub.c",
             "dmlimits.sub.e")  # fmt: skip
     assert fc.import_closure("dmlimits.a") == want
+    # Kept with the formulas, read back by the next process, for the same sources only.
+    kept = fc._kept_closures()
+    assert kept is not None and json.loads(kept.read_text())["dmlimits.a"] == list(want)
+    _forget_closures()
+    assert fc.import_closure("dmlimits.a") == want and fc._kept_closures() == kept
 
     def fingerprint() -> str:
-        fc.closure_fingerprint.cache_clear()
+        _forget_closures()
         return fc.closure_fingerprint("dmlimits.a")
 
     before = fingerprint()

@@ -107,9 +107,7 @@ def _entries(cache: Path, source_key: str) -> list[dict[str, Any]]:
     return entries if isinstance(entries, list) else []
 
 
-def remember(
-    cache: Path, source_key: str, key: str, scn: Scenario, reads: set[str] | None
-) -> bool:
+def remember(cache: Path, source_key: str, key: str, scn: Scenario, reads: set[str] | None) -> bool:
     """Remember that the execution ``key`` of a chapter (its source and environment:
     ``source_key``) read ``reads`` of ``scn``; False when it read every value (no other
     scenario can reuse it) or its kernel did not record (``None``)."""

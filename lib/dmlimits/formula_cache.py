@@ -93,10 +93,12 @@ def _module_file(name: str) -> Path | None:
     return next((path for path in candidates if path.is_file()), None)
 
 
-def _imported(name: str, path: Path) -> set[str]:
+@functools.cache
+def _imported(name: str, path: Path) -> frozenset[str]:
     """The library's modules that the source of module ``name`` imports anywhere (at the top or
     inside a function), read from its syntax tree: ``import dmlimits.x``, ``from .x import y``
-    (``y`` too when it is a module), ``from . import y``."""
+    (``y`` too when it is a module), ``from . import y``.  Read once a process: every closure
+    shares it (eight closures parsed the same modules again, 3.5 s of each chapter's kernel)."""
     import ast
 
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
@@ -115,14 +117,45 @@ def _imported(name: str, path: Path) -> set[str]:
                 continue
             found.add(head)
             found |= {f"{head}.{a.name}" for a in node.names}
-    return {m for m in found if _module_file(m) is not None}
+    return frozenset(m for m in found if _module_file(m) is not None)
+
+
+@functools.cache
+def _data_files() -> tuple[Path, ...]:
+    """The library's data files and presets (what every fingerprint reads besides code)."""
+    return tuple(p for p in _ROOT.rglob("*") if p.is_file() and p.suffix in _FINGERPRINTED[1:])
+
+
+@functools.cache
+def _kept_closures() -> Path | None:
+    """Where the closures are kept for the library's code as it is (the address hashes every
+    module's source), or ``None`` when no formula is kept: reading them is a few milliseconds,
+    parsing the modules half a second in each kernel and test process."""
+    folder = cache_dir()
+    if folder is None:
+        return None
+    return folder / f"closures-{_fingerprint(list(_ROOT.rglob('*.py')))}.json"
 
 
 @functools.cache
 def import_closure(name: str) -> tuple[str, ...]:
     """Every module of the library that importing ``name`` can run: the modules its source
     imports anywhere (read from its syntax tree), theirs in turn, and every package above
-    each."""
+    each.  Kept with the formulas (:func:`_kept_closures`)."""
+    path = _kept_closures()
+    kept = read_json(path)
+    if isinstance(kept, dict) and isinstance(kept.get(name), list):
+        return tuple(kept[name])
+    closure = _closure(name)
+    if path is not None:
+        try:
+            write_json(path, {**(read_json(path) or {}), name: list(closure)})
+        except OSError:  # a folder that cannot be written keeps nothing
+            pass
+    return closure
+
+
+def _closure(name: str) -> tuple[str, ...]:
     seen: set[str] = set()
     todo = [name]
     while todo:
@@ -145,8 +178,7 @@ def closure_fingerprint(name: str) -> str:
     to a module it never imports (for the search, the model of measured runs) leaves it alone.
     Taken once a process."""
     code = [_module_file(m) for m in import_closure(name)]
-    data = [p for p in _ROOT.rglob("*") if p.is_file() and p.suffix in _FINGERPRINTED[1:]]
-    return _fingerprint([*code, *data])
+    return _fingerprint([*code, *_data_files()])
 
 
 @functools.cache
