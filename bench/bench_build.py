@@ -15,7 +15,8 @@ temporary folder: the default book in _build/html is not touched.  In order:
 2. the default book again, nothing changed: every sweep and notebook is read from the caches,
    and Sphinx reads and writes no page;
 3. one changed assumption (``training.months=6``): the sweeps and notebooks that depend on it
-   are computed again, and Sphinx reads and writes the chapters again;
+   are computed again (a chapter that read none of it is copied: :mod:`dmlimits.chapter_reads`),
+   and Sphinx reads and writes the chapters again;
 4. a build stopped by Ctrl-C (SIGINT), then one by SIGTERM, once its notebooks are running: the
    seconds from the signal to the build's exit (issue #16's target: 2 s), and its exit code.
 
@@ -64,6 +65,8 @@ def run(
         m.group(1): float(m.group(2))
         for m in re.finditer(r"\[\d+/\d+\] (\S+)\s+([\d.]+) s$", proc.stdout, re.M)
     }
+    copied = re.search(r"(\d+) of them executed for another scenario", proc.stdout)
+    html += f"; copied from another scenario's execution: {copied.group(1) if copied else 0}"
     return elapsed, sweeps, html, notebooks
 
 

@@ -141,7 +141,7 @@ def _kept_closures() -> Path | None:
 def import_closure(name: str) -> tuple[str, ...]:
     """Every module of the library that importing ``name`` can run: the modules its source
     imports anywhere (read from its syntax tree), theirs in turn, and every package above
-    each.  Kept with the formulas (:func:`_kept_closures`)."""
+    each.  Kept with the formulas (``_kept_closures``)."""
     path = _kept_closures()
     kept = read_json(path)
     if isinstance(kept, dict) and isinstance(kept.get(name), list):
