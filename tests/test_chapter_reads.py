@@ -201,7 +201,10 @@ def test_a_copied_chapter_is_what_executing_it_gives(tmp_path):
         if found is not None:
             copies[n] = cache / f"{found[0]}.ipynb"
     # The chapters on one GPU's matmuls and on measured runs read nothing of the run's length.
-    assert {"notebooks/matmul", "notebooks/real_runs"} <= set(copies), sorted(copies)
+    assert {"notebooks/matmul", "notebooks/real_runs"} <= set(copies), (
+        f"copied: {sorted(copies)}; the default book's build (make book, with the cache of "
+        f"executed notebooks on) lists what each chapter read in {cache}/reads"
+    )
     params = build.notebook_parameters(scn)
     sockets = Path(tempfile.mkdtemp(prefix="dmlimits-kernels-"))  # a short path, as the build's
     try:
