@@ -67,10 +67,14 @@ def test_nothing_is_watched_unless_recording(reads, tmp_path):
     sc.record_reads(None)
     scn = sc.resolve("h100")
     assert type(scn) is sc.Scenario and type(scn.values) is dict
-    # A process that did not record says so; one that read nothing lists nothing.
+    # A process that did not record says so; one that read nothing lists nothing; a second
+    # process recording into the same file (a worker) adds to the list, never truncates it.
     assert sc.read_keys(tmp_path / "none") is None
     sc.record_reads(str(tmp_path / "empty"))
     assert sc.read_keys(tmp_path / "empty") == set()
+    sc.resolve("h100")["gpu"]
+    sc.record_reads(str(tmp_path / "empty"))
+    assert sc.read_keys(tmp_path / "empty") == {"gpu"}
 
 
 def _cells(*sources: str, params: str = 'scenario = "h100"\noverrides = {}\nscenario_name = None'):

@@ -396,14 +396,16 @@ META_ATTRIBUTES = ("name", "description", "origin", "overrides")
 
 class _Reads:
     """Appends each assumption read for the first time to a file (one per line, after a first
-    line that says the process records), so that the list is whole even if the process is
-    killed, and a process that read nothing leaves an empty list, not none."""
+    line that says a process records), so that the list is whole even if the process is
+    killed, and a process that read nothing leaves an empty list, not none.  Never truncates:
+    a worker process that starts recording into the same file adds to the list."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.seen: set[str] = set()
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(_RECORDING + "\n")
+        with open(path, "a", encoding="utf-8") as f:
+            if f.tell() == 0:
+                f.write(_RECORDING + "\n")
 
     def __call__(self, key: str) -> None:
         if key in self.seen or ALL_READ in self.seen:
@@ -434,14 +436,14 @@ def read_keys(path: Path) -> set[str] | None:
         return None
     if not lines or lines[0] != _RECORDING:
         return None
-    return {line for line in lines[1:] if line}
+    return {line for line in lines[1:] if line and line != _RECORDING}
 
 
 @contextmanager
 def unwatched():
     """Scenarios resolved inside are not watched: for a preset the library reads as published
-    (a measured run's GPU, an oracle's reference values), which no reader's assumption
-    changes.  Never for a scenario made from the one a chapter was given."""
+    (the GPU a measured run ran on), which no reader's assumption changes.  Never for a
+    scenario made from the one a chapter was given."""
     before = getattr(_UNWATCHED, "on", False)
     _UNWATCHED.on = True
     try:
