@@ -8,14 +8,15 @@ what it read and the values it read (:func:`remember`).  When the book is built 
 scenario, a chapter whose source, library and environment are unchanged and which read none of
 the assumptions that differ is not executed again: its execution is copied, with the new
 scenario's parameters in its injected cell (:func:`reusable`, :func:`reparameterize`).  Its
-outputs are the ones it would compute, since nothing it read changed.
+outputs are the ones it would compute, since nothing it read changed and a chapter computes
+the same outputs from the same inputs (nbval checks it for every chapter of the default book;
+``tests/test_chapter_reads.py`` executes again every chapter a changed run length copies).
 
 A chapter takes part only when its code reads its parameters in the arguments of
 ``sc.resolve(...)`` alone (its scenario, or a variant such as ``overrides={**overrides,
 "training.months": 12}``): what it then reads goes through a scenario and is listed
-(:func:`reads_only_through_the_scenario`).  A chapter that
-reads a parameter anywhere else, or whose code is not plain Python, is executed again for every
-other scenario, as before.
+(:func:`reads_only_through_the_scenario`).  A chapter that reads a parameter anywhere else, or
+whose code is not plain Python, is executed again for every other scenario, as before.
 """
 
 from __future__ import annotations
