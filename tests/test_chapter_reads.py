@@ -123,6 +123,7 @@ def test_an_execution_serves_only_scenarios_that_agree_on_what_it_read(tmp_path)
     # execution no longer in the cache is not offered.
     assert not chapter_reads.remember(cache, "src2", "k1", h100, {sc.ALL_READ, "gpu"})
     assert not chapter_reads.remember(cache, "src2", "k1", h100, None)
+    assert not chapter_reads.remember(cache, "src2", "k1", h100, {"gpu", "@description"})
     # One that read nothing of the scenario serves every scenario.
     assert chapter_reads.remember(cache, "src3", "k1", h100, set())
     assert chapter_reads.reusable(cache, "src3", sc.resolve("v100")) == ("k1", [])

@@ -37,6 +37,11 @@ SCENARIO_PARAMETERS = ("scenario", "overrides", "scenario_name")
 KEEP = 12
 #: Where the lists are kept, under the cache of executed notebooks.
 FOLDER = "reads"
+#: What a kernel reads of its scenario that the build's scenario may hold otherwise: the kernel
+#: resolves a preset and overrides (:func:`dmlimits.build.notebook_parameters`), whose
+#: description, origin and overrides are not a scenario file's.  An execution that read one
+#: of them is kept for its own parameters only.  (The name is passed to the kernel as is.)
+NOT_COMPARED = ("@description", "@origin", "@overrides")
 
 
 def reads_only_through_the_scenario(cells: list[Any]) -> str | None:
@@ -111,8 +116,9 @@ def _entries(cache: Path, source_key: str) -> list[dict[str, Any]]:
 def remember(cache: Path, source_key: str, key: str, scn: Scenario, reads: set[str] | None) -> bool:
     """Remember that the execution ``key`` of a chapter (its source and environment:
     ``source_key``) read ``reads`` of ``scn``; False when it read every value (no other
-    scenario can reuse it) or its kernel did not record (``None``)."""
-    if reads is None or ALL_READ in reads:
+    scenario can reuse it), one of :data:`NOT_COMPARED`, or its kernel did not record
+    (``None``)."""
+    if reads is None or ALL_READ in reads or reads & set(NOT_COMPARED):
         return False
     entries = [e for e in _entries(cache, source_key) if e.get("key") != key]
     entries.append({"key": key, "reads": {k: _value(scn, k) for k in sorted(reads)}})
