@@ -192,6 +192,25 @@ def test_the_cache_gives_back_what_it_stored_and_can_be_switched_off(tmp_path, m
     assert not build._cached_copy(None, "k", target)
 
 
+def test_the_cache_keeps_the_executions_used_last_under_its_size(tmp_path):
+    import os
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for i, name in enumerate(["old", "used", "new"]):
+        (cache / f"{name}.ipynb").write_bytes(b"x" * 100)
+        os.utime(cache / f"{name}.ipynb", ns=(10**18 + i * 10**9,) * 2)
+    assert build.prune_notebook_cache(cache, limit=300) == 0
+    # Reading "used" makes it the most recently used: "old" and then "new" go first.
+    assert build._cached_copy(cache, "used", tmp_path / "stage" / "a.ipynb")
+    assert build.prune_notebook_cache(cache, limit=250) == 1
+    assert sorted(p.stem for p in cache.iterdir()) == ["new", "used"]
+    assert build.prune_notebook_cache(cache, limit=100) == 1
+    assert [p.stem for p in cache.iterdir()] == ["used"]
+    assert build.prune_notebook_cache(None) == 0
+    assert build.prune_notebook_cache(tmp_path / "no cache") == 0
+
+
 def test_a_cached_notebook_keeps_its_last_measured_time(tmp_path):
     build.remember_seconds(tmp_path, [build.Timing("notebooks/a", 7.0)])
     build.remember_seconds(tmp_path, [build.Timing("notebooks/a", 0.0, cached=True),

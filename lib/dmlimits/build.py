@@ -429,12 +429,48 @@ def _environment(root: Path) -> tuple[bytes, ...]:
 
 
 def _cached_copy(cache: Path | None, key: str, target: Path) -> bool:
-    """Copy the cached execution ``key`` to ``target``; False when there is none."""
-    if cache is None or not (cache / f"{key}.ipynb").is_file():
+    """Copy the cached execution ``key`` to ``target`` and mark it used now (what
+    :func:`prune_notebook_cache` keeps); False when there is none."""
+    if cache is None:
         return False
+    source = cache / f"{key}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(cache / f"{key}.ipynb", target)
+    try:
+        shutil.copyfile(source, target)
+    except FileNotFoundError:  # none, or removed by another build's pruning
+        return False
+    with contextlib.suppress(OSError):  # a cache that cannot be written is still read
+        os.utime(source)
     return True
+
+
+#: The cache of executed notebooks is kept under this many bytes: after a build, the
+#: executions used longest ago are removed first.  A build of the book adds about ten
+#: megabytes; the default book's executions are used by every build and stay.
+NOTEBOOK_CACHE_BYTES = 512 * 2**20
+
+
+def prune_notebook_cache(cache: Path | None, limit: int = NOTEBOOK_CACHE_BYTES) -> int:
+    """Remove the executions used longest ago until the cache holds at most ``limit`` bytes;
+    return how many were removed.  A list of reads that names a removed execution is left: it
+    is no longer offered (:func:`dmlimits.chapter_reads.reusable`)."""
+    if cache is None or not cache.is_dir():
+        return 0
+    files = []
+    for path in cache.glob("*.ipynb"):
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        files.append((st.st_mtime_ns, st.st_size, path))
+    files.sort(key=lambda f: f[0], reverse=True)
+    kept = removed = 0
+    for _, size, path in files:
+        kept += size
+        if kept > limit:
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
 
 
 def _cache_store(cache: Path | None, key: str, executed: Path) -> None:
@@ -1045,6 +1081,9 @@ def _build(
             _swap(stage / "_build" / "html", final)
             _swap(executed, final.parent / "executed")
         remember_seconds(work, timings)
+        pruned = prune_notebook_cache(notebook_cache_dir(work))
+        if pruned:
+            _say(f"removed {pruned} execution(s) used longest ago from the notebook cache")
     except BaseException:
         stop_children()
         raise
