@@ -129,6 +129,8 @@ def measure() -> dict:
     out["coverage_holdout"] = {"modelled": ok, "rows": n, "share": ok / n}
     nemo = confront.outside_split(rows=runs.nemo_rows())
     out["nemo"] = {k: v for k, v in nemo.items() if k != "comparison"}
+    comm = confront.communication_cannot_explain(nemo["comparison"])
+    out["nemo"].update({k: v for k, v in comm.items() if not isinstance(v, np.ndarray)})
     ok, n = _coverage(runs.nemo_rows())
     out["coverage_nemo"] = {"modelled": ok, "rows": n, "share": ok / n}
     out["memory_published"] = _memory_published()
@@ -221,6 +223,10 @@ def report(m: dict) -> str:
         f"{_verdict(nm['step_multi_node'], t['step_multi_node_held_out'])}); single-node: "
         f"{nm['step_single_node']:.0%} (target {t['step_single_node_held_out']:.0%}: "
         f"{_verdict(nm['step_single_node'], t['step_single_node_held_out'])})",
+        f"  predicted too slow: {nm['too_slow']} rows, {nm['beyond_communication']} of them "
+        "slower even with every collective free (the GPU's own work is "
+        f"{nm['own_share_min']:.0%} of a predicted step at least, {nm['own_share_median']:.0%} "
+        "median)",
     ]
     st = m["step_time"]
     lines.append("")

@@ -664,6 +664,29 @@ def test_the_nemo_rows_are_modelled_as_published_and_never_fitted():
     assert out["rows"] == len(rows)
 
 
+def test_what_free_communication_could_gain_bounds_the_diagnosis():
+    """A run faster than its prediction by more than the inverse of the GPU's own share of the
+    predicted step is counted as beyond communication; one just within it, or no faster than
+    predicted, is not.  The GPU's own share is the step without its communication in series."""
+    import dataclasses
+
+    cmp = confront.outside_split(rows=runs.nemo_rows())["comparison"]
+    found = confront.communication_cannot_explain(cmp)
+    for it, share in zip(cmp.interpretations, found["own_share"], strict=True):
+        split = runs.operation_split(it.config)
+        own = sum(v for k, v in split.items() if k != "communication in series")
+        assert share == pytest.approx(own / sum(split.values()))
+        assert 0 < share <= 1
+
+    def counted(reported):
+        again = confront.communication_cannot_explain(dataclasses.replace(cmp, reported=reported))
+        return again["too_slow"], again["beyond_communication"]
+
+    assert counted(cmp.calibrated) == (0, 0)  # every run exactly as predicted
+    assert counted(cmp.calibrated / found["own_share"] * 0.99)[1] == 0  # within what free
+    assert counted(cmp.calibrated / found["own_share"] * 1.01) == (cmp.n, cmp.n)  # beyond it
+
+
 @pytest.mark.parametrize("column", ["tied", "dropout"])
 def test_a_bad_flag_column_is_refused(column):
     row = dict(runs.holdout_rows()[0], **{column: "yes"})

@@ -459,6 +459,36 @@ def outside_split(
     }
 
 
+def communication_cannot_explain(cmp: runs.Comparison) -> dict:
+    """Whether a prediction that is too slow could be mended by communication alone.  For each
+    row of ``cmp`` (the calibrated mode, which times each operation): the share of the
+    predicted step that is the GPU's own work (every part of
+    :func:`dmlimits.measured.runs.operation_split` but the communication in series), and the
+    speed-up the run shows over the prediction (predicted step time over the reported one).
+    Making every collective free shortens the predicted step by at most the inverse of that
+    share; a row whose speed-up exceeds it is too slow in its computation, whatever the
+    network does."""
+    factors = runs.calibrated()
+    own, needed = [], []
+    for it, reported, predicted in zip(
+        cmp.interpretations, cmp.reported, cmp.calibrated, strict=True
+    ):
+        split = runs.operation_split(it.config, factors)
+        own.append(1 - split["communication in series"] / sum(split.values()))
+        needed.append(float(reported / predicted))
+    own_arr, needed_arr = np.array(own), np.array(needed)
+    too_slow = needed_arr > 1
+    beyond = too_slow & (needed_arr > 1 / own_arr)
+    return {
+        "own_share": own_arr,
+        "speedup": needed_arr,
+        "too_slow": int(too_slow.sum()),
+        "beyond_communication": int(beyond.sum()),
+        "own_share_min": float(own_arr.min()),
+        "own_share_median": float(np.median(own_arr)),
+    }
+
+
 #: The mixtures of experts among the shapes, with the key of their published sizes in
 #: ``published_values.csv``.
 MOE_PRESETS = {"mixtral-8x7b": "mixtral", "deepseek-v3": "deepseek_v3"}
