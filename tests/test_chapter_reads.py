@@ -51,8 +51,14 @@ def test_a_scenario_lists_each_value_read_and_whole_reads(reads):
     ):  # fmt: skip
         whole(scn.values)
         assert reads() == {sc.ALL_READ}
-    assert scn.name and scn.overrides
-    assert reads() == {"@name", "@overrides"}
+    assert scn.overrides
+    assert reads() == {"@overrides"}
+    # The name resolve made from the preset and the overrides reads what it was made from; a
+    # name given (as the build gives its chapters) is the name.
+    assert scn.name.startswith("h100+training.months=6")
+    assert reads() == {sc.ALL_READ}
+    assert sc.resolve("h100", ["training.months=6"], name="mine").name == "mine"
+    assert reads() == {"@name"}
     # A variant made from it read every value it copied.
     other = sc.resolve_overrides(scn, {"network.latency": 1e-6})
     assert sc.ALL_READ in reads()

@@ -555,11 +555,13 @@ class Scenario:
 
 class _WatchedScenario(Scenario):
     """A scenario made while the process lists what it reads: its name, description, origin
-    and overrides are listed when read, as ``@name`` and so on."""
+    and overrides are listed when read, as ``@name`` and so on; a name :func:`resolve` made
+    (none was given) as every value."""
 
     def __getattribute__(self, attr: str) -> Any:
         if attr in META_ATTRIBUTES:
-            _read("@" + attr)
+            made = attr == "name" and object.__getattribute__(self, "__dict__").get("_made_name")
+            _read(ALL_READ if made else "@" + attr)
         return object.__getattribute__(self, attr)
 
 
@@ -628,13 +630,18 @@ def resolve(
         raise ScenarioError(f"{origin}: name: got {scenario_name!r}; expected a non-empty string")
     if set_values and not name:
         scenario_name += "+" + "+".join(f"{k}={v}" for k, v in set_values)
-    return Scenario(
+    scn = Scenario(
         name=scenario_name,
         values=values,
         description=str(description),
         origin=origin,
         overrides=tuple(set_values),
     )
+    if not name and isinstance(scn, _WatchedScenario):
+        # A name made from the preset's or file's name and the overrides, not given: reading
+        # it reads what it was made from, which the name of the book's scenario may not show.
+        object.__setattr__(scn, "_made_name", True)
+    return scn
 
 
 def resolve_overrides(
