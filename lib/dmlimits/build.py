@@ -389,9 +389,7 @@ def source_key(root: Path, name: str) -> str:
     """The address of a chapter's source and everything it runs on, without its parameters:
     executions with equal source keys differ only by the scenario they were given
     (:mod:`dmlimits.chapter_reads`)."""
-    from .chapter_reads import source_key as key
-
-    return key(name.encode(), (root / f"{name}.md").read_bytes(), *_environment(root))
+    return _digest(name.encode(), (root / f"{name}.md").read_bytes(), *_environment(root))
 
 
 def notebook_key(root: Path, name: str, parameters: dict) -> str:
@@ -401,15 +399,21 @@ def notebook_key(root: Path, name: str, parameters: dict) -> str:
     the library (its code, data files and presets: :func:`dmlimits.search.library_fingerprint`),
     run by the pinned environment (requirements.txt) on one Python.  A change to any of these
     gives another address, so a cached execution is never read for other inputs."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for part in (
+    return _digest(
         name.encode(),
         (root / f"{name}.md").read_bytes(),
         json.dumps(parameters, sort_keys=True, default=repr).encode(),
         *_environment(root),
-    ):
+    )
+
+
+def _digest(*parts: bytes) -> str:
+    """One address for ``parts``, each hashed apart (so that no two splits of the same bytes
+    give the same address)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for part in parts:
         h.update(hashlib.sha256(part).digest())
     return h.hexdigest()
 

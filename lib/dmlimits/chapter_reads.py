@@ -22,13 +22,11 @@ whose code is not plain Python, is executed again for every other scenario, as b
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from .formula_cache import read_json, write_json
 from .scenario import ALL_READ, Scenario
 
 #: The parameters a chapter may read through the scenario alone.
@@ -106,10 +104,7 @@ def _path(cache: Path, source_key: str) -> Path:
 
 
 def _entries(cache: Path, source_key: str) -> list[dict[str, Any]]:
-    try:
-        entries = json.loads(_path(cache, source_key).read_text())
-    except (OSError, ValueError):
-        return []
+    entries = read_json(_path(cache, source_key))
     return entries if isinstance(entries, list) else []
 
 
@@ -122,12 +117,7 @@ def remember(cache: Path, source_key: str, key: str, scn: Scenario, reads: set[s
         return False
     entries = [e for e in _entries(cache, source_key) if e.get("key") != key]
     entries.append({"key": key, "reads": {k: _value(scn, k) for k in sorted(reads)}})
-    path = _path(cache, source_key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(entries[-KEEP:], f, indent=1)
-    os.replace(tmp, path)
+    write_json(_path(cache, source_key), entries[-KEEP:])  # atomically: two builds may race
     return True
 
 
@@ -164,11 +154,3 @@ def reparameterize(path: Path, parameters: dict[str, Any], reads: list[str]) -> 
         "reads": reads,
     }
     nbformat.write(nb, path)
-
-
-def source_key(*parts: bytes) -> str:
-    """The address of a chapter's source and environment (not its parameters)."""
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(hashlib.sha256(part).digest())
-    return h.hexdigest()

@@ -469,14 +469,12 @@ def communication_cannot_explain(cmp: runs.Comparison) -> dict:
     share; a row whose speed-up exceeds it is too slow in its computation, whatever the
     network does."""
     factors = runs.calibrated()
-    own, needed = [], []
-    for it, reported, predicted in zip(
-        cmp.interpretations, cmp.reported, cmp.calibrated, strict=True
-    ):
+    own = []
+    for it in cmp.interpretations:
         split = runs.operation_split(it.config, factors)
         own.append(1 - split["communication in series"] / sum(split.values()))
-        needed.append(float(reported / predicted))
-    own_arr, needed_arr = np.array(own), np.array(needed)
+    own_arr = np.array(own)
+    needed_arr = 1 + step_time_errors(cmp.reported, cmp.calibrated)
     too_slow = needed_arr > 1
     beyond = too_slow & (needed_arr > 1 / own_arr)
     return {
