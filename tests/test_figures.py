@@ -135,3 +135,51 @@ def test_a_figure_legend_over_a_panel_is_found():
     fig.axes[0].get_legend().remove()
     fig.legend(handles, labels, loc="center")  # in the middle of the figure: over the panels
     assert "the figure's legend lies over a panel" in figures.check_figure(fig)
+
+
+def _legend_in_the_middle() -> plt.Figure:
+    fig, ax = plt.subplots()
+    x = np.linspace(0, 1, 50)
+    ax.plot(x, np.full_like(x, 0.5), label="flat line through the middle")
+    ax.set_xlabel("x (s)")
+    ax.set_ylabel("y (s)")
+    ax.set_ylim(0.4, 0.6)
+    ax.legend(loc="center", fontsize=20)
+    return fig
+
+
+@pytest.mark.parametrize(
+    "make", [_good, _legend_in_the_middle, _two_panels_with_a_legend_beside_the_left]
+)
+def test_a_tidied_figure_is_checked_as_drawn(make):
+    """glue() checks a figure straight after tidy_legends without drawing it again: what the
+    check finds then is what it finds on a figure drawn afresh (a legend kept, moved inside,
+    or moved under the figure)."""
+    fig = make()
+    figures.tidy_legends(fig)
+    undrawn = figures.check_figure(fig, drawn=True)
+    assert undrawn == figures.check_figure(fig)
+
+
+def test_mathtext_layouts_shared_between_renderers_draw_the_same_pixels(monkeypatch):
+    """share_mathtext_parses() is for speed only: a figure full of mathtext (log tick labels,
+    subscripts) gives the same PNG bytes with matplotlib's own per-renderer cache."""
+    import io
+
+    from matplotlib import mathtext
+
+    assert figures.share_mathtext_parses(), "matplotlib's MathTextParser changed: see figures.py"
+
+    def png() -> bytes:
+        fig = _good()
+        fig.axes[0].set_title("$T / (n_{\\mathrm{steps}} L)$")
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", metadata=figures.PNG_METADATA, bbox_inches="tight")
+        plt.close(fig)
+        return buffer.getvalue()
+
+    shared = png()
+    monkeypatch.setattr(
+        mathtext.MathTextParser, "_parse_cached", mathtext.MathTextParser._dmlimits_own
+    )
+    assert png() == shared

@@ -652,8 +652,19 @@ def test_figures_are_drawn_from_the_library():
     plt.close(fig)
     fig = pipeline.figure_schedule(3, 6, 2, steps=2)
     assert isinstance(fig, plt.Figure) and len(fig.axes) == 3
-    first = fig.axes[0].collections
-    assert len(first) == 2 * len(pipeline.schedule(3, 6).passes)  # one bar per pass per step
+    # One bar per pass per step, each at its pass's time on its GPU's row (the bars of a GPU
+    # and look share a collection).
+    passes = pipeline.schedule(3, 6).passes
+    drawn = sorted(
+        (round(float(path.vertices[:, 1].mean())), float(path.vertices[:, 0].min()),
+         float(np.ptp(path.vertices[:, 0])))
+        for c in fig.axes[0].collections for path in c.get_paths()
+    )  # fmt: skip
+    span = max(p.end for p in passes)
+    assert drawn == sorted(
+        (p.gpu, float(p.start + k * span), float(p.end - p.start))
+        for p in passes for k in range(2)
+    )  # fmt: skip
     plt.close(fig)
 
 

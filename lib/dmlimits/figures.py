@@ -7,6 +7,8 @@ builds of the same scenario give the same bytes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -42,6 +44,50 @@ STYLE = {
 def apply_style() -> None:
     """Use the book's style in this process (figures reach the book through glue)."""
     plt.rcParams.update(STYLE)
+    share_mathtext_parses()
+
+
+#: Mathtext layouts kept per process (tick labels such as ``10^{28}``, legend entries).
+MATHTEXT_PARSES = 4096
+
+
+def share_mathtext_parses() -> bool:
+    """Let every renderer of this process reuse the mathtext layouts another one made.
+
+    Matplotlib keeps the last 50 layouts of each ``MathTextParser``, and every renderer has its
+    own parser; a figure is drawn by three renderers on its way to the book (its layout at the
+    screen DPI, then the tight bounding box and the PNG at :data:`SAVE_DPI`), so its tick labels
+    and legends were parsed with pyparsing two or three times (about 15 ms each, half a second a
+    figure).  A parser's only state is its output type, so one cache keyed by that type and the
+    parse's own arguments gives the same layouts (``tests/test_figures.py`` checks the PNG bytes
+    are unchanged).  Returns whether the cache is shared: with a matplotlib whose parser is laid
+    out otherwise (requirements.txt pins the one this was written for) nothing changes but the
+    speed."""
+    import functools
+
+    from matplotlib import mathtext
+
+    parser = mathtext.MathTextParser
+    if getattr(parser, "_dmlimits_shared", False):
+        return True
+    own = getattr(parser, "_parse_cached", None)
+    inner = getattr(own, "__wrapped__", None)
+    if inner is None or set(vars(parser("agg"))) != {"_output_type"}:
+        return False
+
+    @functools.lru_cache(MATHTEXT_PARSES)
+    def parse(output_type: str, *args: Any) -> Any:
+        one = parser.__new__(parser)
+        one._output_type = output_type
+        return inner(one, *args)
+
+    def _parse_cached(self: Any, *args: Any) -> Any:
+        return parse(self._output_type, *args)
+
+    parser._dmlimits_own = own  # matplotlib's, for tests/test_figures.py to compare with
+    parser._parse_cached = _parse_cached
+    parser._dmlimits_shared = True
+    return True
 
 
 # --- What a reader needs of a figure, checked on the figure object -----------------------------
@@ -131,7 +177,8 @@ LEGEND_PLACES = ("lower left", "upper right", "lower right", "upper left", "cent
 def tidy_legends(fig: plt.Figure) -> None:
     """Move every legend that covers a line or a point of its axes to the first free place of
     :data:`LEGEND_PLACES`, or outside the axes on the right when none is free: one rule for the
-    whole book, applied to every figure before it is glued."""
+    whole book, applied to every figure before it is glued.  The figure is left drawn as it
+    stands (:func:`check_figure` need not draw it again)."""
     fig.canvas.draw()
     for ax in fig.axes:
         legend = ax.get_legend()
@@ -199,19 +246,21 @@ def _labelled_elsewhere(fig: plt.Figure, ax: plt.Axes, which: str) -> bool:
     return False
 
 
-def check_figure(fig: plt.Figure) -> list[str]:
+def check_figure(fig: plt.Figure, *, drawn: bool = False) -> list[str]:
     """What a reader would trip over in ``fig``, one sentence each (an empty list when none):
     data squeezed into a corner of a linear axis that spans decades, points collapsed into a
     small part of an axis, data outside the limits, a legend box over plotted points, two
     labelled series drawn alike, an axis without a label, and multi-letter subscripts that
     mathtext would set in italics letter by letter.  The figure is drawn first (legends need a
-    renderer)."""
+    renderer), unless ``drawn`` says it has been since it last changed (:func:`tidy_legends`
+    leaves it so: a legend it moves is found at its new place without drawing)."""
     import re
 
     from matplotlib.text import Text
 
     problems = []
-    fig.canvas.draw()
+    if not drawn:
+        fig.canvas.draw()
     for k, ax in enumerate(fig.axes):
         if not ax.get_visible() or ax.get_label() == "<colorbar>":
             continue

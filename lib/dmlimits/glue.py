@@ -210,10 +210,11 @@ def glue(key: str, value: Any, *, digits: int = 3) -> Any:
     if type(value).__name__ == "Figure" and hasattr(value, "savefig"):
         import matplotlib.pyplot as plt
 
-        from .figures import check_figure, tidy_legends
+        from .figures import check_figure, share_mathtext_parses, tidy_legends
 
+        share_mathtext_parses()
         tidy_legends(value)
-        problems = check_figure(value)
+        problems = check_figure(value, drawn=True)
         if problems:
             plt.close(value)
             raise GlueError(f"glue {key!r}: the figure is not fit to read: " + "; ".join(problems))

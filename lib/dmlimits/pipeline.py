@@ -1092,23 +1092,24 @@ def _draw_schedule(
     from .figures import PALETTE
 
     colors = {"F": PALETTE[0], "B": PALETTE[1], "W": PALETTE[2]}
+    # One collection of bars per GPU and look (kind, pale step, later chunk): a schedule has
+    # hundreds of passes, and a collection each made the figure take seconds to draw.
+    bars: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
     for p in sched.passes:
         step, micro = divmod(p.micro, sched.m)
         start, width = offset + p.start / scale, (p.end - p.start) / scale
-        ax.broken_barh(
-            [(start, width)],
-            (p.gpu - 0.42, 0.84),
-            facecolors=colors[p.kind],
-            alpha=0.55 if (step + first_step) % 2 else 1.0,
-            edgecolor="white",
-            linewidth=0.6,
-            hatch="////" if p.chunk >= sched.n_pp else None,
-        )
+        look = (p.gpu, p.kind, bool((step + first_step) % 2), p.chunk >= sched.n_pp)
+        bars.setdefault(look, []).append((start, width))
         if width >= 1:
             ax.text(
                 start + width / 2, p.gpu, str(micro + 1), ha="center", va="center",
                 fontsize=6, color="white",
             )  # fmt: skip
+    for (gpu, kind, pale, later), ranges in bars.items():
+        ax.broken_barh(
+            ranges, (gpu - 0.42, 0.84), facecolors=colors[kind], alpha=0.55 if pale else 1.0,
+            edgecolor="white", linewidth=0.6, hatch="////" if later else None,
+        )  # fmt: skip
 
 
 def figure_schedule(n_pp: Any, m: Any, v: Any, steps: Any = 2, backward: Any = BACKWARD_SLOTS):
