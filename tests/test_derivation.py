@@ -338,3 +338,21 @@ def test_a_derivation_is_found_by_its_name():
         found = derivation_named(d.name)
         assert found is not None and found.name == d.name and found.steps == d.steps, d.name
     assert derivation_named("no-such-derivation") is None
+
+
+def test_a_proof_is_kept_only_for_the_same_derivation_and_registry():
+    """verify() proves a derivation once a process against the library's registry; a changed
+    step or another registry is proved afresh."""
+    from dmlimits.symbols import Registry
+
+    d = model.depth_from_compute()
+    assert d.verify() is d
+    assert d.__dict__.get("_proved")
+    assert d.verify() is d  # kept
+    with pytest.raises(DerivationError, match="unregistered symbols"):
+        d.verify(Registry())  # another registry: checked again
+    last = len(d.steps)
+    wrong = d.with_step(last, sp.Eq(d.steps[-1].expr.lhs, 2 * d.steps[-1].expr.rhs))
+    assert not wrong.__dict__.get("_proved")
+    with pytest.raises(DerivationError, match=f"step {last}"):
+        wrong.verify()

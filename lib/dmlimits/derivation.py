@@ -198,7 +198,15 @@ class Derivation:
             )
 
     def verify(self, registry: Registry = REGISTRY) -> Derivation:
-        """Check every link and that every symbol is registered; return self for chaining."""
+        """Check every link and that every symbol is registered; return self for chaining.
+
+        A derivation proved against the library's registry is not proved again in the same
+        process (the premises' check and the derivation tests both verify every derivation,
+        and a proof takes up to seconds of sympy).  Its steps are immutable sympy objects and
+        the registry only grows, so the proof stands; a changed step is another derivation
+        (:meth:`with_step`)."""
+        if registry is REGISTRY and self.__dict__.get("_proved"):
+            return self
         for index, step in enumerate(self.steps, start=1):
             missing = registry.unregistered(step.expr)
             if step.using is not None:
@@ -213,6 +221,8 @@ class Derivation:
                 )
             if index > 1:
                 self.check_step(index)
+        if registry is REGISTRY:
+            object.__setattr__(self, "_proved", True)  # frozen: a note beside the fields
         return self
 
     def with_step(self, index: int, expr: sp.Basic) -> Derivation:
