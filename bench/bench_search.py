@@ -112,7 +112,8 @@ def main() -> int:
             print(
                 f"swept again in the same process (formulas built, sympy and lambdify done): "
                 f"{warm:.2f} s; the first sweep's extra {best['total'] - warm:.2f} s is mostly "
-                "building or reading the formulas (and filling the search's small memos)"
+                "building or reading the formulas, and listing each cluster's configurations "
+                "(kept for the second sweep)"
             )
     shutil.rmtree(kept, ignore_errors=True)
     return 0

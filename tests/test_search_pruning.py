@@ -83,6 +83,52 @@ def test_a_batch_answers_each_pair_as_it_would_alone(h100):
             assert _same(a, b), (pt.compute, n)
 
 
+@pytest.mark.parametrize(
+    "preset",
+    # The default preset and the one whose stragglers search longest; make test two more.
+    ["h100", "v100-sparse"]
+    + [pytest.param(p, marks=pytest.mark.slow) for p in ("h100-low-latency", "a100")],
+)
+def test_looking_ahead_and_kept_layouts_change_no_result(preset, monkeypatch):
+    """optimal_many tries several clusters of each model at once when few models are left
+    (:data:`dmlimits.search.LOOKAHEAD`), and _base keeps each cluster's configurations for
+    every scenario that fits the same data-parallel degrees: the sweep one cluster at a time,
+    every configuration listed afresh, is the same to the last bit."""
+    scn = sc.resolve(preset)
+    pts, ch = search.points(scn), search.Choices.of(scn)
+    ahead = search.optimal_many(scn, pts, ch)
+    monkeypatch.setattr(search, "LOOKAHEAD", 1)
+    search._layouts.cache_clear()
+    monkeypatch.setattr(search, "_layouts", search._layouts.__wrapped__)
+    one_by_one = search.optimal_many(scn, pts, ch)
+    differ = [
+        (pt.compute, k)
+        for pt, a, b in zip(pts, ahead, one_by_one, strict=True)
+        for k in a
+        if not _same({k: a[k]}, {k: b.get(k)})
+    ]
+    assert not differ, f"{preset}: looking ahead changed {differ[:5]}"
+
+
+def test_kept_layouts_are_read_only_and_shared_only_where_they_agree():
+    """A kept set of configurations cannot be written through; a scenario with less memory per
+    GPU fits fewer data-parallel degrees and gets its own."""
+    big = sc.resolve("h100")
+    small = sc.resolve(
+        "h100", overrides={"hardware.hbm_capacity": big["hardware.hbm_capacity"] / 8}
+    )
+    ch = search.Choices.of(big)
+    found = [r for r in search.sweep(big) if r["feasible"]][-1]  # its largest feasible model
+    pt = next(p for p in search.points(big) if p.compute == found["training_flop"])
+    n_gpu = int(found["n_gpu"])
+    a, b = search._base(big, pt, n_gpu, ch), search._base(small, pt, n_gpu, ch)
+    assert a is not None and b is not None
+    with pytest.raises(ValueError, match="read-only"):
+        a["dp"][0] = 1
+    assert a["dp"].max() > b["dp"].max()
+    assert search._base(big, pt, n_gpu, ch) is a
+
+
 @pytest.fixture(scope="module")
 def h100():
     return sc.resolve("h100")

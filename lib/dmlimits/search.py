@@ -27,7 +27,7 @@ import itertools
 import math
 import os
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,10 @@ DEGREES = ("dp", "tp_model", "tp_ff", "pp", "ep")
 PATIENCE = 3
 MIN_GAIN = 0.01
 MAX_DOUBLINGS = 48
+#: When few models are still searching, each tries up to ``LOOKAHEAD`` clusters at once, so that
+#: a pass costs about ``LOOKAHEAD_PAIRS`` (model, cluster) pairs (:func:`optimal_many`).
+LOOKAHEAD = 4
+LOOKAHEAD_PAIRS = 8
 #: Candidates evaluated (configurations times placements) since the process started: the bench
 #: script's measure of throughput.
 COUNTS = {"candidates": 0}
@@ -163,17 +167,17 @@ def _schedules(
 
 
 def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.ndarray] | None:
-    """Every configuration of ``n_gpu`` GPUs before placement on the network levels.
+    """Every configuration of ``n_gpu`` GPUs before placement on the network levels (arrays
+    shared with other callers: read, never written).
 
-    The (tensor, data) degree pairs are listed in Python (a few hundred at most); each pair's
-    2D splits times its schedules are then laid out with array operations, in the order of a
-    loop over the pairs, then the splits, then the schedules."""
+    The scenario decides which data-parallel degrees fit in memory; the configurations follow
+    from those degrees, the model, the cluster and the choices alone (:func:`_layouts`), so
+    scenarios that differ in anything else (the network, most often) share them."""
     ep = math.gcd(n_gpu, pt.experts)
     rest = n_gpu // ep
     unit = ppm.unit_tokens(ch.microbatch_unit, scn["model.sequence_length"])
     if pt.batch % (pt.experts * unit):
         return None
-    width = pt.d_model * pt.d_ff
     per_pipe = pt.batch // (pt.experts * unit)  # microbatch units per replica, times dp
     # Whether the replicas and the optimizer state fit depends on the data-parallel degree
     # alone: the degrees that do not fit are left out before their configurations are listed.
@@ -181,9 +185,30 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
     # batch, however large the cluster).
     degrees = np.array([d for d in _divisors(rest) if per_pipe % d == 0], dtype=np.int64)
     fits = dpm.memory_fits(scn, pt.params, degrees, float(n_gpu))
-    fitting = set(degrees[np.atleast_1d(fits)].tolist())
+    fitting = tuple(sorted(degrees[np.atleast_1d(fits)].tolist()))
     if not fitting:
         return None
+    return _layouts(pt, n_gpu, ch, per_pipe, fitting)
+
+
+#: Configurations kept per process by :func:`_layouts` (a sweep of the sixteen presets makes
+#: about 1,200; each holds at most a few thousand rows).
+LAYOUTS_KEPT = 4096
+
+
+@lru_cache(LAYOUTS_KEPT)
+def _layouts(
+    pt: Point, n_gpu: int, ch: Choices, per_pipe: int, fitting: tuple[int, ...]
+) -> dict[str, np.ndarray] | None:
+    """The configurations of :func:`_base`, from the data-parallel degrees that fit.
+
+    The (tensor, data) degree pairs are listed in Python (a few hundred at most); each pair's
+    2D splits times its schedules are then laid out with array operations, in the order of a
+    loop over the pairs, then the splits, then the schedules.  The arrays are made read-only:
+    every caller of a cached result gets the same ones."""
+    ep = math.gcd(n_gpu, pt.experts)
+    rest = n_gpu // ep
+    width = pt.d_model * pt.d_ff
     # The (tensor, data) degree pairs, tensor-major and each ascending: the tensor degree
     # divides the layer widths and has a 2D split, the data degree fits, and the pipeline
     # degree that is left divides the layers.
@@ -198,7 +223,7 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
     # tensor degree divides the layer widths, the data degree the batch, the pipeline degree
     # the layers), so the pairs become int64 arrays below.
     tp_col = np.array(tps, dtype=object)[:, None]
-    dp_row = np.array(sorted(fitting), dtype=object)[None, :]
+    dp_row = np.array(fitting, dtype=object)[None, :]
     per_tp = rest // tp_col
     ok = (per_tp % dp_row == 0).astype(bool)
     pp_all = np.where(ok, per_tp // dp_row, 1)
@@ -238,6 +263,8 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
     }  # fmt: skip
     out["v"] = np.where((out["zero_bubble"] == 0) & (out["pp"] > 1), pt.layers // out["pp"], 1)
     out["nanobatch"] = pt.batch / (out["dp"] * out["m"] * pt.experts)
+    for column in out.values():
+        column.flags.writeable = False
     return out
 
 
@@ -509,6 +536,7 @@ def _candidates(
             c = {key: v[keep] for key, v in c.items()} if keep.any() else None
         if c is None:
             continue
+        c = dict(c)  # the columns below are this batch's own
         rows = len(c["dp"])
         for name in _POINT_COLUMNS:
             c[name] = np.full(rows, getattr(pt, name), dtype=np.int64)
@@ -771,13 +799,22 @@ def optimal_many(
             state[k] = {"steps": steps, "i": first, "end": first + MAX_DOUBLINGS,
                         "best": None, "stale": 0}  # fmt: skip
     while state:
-        ks = list(state)
-        found_all = best_on_many(
-            scn, [(pts[k], pts[k].experts * 2 ** state[k]["i"]) for k in ks], ch
-        )
-        for k, found in zip(ks, found_all, strict=True):
-            st, pt = state[k], pts[k]
-            n_gpu = pt.experts * 2 ** st["i"]
+        # Each model still searching tries its next cluster; when few are left, the next
+        # few clusters of each are costed at once (one pass of array operations costs about
+        # the same for a few pairs as for one).  They are then taken in order, as one by
+        # one, and those after the cluster where a model stops are dropped: the same result.
+        ahead = max(1, min(LOOKAHEAD, LOOKAHEAD_PAIRS // len(state)))
+        tries = [
+            (k, st["i"] + j)
+            for k, st in state.items()
+            for j in range(min(ahead, st["end"] - st["i"]))
+        ]  # fmt: skip
+        found_all = best_on_many(scn, [(pts[k], pts[k].experts * 2**i) for k, i in tries], ch)
+        for (k, i), found in zip(tries, found_all, strict=True):
+            st, pt = state.get(k), pts[k]
+            if st is None or i != st["i"]:
+                continue  # tried ahead of a cluster where the model stopped
+            n_gpu = pt.experts * 2**i
             st["i"] += 1
             if found is not None:
                 found["n_gpu"] = float(n_gpu)
