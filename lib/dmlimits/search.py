@@ -191,7 +191,7 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
     return _layouts(pt, n_gpu, ch, per_pipe, fitting)
 
 
-#: Configurations kept per process by :func:`_layouts` (a sweep of the sixteen presets makes
+#: Configurations kept per process by ``_layouts`` (a sweep of the sixteen presets makes
 #: about 1,200; each holds at most a few thousand rows).
 LAYOUTS_KEPT = 4096
 
