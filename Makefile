@@ -66,9 +66,11 @@ _build/html/index.html: $(STAMP) $(shell find lib notebooks book -type f -not -n
 
 # The library, sources, builds and HTML tests, plus nbval: every executed notebook of the
 # default book is re-run and its outputs (glued numbers included) compared.  On every core
-# (pytest-xdist); a file's tests stay on one worker, so each notebook runs in one kernel.
+# (pytest-xdist); a file's tests stay on one worker, so each notebook runs in one kernel.  The
+# files go out longest first (tests/conftest.py's LONGEST_FIRST): --no-loadscope-reorder keeps
+# that order instead of xdist's, which sorts files by how many tests they hold.
 test: _build/html/index.html lint browser-deps
-	$(PY) -m pytest -n auto --dist loadfile --durations=15 tests _build/executed --nbval
+	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=15 tests _build/executed --nbval
 
 # The browser test drives Debian's Chromium through its driver; never a downloaded browser.
 browser-deps:
