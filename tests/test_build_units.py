@@ -211,6 +211,37 @@ def test_the_cache_keeps_the_executions_used_last_under_its_size(tmp_path):
     assert build.prune_notebook_cache(tmp_path / "no cache") == 0
 
 
+def test_the_sweep_cache_keeps_the_sweeps_read_last_under_its_size(tmp_path, monkeypatch):
+    """A sweep read from the disk cache is marked used; pruning removes the others first, and
+    never a file another process is still writing."""
+    import json
+    import os
+
+    from dmlimits import scenario as sc
+    from dmlimits import search
+
+    folder = tmp_path / "sweeps"
+    monkeypatch.setenv(search.CACHE_ENV, str(folder))
+    assert build.sweep_cache_dir() == folder
+    scn = sc.resolve("h100-infinite-network-low-latency")
+    search._SWEEPS.pop(search._key(scn), None)
+    swept = search.sweep(scn)
+    path = search.cache_path(scn)
+    size = path.stat().st_size
+    (folder / "old.json").write_bytes(b"x" * size)
+    (folder / ".tmp-writing.json").write_bytes(b"x" * size)
+    for name in (path.name, "old.json"):
+        os.utime(folder / name, ns=(10**18,) * 2)
+    search._SWEEPS.pop(search._key(scn))
+    again = search.sweep(scn)  # read from the disk, marked used now
+    assert json.dumps(again) == json.dumps(swept)  # NaN where infeasible: compared as text
+    assert build.prune_sweep_cache(folder, limit=size) == 1
+    assert sorted(p.name for p in folder.iterdir()) == sorted([path.name, ".tmp-writing.json"])
+    assert build.prune_sweep_cache(None) == 0
+    monkeypatch.setenv(search.CACHE_ENV, "off")
+    assert build.sweep_cache_dir() is None
+
+
 def test_a_cached_notebook_keeps_its_last_measured_time(tmp_path):
     build.remember_seconds(tmp_path, [build.Timing("notebooks/a", 7.0)])
     build.remember_seconds(tmp_path, [build.Timing("notebooks/a", 0.0, cached=True),

@@ -452,19 +452,26 @@ def _cached_copy(cache: Path | None, key: str, target: Path) -> bool:
 #: executions used longest ago are removed first.  A build of the book adds about ten
 #: megabytes; the default book's executions are used by every build and stay.
 NOTEBOOK_CACHE_BYTES = 512 * 2**20
+#: The sweep cache (:data:`dmlimits.search.CACHE_ENV`) likewise: a build for another scenario
+#: adds a few megabytes of sweeps (about 40 kB each), and a change to the search makes every
+#: kept sweep stale at once.
+SWEEP_CACHE_BYTES = 256 * 2**20
 
 
-def prune_notebook_cache(cache: Path | None, limit: int = NOTEBOOK_CACHE_BYTES) -> int:
-    """Remove the executions used longest ago until the cache holds at most ``limit`` bytes;
-    return how many were removed.  A list of reads that names a removed execution is left: it
-    is no longer offered (:func:`dmlimits.chapter_reads.reusable`)."""
-    if cache is None or not cache.is_dir():
+def _prune_oldest(folder: Path | None, pattern: str, limit: int) -> int:
+    """Remove the files of ``folder`` matching ``pattern`` used longest ago (their modification
+    time: a read marks a file used) until they hold at most ``limit`` bytes; return how many
+    were removed.  A file being written (``.tmp-*``, renamed into place when whole) is left
+    alone: another build is writing it."""
+    if folder is None or not folder.is_dir():
         return 0
     files = []
-    for path in cache.glob("*.ipynb"):
+    for path in folder.glob(pattern):
+        if path.name.startswith("."):
+            continue
         try:
             st = path.stat()
-        except FileNotFoundError:
+        except FileNotFoundError:  # removed by another build's pruning
             continue
         files.append((st.st_mtime_ns, st.st_size, path))
     files.sort(key=lambda f: f[0], reverse=True)
@@ -475,6 +482,28 @@ def prune_notebook_cache(cache: Path | None, limit: int = NOTEBOOK_CACHE_BYTES) 
             path.unlink(missing_ok=True)
             removed += 1
     return removed
+
+
+def prune_notebook_cache(cache: Path | None, limit: int = NOTEBOOK_CACHE_BYTES) -> int:
+    """Remove the executions used longest ago until the cache holds at most ``limit`` bytes;
+    return how many were removed.  A list of reads that names a removed execution is left: it
+    is no longer offered (:func:`dmlimits.chapter_reads.reusable`)."""
+    return _prune_oldest(cache, "*.ipynb", limit)
+
+
+def sweep_cache_dir() -> Path | None:
+    """The sweep cache's folder (:data:`dmlimits.search.CACHE_ENV`), or ``None`` when off."""
+    from .search import CACHE_ENV
+
+    folder = os.environ.get(CACHE_ENV, "")
+    return None if folder in ("", "off") else Path(folder)
+
+
+def prune_sweep_cache(folder: Path | None, limit: int = SWEEP_CACHE_BYTES) -> int:
+    """Remove the sweeps used longest ago (a read marks one used) until the cache holds at
+    most ``limit`` bytes; return how many were removed.  A sweep removed under a reader is
+    computed again."""
+    return _prune_oldest(folder, "*.json", limit)
 
 
 def _cache_store(cache: Path | None, key: str, executed: Path) -> None:
@@ -1088,6 +1117,9 @@ def _build(
         pruned = prune_notebook_cache(notebook_cache_dir(work))
         if pruned:
             _say(f"removed {pruned} execution(s) used longest ago from the notebook cache")
+        pruned = prune_sweep_cache(sweep_cache_dir())
+        if pruned:
+            _say(f"removed {pruned} sweep(s) used longest ago from the sweep cache")
     except BaseException:
         stop_children()
         raise

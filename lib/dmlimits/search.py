@@ -910,9 +910,18 @@ def cache_path(scn: Scenario) -> Any:
 
 
 def _load(path: Any) -> list[dict[str, Any]] | None:
+    """The sweep kept at ``path``, marked used now (the build removes the sweeps used longest
+    ago first: :func:`dmlimits.build.prune_sweep_cache`); ``None`` when there is none."""
+    import contextlib
+    import os
+
     from .formula_cache import read_json
 
-    return read_json(path)
+    results = read_json(path)
+    if results is not None:
+        with contextlib.suppress(OSError):  # a cache that cannot be written is still read
+            os.utime(path)
+    return results
 
 
 def _store(path: Any, results: list[dict[str, Any]]) -> None:
