@@ -54,13 +54,14 @@ MATHTEXT_PARSES = 4096
 def share_mathtext_parses() -> bool:
     """Let every renderer of this process reuse the mathtext layouts another one made.
 
-    Matplotlib keeps the last 50 layouts of each ``MathTextParser``, and every renderer has its
-    own parser; a figure is drawn by three renderers on its way to the book (its layout at the
-    screen DPI, then the tight bounding box and the PNG at :data:`SAVE_DPI`), so its tick labels
-    and legends were parsed with pyparsing two or three times (about 15 ms each, half a second a
-    figure).  A parser's only state is its output type, so one cache keyed by that type and the
-    parse's own arguments gives the same layouts (``tests/test_figures.py`` checks the PNG bytes
-    are unchanged).  Returns whether the cache is shared: with a matplotlib whose parser is laid
+    Matplotlib keeps its last 50 mathtext layouts, each for the parser that made it, and every
+    renderer has its own parser.  A figure is drawn by three renderers on its way to the book
+    (its layout at the screen DPI, then the tight bounding box and the PNG at
+    :data:`SAVE_DPI`), so its tick labels and legends were parsed with pyparsing two or three
+    times (several milliseconds each: a few tenths of a second for a figure with log axes).  A
+    parser's only state is its output type, so one cache keyed by that type and the parse's own
+    arguments gives the same layouts (``tests/test_figures.py`` checks the PNG bytes are
+    unchanged).  Returns whether the cache is shared: with a matplotlib whose parser is laid
     out otherwise (requirements.txt pins the one this was written for) nothing changes but the
     speed."""
     import functools
