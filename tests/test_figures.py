@@ -49,7 +49,7 @@ def test_data_outside_the_limits_are_found():
     assert any("outside the axis limits" in p for p in figures.check_figure(fig))
 
 
-def test_a_legend_over_the_data_is_found_and_moved():
+def _legend_in_the_middle() -> plt.Figure:
     fig, ax = plt.subplots()
     x = np.linspace(0, 1, 50)
     ax.plot(x, np.full_like(x, 0.5), label="flat line through the middle")
@@ -57,6 +57,11 @@ def test_a_legend_over_the_data_is_found_and_moved():
     ax.set_ylabel("y (s)")
     ax.set_ylim(0.4, 0.6)
     ax.legend(loc="center", fontsize=20)
+    return fig
+
+
+def test_a_legend_over_the_data_is_found_and_moved():
+    fig = _legend_in_the_middle()
     assert any("legend covers" in p for p in figures.check_figure(fig))
     figures.tidy_legends(fig)
     assert figures.check_figure(fig) == []
@@ -135,17 +140,6 @@ def test_a_figure_legend_over_a_panel_is_found():
     fig.axes[0].get_legend().remove()
     fig.legend(handles, labels, loc="center")  # in the middle of the figure: over the panels
     assert "the figure's legend lies over a panel" in figures.check_figure(fig)
-
-
-def _legend_in_the_middle() -> plt.Figure:
-    fig, ax = plt.subplots()
-    x = np.linspace(0, 1, 50)
-    ax.plot(x, np.full_like(x, 0.5), label="flat line through the middle")
-    ax.set_xlabel("x (s)")
-    ax.set_ylabel("y (s)")
-    ax.set_ylim(0.4, 0.6)
-    ax.legend(loc="center", fontsize=20)
-    return fig
 
 
 @pytest.mark.parametrize(
