@@ -50,9 +50,11 @@ DEGREES = ("dp", "tp_model", "tp_ff", "pp", "ep")
 PATIENCE = 3
 MIN_GAIN = 0.01
 MAX_DOUBLINGS = 48
-#: When few models are still searching, each tries up to ``LOOKAHEAD`` clusters at once, so that
-#: a pass costs about ``LOOKAHEAD_PAIRS`` (model, cluster) pairs (:func:`optimal_many`).
+#: When few models are still searching, each tries up to this many clusters at once
+#: (:func:`optimal_many`); the result is the same as one cluster at a time.
 LOOKAHEAD = 4
+#: How many (model, cluster) pairs a pass of the search costs, about, when the models still
+#: searching look ahead (:data:`LOOKAHEAD`).
 LOOKAHEAD_PAIRS = 8
 #: Candidates evaluated (configurations times placements) since the process started: the bench
 #: script's measure of throughput.
