@@ -222,7 +222,7 @@ def test_the_sweep_cache_keeps_the_sweeps_read_last_under_its_size(tmp_path, mon
 
     folder = tmp_path / "sweeps"
     monkeypatch.setenv(search.CACHE_ENV, str(folder))
-    assert build.sweep_cache_dir() == folder
+    assert search.cache_dir() == folder
     scn = sc.resolve("h100-infinite-network-low-latency")
     search._SWEEPS.pop(search._key(scn), None)
     swept = search.sweep(scn)
@@ -239,7 +239,7 @@ def test_the_sweep_cache_keeps_the_sweeps_read_last_under_its_size(tmp_path, mon
     assert sorted(p.name for p in folder.iterdir()) == sorted([path.name, ".tmp-writing.json"])
     assert build.prune_sweep_cache(None) == 0
     monkeypatch.setenv(search.CACHE_ENV, "off")
-    assert build.sweep_cache_dir() is None
+    assert search.cache_dir() is None
 
 
 def test_a_cached_notebook_keeps_its_last_measured_time(tmp_path):

@@ -491,14 +491,6 @@ def prune_notebook_cache(cache: Path | None, limit: int = NOTEBOOK_CACHE_BYTES) 
     return _prune_oldest(cache, "*.ipynb", limit)
 
 
-def sweep_cache_dir() -> Path | None:
-    """The sweep cache's folder (:data:`dmlimits.search.CACHE_ENV`), or ``None`` when off."""
-    from .search import CACHE_ENV
-
-    folder = os.environ.get(CACHE_ENV, "")
-    return None if folder in ("", "off") else Path(folder)
-
-
 def prune_sweep_cache(folder: Path | None, limit: int = SWEEP_CACHE_BYTES) -> int:
     """Remove the sweeps used longest ago (a read marks one used) until the cache holds at
     most ``limit`` bytes; return how many were removed.  A sweep removed under a reader is
@@ -1117,7 +1109,9 @@ def _build(
         pruned = prune_notebook_cache(notebook_cache_dir(work))
         if pruned:
             _say(f"removed {pruned} execution(s) used longest ago from the notebook cache")
-        pruned = prune_sweep_cache(sweep_cache_dir())
+        from . import search
+
+        pruned = prune_sweep_cache(search.cache_dir())
         if pruned:
             _say(f"removed {pruned} sweep(s) used longest ago from the sweep cache")
     except BaseException:

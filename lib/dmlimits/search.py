@@ -897,25 +897,30 @@ def sweep_fingerprint() -> str:
     return closure_fingerprint(__name__)
 
 
+def cache_dir() -> Any:
+    """The folder of the sweep cache (:data:`CACHE_ENV`), or ``None`` when it is off."""
+    from pathlib import Path
+
+    folder = os.environ.get(CACHE_ENV, "")
+    return None if folder in ("", "off") else Path(folder)
+
+
 def cache_path(scn: Scenario) -> Any:
     """Where the sweep of ``scn`` is cached on disk (content-addressed: :func:`sweep_fingerprint`
     and every value of the scenario), or ``None`` when the disk cache is off."""
     import hashlib
-    import os
-    from pathlib import Path
 
-    folder = os.environ.get(CACHE_ENV, "")
-    if folder in ("", "off"):
+    folder = cache_dir()
+    if folder is None:
         return None
     digest = hashlib.sha256((sweep_fingerprint() + _key(scn)).encode()).hexdigest()
-    return Path(folder) / f"{digest}.json"
+    return folder / f"{digest}.json"
 
 
 def _load(path: Any) -> list[dict[str, Any]] | None:
     """The sweep kept at ``path``, marked used now (the build removes the sweeps used longest
     ago first: :func:`dmlimits.build.prune_sweep_cache`); ``None`` when there is none."""
     import contextlib
-    import os
 
     from .formula_cache import read_json
 
