@@ -229,8 +229,9 @@ def test_arithmetic_bound_derivation_matches_the_numbers():
 
 
 # --- The hierarchy in numbers, the pass efficiency and the printed table ----------------------
-def test_memory_levels_follow_the_scenario():
-    scn = scenario.resolve("h100")
+@pytest.mark.parametrize("gpu", ["h100", "b200"])
+def test_memory_levels_follow_the_scenario(gpu):
+    scn = scenario.resolve(gpu)
     m = matmul.memory_levels(scn)
     eta = scn["hardware.effective_utilization"]
     assert m["hbm_bandwidth"] == scn["hardware.hbm_bandwidth"]
@@ -245,6 +246,10 @@ def test_memory_levels_follow_the_scenario():
     assert m["l2_usable"] == pytest.approx(0.75 * scn["hardware.l2_size"])
     block = 0.75 * scn["hardware.register_file_per_block"]
     assert m["block_registers_usable"] == pytest.approx(block)
+    # A tile at the shared-memory boundary: a block's registers, or the tensor memory of the SMs
+    # one tensor-core instruction spans, whichever is larger (Blackwell's, the book's extension).
+    tmem = 0.75 * scn["hardware.mma_sms"] * scn["hardware.tensor_memory_per_sm"]
+    assert m["accumulator_tile_usable"] == pytest.approx(max(block, tmem))
     assert m["sm_registers_usable"] == pytest.approx(scn["hardware.blocks_per_sm"] * block)
     assert m["all_registers_usable"] == pytest.approx(
         scn["hardware.sms"] * m["sm_registers_usable"]
@@ -254,7 +259,7 @@ def test_memory_levels_follow_the_scenario():
     assert m["registers_resident_weights"] == pytest.approx(m["all_registers_usable"] / (2 * word))
 
 
-@pytest.mark.parametrize("gpu", ["h100", "v100"])
+@pytest.mark.parametrize("gpu", ["h100", "v100", "b200"])
 def test_tiling_fits_capacity_and_follows_the_shard(gpu):
     scn = scenario.resolve(gpu)
     m = matmul.memory_levels(scn)
@@ -266,7 +271,7 @@ def test_tiling_fits_capacity_and_follows_the_shard(gpu):
         "hbm-l2": m["l2_usable"],
         "l2-sm": m["all_registers_usable"] if "sm-sm" in tiles else m["sm_registers_usable"],
         "sm-sm": m["sm_registers_usable"],
-        "shared-registers": m["block_registers_usable"],
+        "shared-registers": m["accumulator_tile_usable"],
     }
     for name, t in tiles.items():
         assert t["rows"] * t["cols"] == pytest.approx(t["tiles"])

@@ -163,6 +163,28 @@ def test_attention_utilizations_are_overridden_and_restored():
     assert operations.parts(cfg)["attention"] == before
 
 
+def test_device_values_are_overridden_and_restored():
+    """Blackwell's tensor memory, switched off inside the block, slows the B200's matmuls (the
+    paper's model lets shared memory bind there); the H100, which has none, does not change."""
+    cfg, h100 = _config(gpu="b200"), _config()
+    before, kept = operations.parts(cfg)["linear"], runs.components(cfg)["linear"]
+    h100_before = operations.parts(h100)["linear"]
+    paper = {"hardware.tensor_memory_per_sm": 0, "hardware.mma_sms": 1}
+    with operations.device_values("b200", paper):
+        assert operations.parts(cfg)["linear"] > 1.2 * before
+        assert runs.components(cfg)["linear"] > 1.2 * kept
+        assert operations.parts(h100)["linear"] == h100_before
+    assert operations.parts(cfg)["linear"] == before
+    assert runs.components(cfg)["linear"] == kept
+    with pytest.raises(ValueError, match=r"hardware\.mma_sms"):
+        with operations.device_values("b200", {"hardware.mma_sms": 0}):
+            pass
+    with pytest.raises(ValueError, match="no single-GPU model for cluster 'x100'"):
+        with operations.device_values("x100", paper):
+            pass
+    assert operations.parts(cfg)["linear"] == before
+
+
 def test_the_chapters_cases_are_valid_configurations():
     cases = confront.operation_cases()
     assert len(cases) == 5

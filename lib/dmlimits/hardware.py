@@ -118,6 +118,23 @@ GPU_PRESETS: dict[str, dict] = {
 }
 
 
+# --- Where the tensor cores accumulate: the book's extension for Blackwell ---------------------
+# The paper's GPUs accumulate a matmul's tile in the registers of one processing block.  Blackwell
+# accumulates in a tensor memory of its own, and one instruction may span a pair of SMs; the
+# matmul model tiles the shared-memory boundary by the larger room (dmlimits.matmul).
+NV_PTX_TMEM = (
+    "NVIDIA PTX ISA 8.7 (2025), tcgen05: Tensor Memory of 128 lanes x 512 columns of 32-bit "
+    "cells (256 KiB) for each SM's tensor cores; tcgen05.mma with .cta_group::2 computes one "
+    "tile on a pair of SMs"
+)
+BEFORE_BLACKWELL = (
+    "the book's extension (not in the paper): no tensor memory before Blackwell; the tile "
+    "accumulates in registers, one SM per tensor-core instruction"
+)
+for _name in GPU_PRESETS:
+    GPU_PRESETS[_name]["values"]["hardware.tensor_memory_per_sm"] = Sourced(0, BEFORE_BLACKWELL)
+    GPU_PRESETS[_name]["values"]["hardware.mma_sms"] = Sourced(1, BEFORE_BLACKWELL)
+
 # --- Hardware beyond the paper (issue #6): each value with its own public source ------------
 # Where no public figure exists the value is carried from the paper's nearest GPU or estimated,
 # and its source says so; a reader can override any of them.
@@ -174,7 +191,8 @@ _H200_AS_H100 = (
     "hardware.threads_per_sm", "hardware.effective_utilization", "hardware.l2_bandwidth",
     "hardware.l2_size", "hardware.register_file_per_block", "hardware.blocks_per_sm",
     "hardware.distributed_shared_memory", "hardware.kernel_latency", "network.latency",
-    "network.node_size", "network.inter_node.bandwidth",
+    "network.node_size", "network.inter_node.bandwidth", "hardware.tensor_memory_per_sm",
+    "hardware.mma_sms",
 )  # fmt: skip
 _B200_AS_H100 = (
     "hardware.threads_per_sm", "hardware.effective_utilization",
@@ -201,6 +219,8 @@ _B200 = {
     ),
     "hardware.hbm_bandwidth": (8000 * GB, NV_DGX_B200),
     "hardware.hbm_capacity": (180 * GB, NV_DGX_B200),
+    "hardware.tensor_memory_per_sm": (128 * 512 * 4, NV_PTX_TMEM),
+    "hardware.mma_sms": (2, NV_PTX_TMEM),
     "model.word_bytes": (2, f"{NV_DGX_B200}: 16-bit (BF16) arithmetic, the dense BF16 peak"),
     "hardware.l2_size": (
         2 * _paper("h100", "hardware.l2_size"),
@@ -257,6 +277,8 @@ GPU_PRESETS["gtx580"] = _sourced(
         "hardware.register_file_per_block": (64 * KiB, f"{NV_GTX580} (two schedulers per SM)"),
         "hardware.blocks_per_sm": (2, NV_GTX580),
         "hardware.distributed_shared_memory": (False, NV_GTX580),
+        "hardware.tensor_memory_per_sm": (0, f"{NV_GTX580} (no tensor cores)"),
+        "hardware.mma_sms": (1, f"{NV_GTX580} (no tensor cores)"),
         "hardware.hbm_capacity": (3 * GB, ALEXNET),
         # Fermi has no 16-bit arithmetic: its words, and the FLOP its peak counts, are 32-bit.
         "model.word_bytes": (4, f"{NV_GTX580} (32-bit arithmetic only)"),

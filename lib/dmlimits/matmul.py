@@ -108,6 +108,22 @@ cap_reg = _decl(
     "M_reg", r"M_{\mathrm{reg}}", "register file of one processing block", _B, defined_in=CHAPTER
 )
 n_blocks = _decl("n_blk", r"n_{\mathrm{blk}}", "processing blocks per SM", defined_in=CHAPTER)
+# The book's extension for Blackwell (not in the paper): where the tensor cores accumulate.
+cap_tmem = _decl(
+    "M_tmem",
+    r"M_{\mathrm{tmem}}",
+    "tensor memory of one SM (Blackwell's accumulators; 0 before Blackwell)",
+    _B,
+    defined_in=CHAPTER,
+    may_be_zero=True,
+)
+n_mma = _decl(
+    "n_mma",
+    r"n_{\mathrm{mma}}",
+    "SMs one tensor-core instruction's tile spans",
+    defined_in=CHAPTER,
+    integer=True,
+)
 n_sms = _decl(
     "n_SM", r"n_{\mathrm{SM}}", "streaming multiprocessors (SMs) per GPU", defined_in=CHAPTER
 )
@@ -200,6 +216,8 @@ _SCENARIO_KEYS: dict[sp.Symbol, str] = {
     cap_l2: "hardware.l2_size",
     cap_reg: "hardware.register_file_per_block",
     n_blocks: "hardware.blocks_per_sm",
+    cap_tmem: "hardware.tensor_memory_per_sm",
+    n_mma: "hardware.mma_sms",
     n_sms: "hardware.sms",
     clock: "hardware.max_clock",
     s.eff_util: "hardware.effective_utilization",
@@ -293,9 +311,11 @@ def boundary_capacities(multicast: bool) -> dict[str, sp.Expr]:
 
     Tile sizes: ``hbm-l2`` (the usable L2), ``l2-sm`` (the usable registers of one SM, or of all
     SMs together with multicast), ``sm-sm`` (one SM's registers, the tiles that distributed
-    shared memory spreads; with multicast only) and ``shared-registers`` (one processing block's
-    usable registers).  Residence: ``l2-resident`` (weights and gradients that fit here stay in
-    L2) and ``registers-resident`` (the usable registers of all SMs together).
+    shared memory spreads; with multicast only) and ``shared-registers`` (where the tensor cores
+    accumulate a tile: one processing block's usable registers in the paper's model, or, when
+    larger, the usable tensor memory of the SMs one tensor-core instruction spans, the book's
+    extension for Blackwell).  Residence: ``l2-resident`` (weights and gradients that fit here
+    stay in L2) and ``registers-resident`` (the usable registers of all SMs together).
     """
     block_room = usable * cap_reg
     sm_room = n_blocks * block_room
@@ -303,7 +323,7 @@ def boundary_capacities(multicast: bool) -> dict[str, sp.Expr]:
     rooms = {
         "hbm-l2": usable * cap_l2,
         "l2-sm": all_sms if multicast else sm_room,
-        "shared-registers": block_room,
+        "shared-registers": usable * sp.Max(cap_reg, n_mma * cap_tmem),
         "l2-resident": usable * cap_l2,
         "registers-resident": all_sms,
     }
@@ -730,7 +750,9 @@ def memory_levels(scn: Scenario) -> dict[str, float]:
 
     Keys: ``hbm_bandwidth``, ``l2_bandwidth``, ``shared_bandwidth`` (banks x bank width x SMs x
     derated clock); ``l2_usable`` (the usable L2), ``sm_registers_usable`` (one SM's usable
-    registers), ``all_registers_usable`` (every SM's) and ``block_registers_usable``; and
+    registers), ``all_registers_usable`` (every SM's), ``block_registers_usable`` and
+    ``accumulator_tile_usable`` (the room of one tile at the shared-memory boundary: a block's
+    registers, or Blackwell's tensor memory; :func:`boundary_capacities`); and
     ``l2_resident_weights`` and ``registers_resident_weights``, the most weights whose values
     and gradients stay in L2 and in the registers.
     """
@@ -742,8 +764,9 @@ def memory_levels(scn: Scenario) -> dict[str, float]:
         bw_l2,
         shared_bandwidth(),
         room["hbm-l2"],
-        n_blocks * room["shared-registers"],
+        n_blocks * usable * cap_reg,
         room["registers-resident"],
+        usable * cap_reg,
         room["shared-registers"],
         room["l2-resident"] / per_weight,
         room["registers-resident"] / per_weight,
@@ -756,6 +779,7 @@ def memory_levels(scn: Scenario) -> dict[str, float]:
         "sm_registers_usable",
         "all_registers_usable",
         "block_registers_usable",
+        "accumulator_tile_usable",
         "l2_resident_weights",
         "registers_resident_weights",
     )

@@ -107,6 +107,16 @@ SCHEMA: dict[str, Field] = {
         _H100["hardware.register_file_per_block"], "register file per processing block", "byte"
     ),
     "hardware.blocks_per_sm": _int(_H100["hardware.blocks_per_sm"], "processing blocks per SM"),
+    "hardware.tensor_memory_per_sm": _pos(
+        _H100["hardware.tensor_memory_per_sm"],
+        "tensor memory per SM, where Blackwell's tensor cores accumulate (0: none, before "
+        "Blackwell)",
+        "byte",
+        inclusive_minimum=True,
+    ),
+    "hardware.mma_sms": _int(
+        _H100["hardware.mma_sms"], "SMs one tensor-core instruction's tile spans (2 on Blackwell)"
+    ),
     "hardware.distributed_shared_memory": Field(
         "bool",
         _H100["hardware.distributed_shared_memory"],

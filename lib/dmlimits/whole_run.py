@@ -705,6 +705,7 @@ _MATMUL_KEYS = {
     "l2": ("hardware.l2_bandwidth", "hardware.l2_size", "model.word_bytes"),
     "shared": ("hardware.max_clock", "hardware.sms", "hardware.effective_utilization",
                "hardware.register_file_per_block", "hardware.blocks_per_sm",
+               "hardware.tensor_memory_per_sm", "hardware.mma_sms",
                "hardware.distributed_shared_memory", "model.word_bytes"),
 }  # fmt: skip
 _LOSS_KEYS = {

@@ -265,10 +265,38 @@ def attention_utilizations(values: dict[str, float]):
         ATTENTION_UTILIZATION.update(saved)
 
 
+@contextmanager
+def device_values(cluster: str, values: dict[str, float]):
+    """Within the ``with`` block, ``cluster``'s GPU is timed with ``values`` (scenario keys ->
+    values) over what :data:`PRESETS` gives it: to test how much a result depends on them, for
+    example Blackwell's tensor memory switched off (``hardware.tensor_memory_per_sm=0`` and
+    ``hardware.mma_sms=1``, the paper's model unchanged).  A bad key or value raises the
+    scenario's error.  Cached calibrations are not recomputed inside it, as in
+    :func:`attention_utilizations`."""
+    try:
+        preset, overrides = PRESETS[cluster]
+    except KeyError:
+        raise ValueError(
+            f"no single-GPU model for cluster {cluster!r}; expected one of {', '.join(PRESETS)}"
+        ) from None
+    changed = {**overrides, **values}
+    with scenario.unwatched():
+        scenario.resolve(preset, overrides=changed)  # refuses a bad key or value here
+    PRESETS[cluster] = (preset, changed)
+    device.cache_clear()
+    try:
+        yield
+    finally:
+        PRESETS[cluster] = (preset, overrides)
+        device.cache_clear()
+
+
 def utilization_state() -> tuple:
-    """The attention utilizations in force (:data:`ATTENTION_UTILIZATION`, as changed by
-    :func:`attention_utilizations`), as a key for what depends on them."""
-    return tuple(sorted(ATTENTION_UTILIZATION.items()))
+    """The attention utilizations and single-GPU models in force (:data:`ATTENTION_UTILIZATION`
+    and :data:`PRESETS`, as changed by :func:`attention_utilizations` and
+    :func:`device_values`), as a key for what depends on them."""
+    devices = tuple((k, p, tuple(sorted(o.items()))) for k, (p, o) in sorted(PRESETS.items()))
+    return (tuple(sorted(ATTENTION_UTILIZATION.items())), devices)
 
 
 def attention_utilization(cluster) -> float:
