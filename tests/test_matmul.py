@@ -388,3 +388,21 @@ def test_multicast_traffic_is_its_derivation():
     for rows_ in (2, 3, sp.Rational(7, 2)):
         assert sp.simplify((d.result.rhs - charged).subs(r, rows_)) == 0
     assert charged.subs(r, 1) == d.result.rhs.subs(r, 1) - matmul.word * matmul.d2 * matmul.b
+
+
+def test_tensor_memory_changes_a_tile_only_when_it_is_the_larger_room():
+    """The book's Blackwell extension: tensor memory smaller than a block's registers changes
+    nothing (the paper's model), larger tensor memory shortens shared-memory time only."""
+    b = np.array([256, 1024, 8192])
+    base = scenario.resolve("h100")
+    small = scenario.resolve("h100", ["hardware.tensor_memory_per_sm=32768"])
+    large = scenario.resolve("h100", ["hardware.tensor_memory_per_sm=262144", "hardware.mma_sms=2"])
+    for kind in matmul.KINDS:
+        t0 = matmul.level_times(base, 4096, 16384, b, kind)
+        t_small = matmul.level_times(small, 4096, 16384, b, kind)
+        t_large = matmul.level_times(large, 4096, 16384, b, kind)
+        for key in (*matmul.LEVELS, "arithmetic"):
+            np.testing.assert_array_equal(t_small[key], t0[key])
+        assert np.all(t_large["shared"] < t0["shared"])
+        for key in ("hbm", "l2", "arithmetic"):
+            np.testing.assert_array_equal(t_large[key], t0[key])
