@@ -343,3 +343,19 @@ def test_what_the_memory_count_assumes_of_a_framework_is_named():
            "seq_len": "4096", "global_batch_tokens": "32768", "status": "ok", "mfu_pct": "40",
            "tokens_per_s_per_gpu": "1000", "gpu_memory_gb": "30"}  # fmt: skip
     assert any("fitted factor" in a for a in runs.interpret(row).assumed)
+
+
+def test_a_peak_above_the_gpu_that_fits_with_recomputation_says_so(capsys):
+    """NVIDIA's Llama 3 70B FSDP run on 64 GB200s (recomputation not stated): at no
+    recomputation its peak exceeds the GPU's memory, yet it ran; the row says which policy each
+    memory column is at, so the two columns do not read as a contradiction."""
+    assert cli.main(["predict", "--runs", "lib/dmlimits/data/published_runs_nemo.csv",
+                     "--format", "csv"]) == 0  # fmt: skip
+    rows = list(csv.DictReader(capsys.readouterr().out.splitlines()))
+    over = [r for r in rows if not memory.peak(runs.interpret(r).config).fits]
+    assert all(float(r["predicted_peak_memory_gib"]) * 2**30 > runs.interpret(r).config.cluster.hbm
+               for r in over)  # fmt: skip
+    assert over, "expected a row whose peak without recomputation exceeds its GPU"
+    for r in rows:
+        noted = "fits with full recomputation" in r["prediction_assumed"]
+        assert noted == (r in over and r["predicted_fits"] == "true"), r["model"]

@@ -1387,11 +1387,19 @@ def predict_rows(rows, factors: Factors | None = None) -> list[dict]:
             bound = predict(it.config, BOUND, parts)
             cal = predict(it.config, factors, parts)
             mem = memory.peak(it.config)
+            can_fit = memory.can_fit(it.config)
             new.update(
                 predicted_peak_memory_gib=f"{mem.total / 2**30:.2f}",
                 # Could it run at all: the row's recomputation is often not stated.
-                predicted_fits=str(memory.can_fit(it.config)).lower(),
+                predicted_fits=str(can_fit).lower(),
             )
+            assumed = list(it.assumed)
+            if can_fit and not mem.fits:
+                # The two columns then disagree at first sight; say why in the row.
+                assumed.append(
+                    f"the peak memory is with {it.config.recompute} recomputation, more than "
+                    "the GPU holds; it fits with full recomputation (predicted_fits)"
+                )
             new.update(
                 predicted_mfu_bound=f"{utilization(bound, it.counting):.4f}",
                 predicted_mfu_calibrated=f"{utilization(cal, it.counting):.4f}",
@@ -1399,7 +1407,7 @@ def predict_rows(rows, factors: Factors | None = None) -> list[dict]:
                 predicted_tokens_per_s_per_gpu=f"{cal.tokens_per_s_per_gpu:.6g}",
                 reported_utilization="" if it.reported is None else f"{it.reported:.4f}",
                 counting=it.counting,
-                prediction_assumed="; ".join(it.assumed),
+                prediction_assumed="; ".join(assumed),
             )
         except (ValueError, KeyError, ZeroDivisionError, OverflowError) as exc:
             new["prediction_error"] = str(exc) or type(exc).__name__
