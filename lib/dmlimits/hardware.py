@@ -122,10 +122,10 @@ GPU_PRESETS: dict[str, dict] = {
 # The paper's GPUs accumulate a matmul's tile in the registers of one processing block.  Blackwell
 # accumulates in a tensor memory of its own, and one instruction may span a pair of SMs; the
 # matmul model tiles the shared-memory boundary by the larger room (dmlimits.matmul).
-NV_PTX_TMEM = (
-    "NVIDIA PTX ISA 8.7 (2025), tcgen05: Tensor Memory of 128 lanes x 512 columns of 32-bit "
-    "cells (256 KiB) for each SM's tensor cores; tcgen05.mma with .cta_group::2 computes one "
-    "tile on a pair of SMs"
+NV_TMEM = (
+    "NVIDIA Tilus documentation (2025), Tensor Memory Tensor and Script.tcgen05: Blackwell's "
+    "Tensor Memory is 128 lanes x 512 columns of 32-bit cells (256 KiB) per CTA, where the "
+    "tensor cores accumulate; with cta_group=2 two CTAs (one per SM) share one tile"
 )
 BEFORE_BLACKWELL = (
     "the book's extension (not in the paper): no tensor memory before Blackwell; the tile "
@@ -191,8 +191,7 @@ _H200_AS_H100 = (
     "hardware.threads_per_sm", "hardware.effective_utilization", "hardware.l2_bandwidth",
     "hardware.l2_size", "hardware.register_file_per_block", "hardware.blocks_per_sm",
     "hardware.distributed_shared_memory", "hardware.kernel_latency", "network.latency",
-    "network.node_size", "network.inter_node.bandwidth", "hardware.tensor_memory_per_sm",
-    "hardware.mma_sms",
+    "network.node_size", "network.inter_node.bandwidth",
 )  # fmt: skip
 _B200_AS_H100 = (
     "hardware.threads_per_sm", "hardware.effective_utilization",
@@ -205,6 +204,8 @@ GPU_PRESETS["h200"] = _sourced(
         **_h100_carried(_H200_AS_H100),
         "hardware.hbm_bandwidth": (4800 * GB, NV_H200),
         "hardware.hbm_capacity": (141 * GB, NV_H200),
+        "hardware.tensor_memory_per_sm": (0, f"{BEFORE_BLACKWELL} (the H200 is a Hopper GPU)"),
+        "hardware.mma_sms": (1, f"{BEFORE_BLACKWELL} (the H200 is a Hopper GPU)"),
         "model.word_bytes": (2, f"{NV_H200}: 16-bit (BF16) arithmetic"),
         "network.intra_node.bandwidth": (900 * GB, NV_H200),
     },
@@ -219,8 +220,8 @@ _B200 = {
     ),
     "hardware.hbm_bandwidth": (8000 * GB, NV_DGX_B200),
     "hardware.hbm_capacity": (180 * GB, NV_DGX_B200),
-    "hardware.tensor_memory_per_sm": (128 * 512 * 4, NV_PTX_TMEM),
-    "hardware.mma_sms": (2, NV_PTX_TMEM),
+    "hardware.tensor_memory_per_sm": (128 * 512 * 4, NV_TMEM),
+    "hardware.mma_sms": (2, NV_TMEM),
     "model.word_bytes": (2, f"{NV_DGX_B200}: 16-bit (BF16) arithmetic, the dense BF16 peak"),
     "hardware.l2_size": (
         2 * _paper("h100", "hardware.l2_size"),
