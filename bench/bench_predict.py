@@ -219,7 +219,7 @@ def report(m: dict) -> str:
         f"outside the development split (NVIDIA's Megatron-Bridge benchmarks, {nm['rows']} rows: "
         "FP8, B200 and GB200, DeepSeek-V3; never fitted, but they led the book to add "
         "Blackwell's tensor memory to the matmul model):",
-        f"  MFU median absolute error {nm['mfu_points']:.1f} points (signed "
+        f"  MFU median absolute error {nm['mfu_points']:.2f} points (signed "
         f"{nm['bias_points']:+.1f}; target {t['mfu_held_out_points']:g}: "
         f"{_verdict(nm['mfu_points'], t['mfu_held_out_points'])}; per family "
         f"{t['mfu_per_source_held_out_points']:g}: "
