@@ -265,6 +265,16 @@ def attention_utilizations(values: dict[str, float]):
         ATTENTION_UTILIZATION.update(saved)
 
 
+def _preset_of(cluster: str) -> tuple[str, dict[str, float]]:
+    """The preset and overrides of :data:`PRESETS` that time ``cluster``'s GPU."""
+    try:
+        return PRESETS[cluster]
+    except KeyError:
+        raise ValueError(
+            f"no single-GPU model for cluster {cluster!r}; expected one of {', '.join(PRESETS)}"
+        ) from None
+
+
 @contextmanager
 def device_values(cluster: str, values: dict[str, float]):
     """Within the ``with`` block, ``cluster``'s GPU is timed with ``values`` (scenario keys ->
@@ -273,12 +283,7 @@ def device_values(cluster: str, values: dict[str, float]):
     ``hardware.mma_sms=1``, the paper's model unchanged).  A bad key or value raises the
     scenario's error.  Cached calibrations are not recomputed inside it, as in
     :func:`attention_utilizations`."""
-    try:
-        preset, overrides = PRESETS[cluster]
-    except KeyError:
-        raise ValueError(
-            f"no single-GPU model for cluster {cluster!r}; expected one of {', '.join(PRESETS)}"
-        ) from None
+    preset, overrides = _preset_of(cluster)
     changed = {**overrides, **values}
     with scenario.unwatched():
         scenario.resolve(preset, overrides=changed)  # refuses a bad key or value here
@@ -309,12 +314,7 @@ def attention_utilization(cluster) -> float:
 @cache
 def device(cluster: str) -> scenario.Scenario:
     """The scenario whose hardware times one GPU of ``cluster`` (:data:`PRESETS`)."""
-    try:
-        preset, overrides = PRESETS[cluster]
-    except KeyError:
-        raise ValueError(
-            f"no single-GPU model for cluster {cluster!r}; expected one of {', '.join(PRESETS)}"
-        ) from None
+    preset, overrides = _preset_of(cluster)
     with scenario.unwatched():  # the GPU the run was measured on, whatever the book's
         return scenario.resolve(preset, overrides=overrides)
 
