@@ -92,6 +92,9 @@ BAD = [
     (["batch.law=sqrt"], "batch.law", "one of default, none, deepseek"),
     (["model.sparse=maybe"], "model.sparse", "true or false"),
     (["hardware.effective_utilization=1.5"], "hardware.effective_utilization", "at most 1"),
+    (["hardware.tensor_memory_per_sm=-1"], "hardware.tensor_memory_per_sm", "at least 0"),
+    (["hardware.mma_sms=0"], "hardware.mma_sms", "greater than zero"),
+    (["hardware.mma_sms=1.5"], "hardware.mma_sms", "whole number"),
     (["training.months"], "training.months", "expected key=value"),
 ]
 
