@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from dmlimits import hardware
 from dmlimits.measured import confront, memory, operations, runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,7 +133,7 @@ def measure() -> dict:
     comm = confront.communication_cannot_explain(nemo["comparison"])
     out["nemo"].update({k: v for k, v in comm.items() if not isinstance(v, np.ndarray)})
     # The paper's matmul model on Blackwell (no tensor memory): the extension these rows led to.
-    paper = {"hardware.tensor_memory_per_sm": 0, "hardware.mma_sms": 1}
+    paper = hardware.PAPER_TILES
     with operations.device_values("b200", paper), operations.device_values("gb200-nvl72", paper):
         before = confront.outside_split(rows=runs.nemo_rows())
     out["nemo_paper_tiles"] = {k: v for k, v in before.items() if k != "comparison"}

@@ -395,8 +395,11 @@ def test_tensor_memory_changes_a_tile_only_when_it_is_the_larger_room():
     nothing (the paper's model), larger tensor memory shortens shared-memory time only."""
     b = np.array([256, 1024, 8192])
     base = scenario.resolve("h100")
-    small = scenario.resolve("h100", ["hardware.tensor_memory_per_sm=32768"])
-    large = scenario.resolve("h100", ["hardware.tensor_memory_per_sm=262144", "hardware.mma_sms=2"])
+    registers = base["hardware.register_file_per_block"]
+    small = scenario.resolve("h100", [f"hardware.tensor_memory_per_sm={registers / 2}"])
+    large = scenario.resolve(
+        "h100", [f"hardware.tensor_memory_per_sm={4 * registers}", "hardware.mma_sms=2"]
+    )
     for kind in matmul.KINDS:
         t0 = matmul.level_times(base, 4096, 16384, b, kind)
         t_small = matmul.level_times(small, 4096, 16384, b, kind)

@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 from conftest import derivations_of
-from dmlimits import matmul, published, units
+from dmlimits import hardware, matmul, published, units
 from dmlimits.measured import confront, operations, runs, transformer
 from dmlimits.symbols import REGISTRY
 
@@ -169,8 +169,7 @@ def test_device_values_are_overridden_and_restored():
     cfg, h100 = _config(gpu="b200"), _config()
     before, kept = operations.parts(cfg)["linear"], runs.components(cfg)["linear"]
     h100_before = operations.parts(h100)["linear"]
-    paper = {"hardware.tensor_memory_per_sm": 0, "hardware.mma_sms": 1}
-    with operations.device_values("b200", paper):
+    with operations.device_values("b200", hardware.PAPER_TILES):
         assert operations.parts(cfg)["linear"] > 1.2 * before
         assert runs.components(cfg)["linear"] > 1.2 * kept
         assert operations.parts(h100)["linear"] == h100_before
@@ -180,7 +179,7 @@ def test_device_values_are_overridden_and_restored():
         with operations.device_values("b200", {"hardware.mma_sms": 0}):
             pass
     with pytest.raises(ValueError, match="no single-GPU model for cluster 'x100'"):
-        with operations.device_values("x100", paper):
+        with operations.device_values("x100", hardware.PAPER_TILES):
             pass
     assert operations.parts(cfg)["linear"] == before
 

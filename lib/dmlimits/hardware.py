@@ -131,9 +131,12 @@ BEFORE_BLACKWELL = (
     "the book's extension (not in the paper): no tensor memory before Blackwell; the tile "
     "accumulates in registers, one SM per tensor-core instruction"
 )
+#: The values that give any GPU the paper's matmul model: no tensor memory, one SM a tensor-core
+#: instruction (to compare a Blackwell GPU with and without the book's extension).
+PAPER_TILES: dict[str, float] = {"hardware.tensor_memory_per_sm": 0, "hardware.mma_sms": 1}
 for _name in GPU_PRESETS:
-    GPU_PRESETS[_name]["values"]["hardware.tensor_memory_per_sm"] = Sourced(0, BEFORE_BLACKWELL)
-    GPU_PRESETS[_name]["values"]["hardware.mma_sms"] = Sourced(1, BEFORE_BLACKWELL)
+    for _key, _value in PAPER_TILES.items():
+        GPU_PRESETS[_name]["values"][_key] = Sourced(_value, BEFORE_BLACKWELL)
 
 # --- Hardware beyond the paper (issue #6): each value with its own public source ------------
 # Where no public figure exists the value is carried from the paper's nearest GPU or estimated,

@@ -764,9 +764,9 @@ def memory_levels(scn: Scenario) -> dict[str, float]:
         bw_l2,
         shared_bandwidth(),
         room["hbm-l2"],
-        n_blocks * usable * cap_reg,
+        room["l2-sm"],  # one SM's usable registers, without multicast
         room["registers-resident"],
-        usable * cap_reg,
+        room["l2-sm"] / n_blocks,
         room["shared-registers"],
         room["l2-resident"] / per_weight,
         room["registers-resident"] / per_weight,
@@ -927,7 +927,9 @@ def printed_table() -> tuple[list[dict[str, Any]], tuple[str, ...]]:
 
 
 # --- Figures ---------------------------------------------------------------------------------
-_LEVEL_LABELS = {
+#: How the book names each part of a matmul's time (the keys of :func:`level_times`) in prose and
+#: legends.
+LEVEL_LABELS = {
     "hbm": "HBM",
     "l2": "L2",
     "shared": "shared memory",
@@ -987,7 +989,7 @@ def figure_level_times(scn: Scenario, d1: Any, d2: Any, kind: str) -> Figure:
     styles = ("-", "-", "--", "-", "-.")
     for i, key in enumerate((*LEVELS, "arithmetic", "latency")):
         value = np.broadcast_to(parts[key], nb.shape)
-        left.plot(nb, value * 1e6, color=PALETTE[i], ls=styles[i], label=_LEVEL_LABELS[key])
+        left.plot(nb, value * 1e6, color=PALETTE[i], ls=styles[i], label=LEVEL_LABELS[key])
     left.plot(nb, parts["total"] * 1e6, color="black", lw=2, ls=":", label="total")
     left.set_ylabel("time (µs)")
     left.legend(fontsize=8, loc="upper left")

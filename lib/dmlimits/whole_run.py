@@ -726,7 +726,7 @@ def _binding_keys(scn: Scenario, r: dict[str, Any], loss: bool) -> tuple[str, tu
     level = str(matmul.level_times(scn, shard[1], shard[0], r["nanobatch"], "forward")["binding"])
     if not loss or r["binding"] == "matmul":
         keys = _MATMUL_KEYS[level] + (("hardware.kernel_latency",) if loss else ())
-        return f"matmuls bound by {matmul._LEVEL_LABELS[level]}", keys
+        return f"matmuls bound by {matmul.LEVEL_LABELS[level]}", keys
     return search.LOSS_LABELS[r["binding"]], _LOSS_KEYS[r["binding"]]
 
 
