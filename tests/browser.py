@@ -2,12 +2,12 @@
 
 For every page: the console has no errors; every equation was typeset by MathJax (each math
 element holds MathJax output, no MathJax error, no raw TeX left in the visible text) and fits
-the text column; every image loaded and has an alt text that says what it shows; the text has
-no number printed as ``1e+11``, no Python repr (``None``, ``nan``, ``array(``) and no doubled
-word (code, math and the API reference's signatures, which are code, are not text); the
-previous and next links lead to pages that load.  Pages are served from 127.0.0.1 by a
-throwaway HTTP server; the browser is Debian's Chromium (/usr/bin/chromium) with its driver,
-never a downloaded one, and makes no request beyond this machine.
+the text column, displayed or inline; every image loaded and has an alt text that says what it
+shows; the text has no number printed as ``1e+11``, no Python repr (``None``, ``nan``,
+``array(``) and no doubled word (code, math and the API reference's signatures, which are code,
+are not text); the previous and next links lead to pages that load.  Pages are served from
+127.0.0.1 by a throwaway HTTP server; the browser is Debian's Chromium (/usr/bin/chromium)
+with its driver, never a downloaded one, and makes no request beyond this machine.
 """
 
 from __future__ import annotations
@@ -50,6 +50,16 @@ return [...document.querySelectorAll('mjx-container[display="true"]')]
                  const box = c.getBoundingClientRect().width;
                  return m && (m.getBoundingClientRect().width > Math.min(col, box) + 2
                               || c.scrollWidth > c.clientWidth + 2); })
+  .map(c => c.textContent.slice(0, 60));
+"""
+# Inline math that runs past the right edge of its paragraph or list item: MathJax does not break
+# a long inline formula, and the page clips what overflows, so a reader never sees the end.
+WIDE_INLINE = """
+return [...document.querySelectorAll('mjx-container:not([display="true"])')]
+  .filter(c => { const block = c.closest('p, li, dd');
+                 if (!block || c.closest('table, .sig, pre')) return false;
+                 const right = block.getBoundingClientRect().right;
+                 return c.getBoundingClientRect().right > right + 2; })
   .map(c => c.textContent.slice(0, 60));
 """
 BAD_ALT = """
@@ -185,6 +195,8 @@ def check_page(driver, base: str, page: str) -> list[Problem]:
                 problems.append(Problem(page, kind, line[max(0, m.start() - 40) : m.end() + 40]))
     for text in driver.execute_script(WIDE_EQUATIONS):
         problems.append(Problem(page, "equation wider than the column", text))
+    for text in driver.execute_script(WIDE_INLINE):
+        problems.append(Problem(page, "inline formula wider than its paragraph", text))
     for text in driver.execute_script(BAD_ALT):
         problems.append(Problem(page, "image without a meaningful alt text", text))
     for src in driver.execute_script(BROKEN_IMAGES):

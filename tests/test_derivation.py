@@ -115,6 +115,30 @@ def test_markdown_has_one_numbered_equation_per_step():
         assert step.text in md
 
 
+def test_a_long_substitution_is_displayed_not_inline():
+    """A substitution too wide for a line of text is displayed below its sentence, one
+    unnumbered equation a replacement (MathJax cannot break inline math, and the page clips
+    what overflows); a short one stays inline.  Both keep the step's own numbered equation."""
+    from dmlimits.derivation import INLINE_WIDTH
+    from dmlimits.printing import visible_width
+
+    short = Substitution("short", {s.d_ff: 4 * s.d_model})
+    long = Substitution(
+        "long", {s.d_ff: sum(s.d_model**k * s.n_layers ** (k - 1) for k in range(1, 12))}
+    )
+    assert visible_width(short.latex()) <= INLINE_WIDTH < visible_width(long.latex())
+    start = sp.Eq(s.n_params, s.n_layers * s.d_model * s.d_ff)
+    for sub, inline in ((short, True), (long, False)):
+        d = derivation("test-wide", "t", [Step("a", start), Step("b", sub.apply(start),
+                                                                 using=sub)])  # fmt: skip
+        md = d.verify().markdown()
+        assert (f"${sub.latex()}$" in md) is inline
+        assert md.count(":label: ") == 2
+        assert md.count("```{math}") == (2 if inline else 3)
+        if not inline:
+            assert "(*definition: long*):\n\n```{math}\n\\begin{aligned}" in md
+
+
 def test_the_book_renders_the_objects_the_tests_check(built_book):
     """Each derivation shown in the chapter is, byte for byte, the library's markdown."""
     nb = json.loads((EXECUTED / "model.ipynb").read_text())

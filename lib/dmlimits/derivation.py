@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
+from .printing import visible_width
 from .symbols import REGISTRY, Registry
+
+#: The widest substitution (in :func:`dmlimits.printing.visible_width`'s units) that a step's
+#: sentence shows inline; a wider one is displayed below the sentence, one line a replacement,
+#: since MathJax does not break inline math and the page clips what runs past the column.  At
+#: the book's width a line of text holds about 60 units (the widest that fitted); 50 leaves room
+#: for a narrower window.
+INLINE_WIDTH = 50
 
 
 class DerivationError(AssertionError):
@@ -265,10 +273,21 @@ class Derivation:
         parts = []
         for index, step in enumerate(self.steps, start=1):
             text = step.text
+            shown = None
             if step.using is not None:
                 kind = "assumption" if step.using.kind == "assumption" else "definition"
-                text += f" (*{kind}: {step.using.name}*, ${step.using.latex(registry)}$)"
+                inline = step.using.latex(registry)
+                if visible_width(inline) <= INLINE_WIDTH:
+                    text += f" (*{kind}: {step.using.name}*, ${inline}$)"
+                else:  # too long for a line of text: each replacement displayed, unnumbered
+                    text += f" (*{kind}: {step.using.name}*):"
+                    shown = "\n\n".join(
+                        registry.display(sp.Eq(k, v, evaluate=False))
+                        for k, v in step.using.mapping.items()
+                    )
             parts.append(text)
+            if shown:
+                parts.append(f"```{{math}}\n{shown}\n```")
             parts.append(f"```{{math}}\n:label: {self.label(index)}\n{step.latex(registry)}\n```")
         from .premises import justification_markdown  # premises builds on this module
 
