@@ -29,7 +29,7 @@ def _matmul_params(shape) -> float:
 @pytest.mark.parametrize(("shape", "key"), [(MIXTRAL, "mixtral"), (DEEPSEEK, "deepseek_v3")])
 def test_presets_have_their_published_sizes(shape, key):
     """Total within 3% and active within 5% of the published counts, which are rounded to two
-    or three significant digits (and DeepSeek-V3's latent attention is counted as plain)."""
+    or three significant digits."""
     assert shape.params == pytest.approx(published.value(f"{key}.total_params"), rel=0.03)
     assert _matmul_params(shape) == pytest.approx(published.value(f"{key}.active_params"), rel=0.05)
 
@@ -86,9 +86,30 @@ def test_the_expert_matmuls_do_the_active_work():
     for cfg in (_config(), _config(tp=2, ep=8), _config(shape=DEEPSEEK, n=512, ep=64)):
         sh, b = cfg.shape, 4096.0
         macs = sum(d1 * d2 * nano * n for d1, d2, nano, n in operations.block_matmuls(cfg, b))
-        attn = 2 * sh.d_model**2 + 2 * sh.d_model * sh.kv_width
-        active = attn + sh.mlp_mats * sh.d_model * sh.active_d_ff
+        active = sh.attention_params + sh.mlp_mats * sh.d_model * sh.active_d_ff
         assert macs == pytest.approx(b * active / cfg.tp, rel=1e-9)
+
+
+def test_latent_attention_is_counted_as_deepseek_publishes_it():
+    """DeepSeek-V3's attention: its five projections hold the weights its shape counts; tensor
+    parallelism splits all but the two down-projections; its core costs its heads' query and
+    value widths (128 heads of 192 and 128), not twice the model's width."""
+    sh, b = DEEPSEEK, 4096.0
+    assert sh.latent and not MIXTRAL.latent
+    assert sh.attention_widths == (128 * (128 + 64), 128 * 128)
+    down = sh.d_model * (sh.q_rank + sh.kv_rank + sh.rope_dim)
+    for tp in (1, 2, 8):
+        cfg = _config(shape=sh, n=512, ep=64, tp=tp)
+        macs = sum(d1 * d2 * nano * n for d1, d2, nano, n in operations.block_matmuls(cfg, b)[:5])
+        assert macs == pytest.approx(b * (down + (sh.attention_params - down) / tp), rel=1e-9)
+    core = 6 * sh.layers * 4096 * sum(sh.attention_widths)
+    assert sh.attention_flop_per_token(4096) == pytest.approx(core, rel=1e-12)
+    plain = dataclasses.replace(sh, q_rank=0, kv_rank=0, head_dim=0, rope_dim=0)
+    assert sh.attention_flop_per_token(4096) > 2.8 * plain.attention_flop_per_token(4096)
+    # Its weights are close to plain attention's: within 0.2% of the model.
+    assert abs(sh.params - plain.params) < 2e-3 * sh.params
+    with pytest.raises(ValueError, match="latent attention needs whole q_rank"):
+        dataclasses.replace(sh, head_dim=0)
 
 
 def test_moe_rows_are_read_by_name():
@@ -104,3 +125,24 @@ def test_moe_rows_are_read_by_name():
     out = runs.predict_rows(rows)
     assert [r["prediction_error"] for r in out] == ["", ""]
     assert all(0 < float(r["predicted_mfu_calibrated"]) < 1 for r in out)
+
+
+def test_a_preset_can_be_changed_for_a_block_and_is_restored():
+    """``preset_values`` changes a preset inside its block (the rows that name it follow) and
+    restores it after; a bad field or value is refused naming it."""
+    row = {"model": "DeepSeek-V3", "gpu": "H100", "n_gpus": "2048", "pp": "16", "dp": "128",
+           "ep": "64", "seq_len": "4096", "global_batch_tokens": "16777216",
+           "metric": "MFU", "value": "", "source": "test", "notes": ""}  # fmt: skip
+    with transformer.preset_values("deepseek-v3", **transformer.PLAIN_ATTENTION) as plain:
+        assert not plain.latent and runs.interpret(row).config.shape is plain
+    assert runs.interpret(row).config.shape is DEEPSEEK and DEEPSEEK.latent
+    with pytest.raises(ValueError, match="no field q_lora"):
+        with transformer.preset_values("deepseek-v3", q_lora=1):
+            pass
+    with pytest.raises(ValueError, match="latent attention needs"):
+        with transformer.preset_values("deepseek-v3", rope_dim=-1):
+            pass
+    with pytest.raises(ValueError, match="unknown model shape 'gpt-5'"):
+        with transformer.preset_values("gpt-5", layers=2):
+            pass
+    assert transformer.SHAPES["deepseek-v3"] is DEEPSEEK

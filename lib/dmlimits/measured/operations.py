@@ -8,7 +8,8 @@ is the bytes they move through HBM.  The calibrated mode times both:
 * **Matmuls** by the book's single-GPU matmul model (:mod:`dmlimits.matmul`, the first paper's
   roofline over HBM, L2 and shared memory, plus a kernel latency), one call for each of a block's
   four weight matrices on one tensor-parallel rank (the fused query, key and value projection;
-  the output projection; the MLP's up-projections, fused; its down-projection) and for the output
+  the output projection; the MLP's up-projections, fused; its down-projection; latent attention
+  has five projections of its own, :func:`block_matmuls`) and for the output
   projection to the vocabulary, at the nanobatch of one micro-batch: ``b = b_mb s / N_CP``
   tokens.  Each runs forward (again when recomputed), for the activation gradient and for the
   weight gradient.  A small model's matmuls, or a large tensor-parallel degree's thin shards,
@@ -326,10 +327,24 @@ def block_matmuls(cfg: Config, b: float) -> list[tuple[float, float, float, floa
     and MoE layers differ)."""
     sh, t = cfg.shape, cfg.tp
     d = sh.d_model
-    out = [
-        (d, (d + 2 * sh.kv_width) / t, b, 1.0),  # queries, keys and values, fused (column)
-        (d / t, d, b, 1.0),  # the attention's output projection (row-parallel)
-    ]
+    if sh.latent:
+        # Latent attention: the down-projections (to the compressed query, and to the compressed
+        # key-and-value with the rotary key) whole on every rank, as DeepSeek-V3's released
+        # model code keeps them; the up-projections split by heads (column-parallel); the
+        # output projection row-parallel.
+        wqk, wv = sh.attention_widths
+        out = [
+            (d, sh.q_rank, b, 1.0),
+            (sh.q_rank, wqk / t, b, 1.0),
+            (d, sh.kv_rank + sh.rope_dim, b, 1.0),
+            (sh.kv_rank, (wqk - sh.heads * sh.rope_dim + wv) / t, b, 1.0),
+            (wv / t, d, b, 1.0),
+        ]
+    else:
+        out = [
+            (d, (d + 2 * sh.kv_width) / t, b, 1.0),  # queries, keys and values, fused (column)
+            (d / t, d, b, 1.0),  # the attention's output projection (row-parallel)
+        ]
     mats = sh.mlp_mats - 1  # the up-projections, fused
     if not sh.moe:
         return [*out, (d, mats * sh.d_ff / t, b, 1.0), (sh.d_ff / t, d, b, 1.0)]

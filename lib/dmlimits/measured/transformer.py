@@ -21,6 +21,12 @@ attention.  This module derives, in sympy, what that adds:
   core (``rho_a = 1``, Korthikanti et al. 2022).  Model FLOPs (for MFU) never count it; hardware
   FLOPs (HFU, and Megatron's published TFLOP/s) do.
 
+* **Latent attention** (DeepSeek-V2 and V3).  Multi-head latent attention projects a token's
+  vector down to a compressed query and a compressed key-and-value, and up from them to every
+  head's query, key and value, each with a rotary part; its weights are those projections, and
+  its core costs, per token and position, the heads' query and value widths rather than twice
+  the model's.
+
 * **Mixtures of experts** (Mixtral, DeepSeek-V3).  An MoE layer's MLP is ``experts`` MLPs of
   width ``expert_d_ff``, of which a token goes to ``top_k`` (and to every shared expert).  A
   block's MLP weights are linear in its width, so the parameters count an MoE layer as a dense
@@ -32,7 +38,8 @@ Shapes of named models are in :data:`SHAPES`, each with its source.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
 from functools import cache
 
 import numpy as np
@@ -64,6 +71,39 @@ mlp_mats = _decl(
     defined_in=CHAPTER,
 )
 p_attn = _decl("P_attn", r"P_{\mathrm{attn}}", "attention weights of one block", defined_in=CHAPTER)
+w_qk = _decl(
+    "w_qk",
+    r"w_{\mathrm{qk}}",
+    "width of a block's queries (and keys), summed over the heads",
+    defined_in=CHAPTER,
+)
+w_v = _decl(
+    "w_v", r"w_{\mathrm{v}}", "width of a block's values, summed over the heads", defined_in=CHAPTER
+)
+r_q = _decl(
+    "r_q",
+    r"d_{\mathrm{c}}'",
+    "latent attention: width of the compressed queries",
+    defined_in=CHAPTER,
+)
+r_kv = _decl(
+    "r_kv",
+    r"d_{\mathrm{c}}",
+    "latent attention: width of the compressed keys and values",
+    defined_in=CHAPTER,
+)
+d_head = _decl(
+    "d_hd",
+    r"d_{\mathrm{h}}",
+    "latent attention: width of one head's query, key and value",
+    defined_in=CHAPTER,
+)
+d_rope = _decl(
+    "d_rope",
+    r"d_{\mathrm{h}}^{R}",
+    "latent attention: width of one head's rotary query and of the key they share",
+    defined_in=CHAPTER,
+)
 p_mlp = _decl("P_mlp", r"P_{\mathrm{mlp}}", "MLP weights of one block", defined_in=CHAPTER)
 n_matmul = _decl(
     "N_mm",
@@ -102,28 +142,74 @@ d, L, dff = s.d_model, s.n_layers, s.d_ff
 RECOMPUTE = {"none": (0, 0), "selective": (0, 1), "full": (1, 1)}
 
 # A block's weights: query and output projections (d x d each), keys and values (d x d_kv each,
-# d_kv = d n_kv / n_h) and the MLP's g matrices.  The derivation and the parameter counts of
-# :class:`Shape` both use this one substitution.
+# d_kv = d n_kv / n_h) and the MLP's g matrices; its queries, keys and values as wide as the
+# model.  The derivation and the parameter counts of :class:`Shape` both use this one
+# substitution.
 LLAMA_BLOCK = Substitution(
     "Llama-style block",
-    {p_attn: 2 * d**2 + 2 * d * (d * n_kv / n_heads), p_mlp: mlp_mats * d * dff},
+    {
+        p_attn: 2 * d**2 + 2 * d * (d * n_kv / n_heads),
+        p_mlp: mlp_mats * d * dff,
+        w_qk: d,
+        w_v: d,
+    },
     kind="definition",
     source="Touvron et al. 2023",
+)
+# Multi-head latent attention (DeepSeek-V2 and V3): each head's query and key are d_h wide plus a
+# rotary part d_h^R wide, its value d_h wide.  Its weights: the queries' down-projection to d_c'
+# and up-projection to every head's query, the keys' and values' joint down-projection to d_c
+# with the rotary key beside it (one for all heads), their up-projection to every head's key and
+# value, and the output projection from every head's value.
+LATENT_WIDTHS = Substitution(
+    "latent attention's heads",
+    {w_qk: n_heads * (d_head + d_rope), w_v: n_heads * d_head},
+    kind="definition",
+    source="deepseek2024v3",
+)
+LATENT_WEIGHTS = Substitution(
+    "latent attention's projections",
+    {
+        p_attn: (
+            d * r_q
+            + r_q * n_heads * (d_head + d_rope)
+            + d * (r_kv + d_rope)
+            + r_kv * n_heads * 2 * d_head
+            + n_heads * d_head * d
+        ),
+        p_mlp: mlp_mats * d * dff,
+    },
+    kind="definition",
+    source="deepseek2024v3",
 )
 NO_RECOMPUTE = Substitution(
     "model FLOPs count no recomputation", {rho_b: 0, rho_a: 0}, kind="definition"
 )
 
 
-@register
-def flop_derivation() -> Derivation:
-    attn_core = 2 * L * seq * d  # multiply-accumulates of Q K^T and A V, per token, forward
+def _any_block() -> sp.Expr:
+    """Training FLOP per token of any block: its weights, the output projection and attention's
+    core, before a block is chosen (the first step of both FLOP derivations)."""
+    attn_core = L * seq * (w_qk + w_v)  # multiply-accumulates of Q K^T and A V, per token
     block_w = p_attn + p_mlp
-    e1 = s.flop_per_mac * (
+    return s.flop_per_mac * (
         (s.macs_per_param_token + rho_b) * L * block_w
         + s.macs_per_param_token * vocab * d
         + (s.macs_per_param_token + rho_a) * attn_core
     )
+
+
+_FIRST_STEP = (
+    "Every matmul weight costs a multiply-accumulate per token in each of the three passes, "
+    "plus one more when its block's forward is recomputed; attention's scores cost, per token, "
+    "block and position of the sequence, one multiply-accumulate for each query width, and "
+    "their product with the values one for each value width"
+)
+
+
+@register
+def flop_derivation() -> Derivation:
+    e1 = _any_block()
     e2 = LLAMA_BLOCK.apply(e1)
     e3 = model.PASS_COUNTS.apply(e2)
     e4 = NO_RECOMPUTE.apply(e3)
@@ -134,16 +220,11 @@ def flop_derivation() -> Derivation:
         "transformer-flop",
         "Training FLOP per token of a transformer",
         [
-            Step(
-                "Every matmul weight costs a multiply-accumulate per token in each of the three "
-                "passes, plus one more when its block's forward is recomputed; attention's scores "
-                "and their product with the values cost two multiply-accumulates per token, "
-                "block and position of the sequence",
-                sp.Eq(flop_token, e1),
-            ),
+            Step(_FIRST_STEP, sp.Eq(flop_token, e1)),
             Step(
                 "A block's weights: query and output projections, keys and values shared among "
-                "the query heads, and the MLP's matrices",
+                "the query heads, and the MLP's matrices; its queries, keys and values are as "
+                "wide as the model",
                 sp.Eq(flop_token, e2),
                 using=LLAMA_BLOCK,
             ),
@@ -167,6 +248,53 @@ def flop_derivation() -> Derivation:
     )
 
 
+@register
+def latent_flop_derivation() -> Derivation:
+    e1 = _any_block()
+    e2 = LATENT_WIDTHS.apply(e1)
+    e3 = LATENT_WEIGHTS.apply(e2)
+    counted = model.PASS_COUNTS.apply(e3)
+    e5 = NO_RECOMPUTE.apply(counted)
+    weights = LATENT_WEIGHTS.mapping[p_attn] + mlp_mats * d * dff
+    e6 = 6 * (L * weights + vocab * d) + 6 * L * seq * n_heads * (2 * d_head + d_rope)
+    return derivation(
+        "transformer-flop-latent",
+        "Training FLOP per token of a transformer with latent attention",
+        [
+            Step(_FIRST_STEP, sp.Eq(flop_token, e1)),
+            Step(
+                "Each head's query and key are a head's width plus a rotary part wide, its "
+                "value a head's width",
+                sp.Eq(flop_token, e2),
+                using=LATENT_WIDTHS,
+            ),
+            Step(
+                "The weights: the queries' down- and up-projections, the keys' and values' "
+                "joint down-projection with the rotary key beside it, their up-projection, the "
+                "output projection and the MLP's matrices",
+                sp.Eq(flop_token, e3),
+                using=LATENT_WEIGHTS,
+            ),
+            Step(
+                "Counting FLOP as the model chapter does",
+                sp.Eq(flop_token, counted),
+                using=model.PASS_COUNTS,
+            ),
+            Step(
+                "Without recomputation, the model FLOP per token",
+                sp.Eq(flop_token, e5),
+                using=NO_RECOMPUTE,
+            ),
+            Step(
+                "Gathered: six FLOP per matmul parameter, and an attention term that grows with "
+                "the sequence and with the heads' widths, not with the model's",
+                sp.Eq(flop_token, e6),
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
 def _final_rhs() -> tuple[sp.Expr, sp.Expr]:
     """Hardware FLOP per token with the pass counts symbolic (for the unit check), and the
     same counted (recomputation symbols kept), from the derivation's steps."""
@@ -174,28 +302,34 @@ def _final_rhs() -> tuple[sp.Expr, sp.Expr]:
     return steps[1].expr.rhs, steps[2].expr.rhs
 
 
-_ARGS = (L, d, dff, n_heads, n_kv, vocab, mlp_mats, seq, rho_b, rho_a)
+# Any block's FLOP per token, counted, with its weights and widths as arguments: each shape puts
+# in its own block's (:meth:`Shape.attention_params`, :meth:`Shape.attention_widths`).
+_ARGS = (L, d, vocab, seq, rho_b, rho_a, p_attn, p_mlp, w_qk, w_v)
 
 
 @cache
 def _flop_fn():
-    _, counted = _final_rhs()
-    return sp.lambdify(_ARGS, counted, "numpy")
+    return sp.lambdify(_ARGS, model.PASS_COUNTS.apply(_any_block()), "numpy")
 
 
 @cache
-def _param_fns():
-    pa = LLAMA_BLOCK.mapping[p_attn]
-    block = LLAMA_BLOCK.apply(p_attn + p_mlp)
-    return (
-        sp.lambdify((L, d, dff, n_heads, n_kv, mlp_mats), L * block, "numpy"),
-        sp.lambdify((d, n_heads, n_kv), pa, "numpy"),
+def _attention_fns():
+    """A block's attention weights and its query and value widths, for each kind of block."""
+    llama = sp.lambdify(
+        (d, n_heads, n_kv),
+        (LLAMA_BLOCK.mapping[p_attn], LLAMA_BLOCK.mapping[w_qk], LLAMA_BLOCK.mapping[w_v]),
     )
+    latent = sp.lambdify(
+        (d, n_heads, r_q, r_kv, d_head, d_rope),
+        (LATENT_WEIGHTS.mapping[p_attn], LATENT_WIDTHS.mapping[w_qk], LATENT_WIDTHS.mapping[w_v]),
+    )
+    return llama, latent
 
 
 COST_FORMULAS = {
     "flop_per_token": (_final_rhs()[0], _F),
     "model_flop_per_token": (NO_RECOMPUTE.apply(_final_rhs()[0]), _F),
+    "latent_flop_per_token": (latent_flop_derivation().steps[2].expr.rhs, _F),
 }
 
 
@@ -225,6 +359,16 @@ class Shape:
     expert_d_ff: int = 0
     shared_experts: int = 0
     dense_layers: int = 0
+    #: Multi-head latent attention (DeepSeek-V2 and V3) where ``kv_rank`` > 0: the widths of the
+    #: compressed queries (``q_rank``) and keys and values (``kv_rank``), of one head's query,
+    #: key and value (``head_dim``) and of its rotary part (``rope_dim``).  Its weights, FLOP and
+    #: matmuls are its own (derivation ``transformer-flop-latent``); its activations, the
+    #: traffic of its memory-bound operations and of context parallelism are counted as those of
+    #: plain attention of ``heads`` heads as wide as ``d_model / heads``.
+    q_rank: int = 0
+    kv_rank: int = 0
+    head_dim: int = 0
+    rope_dim: int = 0
 
     def __post_init__(self) -> None:
         for field in ("layers", "d_model", "heads", "kv_heads", "d_ff", "vocab", "experts",
@@ -237,6 +381,17 @@ class Shape:
         if self.heads % self.kv_heads:
             raise ValueError(
                 f"shape {self.name!r}: kv_heads={self.kv_heads} must divide heads={self.heads}"
+            )
+        latent = (self.q_rank, self.kv_rank, self.head_dim, self.rope_dim)
+        if any(latent) and not (
+            all(isinstance(v, int | np.integer) for v in latent)
+            and min(self.q_rank, self.kv_rank, self.head_dim) >= 1 and self.rope_dim >= 0
+        ):  # fmt: skip
+            raise ValueError(
+                f"shape {self.name!r}: latent attention needs whole q_rank, kv_rank and "
+                f"head_dim >= 1 and rope_dim >= 0, got q_rank={self.q_rank!r}, "
+                f"kv_rank={self.kv_rank!r}, head_dim={self.head_dim!r}, "
+                f"rope_dim={self.rope_dim!r}"
             )
         if self.experts > 1 and not (
             self.top_k <= self.experts and self.expert_d_ff >= 1
@@ -278,22 +433,46 @@ class Shape:
         return 3 if self.gated else 2
 
     @property
+    def latent(self) -> bool:
+        """Whether the blocks' attention is multi-head latent attention."""
+        return self.kv_rank > 0
+
+    def _attention(self) -> tuple[float, float, float]:
+        llama, latent = _attention_fns()
+        if self.latent:
+            out = latent(self.d_model, self.heads, self.q_rank, self.kv_rank, self.head_dim,
+                         self.rope_dim)  # fmt: skip
+        else:
+            out = llama(self.d_model, self.heads, self.kv_heads)
+        return tuple(float(v) for v in out)
+
+    @property
+    def attention_params(self) -> float:
+        """Attention weights of one block (``LLAMA_BLOCK`` or ``LATENT_WEIGHTS``)."""
+        return self._attention()[0]
+
+    @property
+    def attention_widths(self) -> tuple[float, float]:
+        """A block's query (and key) width and value width, summed over the heads: the
+        multiply-accumulates of attention's core per token and position of the sequence."""
+        return self._attention()[1:]
+
+    def _mlp_params(self, d_ff: float) -> float:
+        return self.mlp_mats * self.d_model * d_ff
+
+    @property
     def block_params(self) -> float:
         """Weights of all blocks (of a mixture of experts: every expert's, shared and routed,
         and each MoE layer's router, a ``d_model x experts`` matrix)."""
-        blocks, _ = _param_fns()
+        attn = self.attention_params
         if self.moe:
             width = self.expert_d_ff * (self.experts + self.shared_experts)
             return (
-                float(blocks(self.dense_layers, self.d_model, self.d_ff, self.heads,
-                             self.kv_heads, self.mlp_mats))
-                + float(blocks(self.moe_layers, self.d_model, width, self.heads, self.kv_heads,
-                               self.mlp_mats))
+                self.dense_layers * (attn + self._mlp_params(self.d_ff))
+                + self.moe_layers * (attn + self._mlp_params(width))
                 + self.moe_layers * self.d_model * self.experts
-            )  # fmt: skip
-        return float(
-            blocks(self.layers, self.d_model, self.d_ff, self.heads, self.kv_heads, self.mlp_mats)
-        )
+            )
+        return self.layers * (attn + self._mlp_params(self.d_ff))
 
     @property
     def params(self) -> float:
@@ -309,35 +488,28 @@ class Shape:
         if recompute not in RECOMPUTE:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
         rb, ra = RECOMPUTE[recompute]
+        f = _flop_fn()
+        attn, (wqk, wv) = self.attention_params, self.attention_widths
+
+        def count(layers, d_ff, vocab):
+            return float(f(layers, self.d_model, vocab, seq_len, rb, ra, attn,
+                           self._mlp_params(d_ff), wqk, wv))  # fmt: skip
+
         if self.moe:
             # The derivation's count for each group of layers (vocab 0: no output projection),
             # the output projection once (no layers), and each router's d_model x experts
             # weights as matmul weights.
-            f = _flop_fn()
-            rest = (self.heads, self.kv_heads)
             active = self.expert_d_ff * (self.top_k + self.shared_experts)
-            head = f(0, self.d_model, self.d_ff, *rest, self.vocab, self.mlp_mats, seq_len, rb, ra)
-            dense = f(self.dense_layers, self.d_model, self.d_ff, *rest, 0, self.mlp_mats,
-                      seq_len, rb, ra)  # fmt: skip
-            moe = f(self.moe_layers, self.d_model, active, *rest, 0, self.mlp_mats, seq_len, rb, ra)
             per_mac = model.PASS_COUNTS.mapping[s.flop_per_mac]
             passes = model.PASS_COUNTS.mapping[s.macs_per_param_token] + rb
             router = per_mac * passes * self.moe_layers * self.d_model * self.experts
-            return float(head + dense + moe + router)
-        return float(
-            _flop_fn()(
-                self.layers,
-                self.d_model,
-                self.d_ff,
-                self.heads,
-                self.kv_heads,
-                self.vocab,
-                self.mlp_mats,
-                seq_len,
-                rb,
-                ra,
+            return (
+                count(0, self.d_ff, self.vocab)
+                + count(self.dense_layers, self.d_ff, 0)
+                + count(self.moe_layers, active, 0)
+                + float(router)
             )
-        )
+        return count(self.layers, self.d_ff, self.vocab)
 
     def attention_flop_per_token(self, seq_len: float, recompute: str = "none") -> float:
         """The part of :meth:`flop_per_token` that attention's scores and values cost."""
@@ -350,15 +522,12 @@ class Shape:
     def with_params(self, params: float) -> Shape:
         """The same shape with the MLP width set so that the parameter count is ``params``."""
         embed = self.vocab * self.d_model * (1 if self.tied else 2)
-        _, attn = _param_fns()
-        per_block = (params - embed) / self.layers - float(
-            attn(self.d_model, self.heads, self.kv_heads)
-        )
-        d_ff = round(per_block / (self.mlp_mats * self.d_model))
+        attn = self.attention_params
+        d_ff = round(((params - embed) / self.layers - attn) / (self.mlp_mats * self.d_model))
         if d_ff < 1:
             raise ValueError(
                 f"no {self.name} shape has {params:.3g} parameters: expected more than "
-                f"{embed + self.layers * float(attn(self.d_model, self.heads, self.kv_heads)):.3g}"
+                f"{embed + self.layers * attn:.3g}"
             )
         return replace(self, name=f"{self.name} (MLP width {d_ff})", d_ff=d_ff)
 
@@ -383,21 +552,20 @@ LLAMA_FAMILY = ("llama3.2-1b", "llama3.2-3b", "llama3-8b", "llama3-70b", "llama3
 MIXTRAL = "Jiang et al. 2024, Mixtral of Experts (arXiv:2401.04088), Table 1"
 DEEPSEEK_V3 = (
     "DeepSeek-AI 2024, DeepSeek-V3 Technical Report (arXiv:2412.19437), section 4.2 and the "
-    "released config.json; its multi-head latent attention counted as plain multi-head "
-    "attention of 128 heads"
+    "released config.json"
 )
 #: Mixtures of experts.  Mixtral 8x7B: Mistral 7B's blocks with eight experts of its MLP, two a
 #: token.  DeepSeek-V3: three dense layers, then 256 routed experts of width 2048 (eight a
-#: token) and one shared; its multi-head latent attention (low-rank projections of the queries,
-#: keys and values) is counted as plain attention of the same heads, which the chapter's tests
-#: compare with its published parameter count.
+#: token) and one shared; multi-head latent attention of 128 heads, each 128 wide with a rotary
+#: part 64 wide, from queries compressed to 1536 and keys and values to 512 (section 4.2).
 SHAPES["mixtral-8x7b"] = Shape(
     "Mixtral 8x7B", 32, 4096, 32, 8, 14336, 32000, experts=8, top_k=2, expert_d_ff=14336,
     source=MIXTRAL,
 )  # fmt: skip
 SHAPES["deepseek-v3"] = Shape(
     "DeepSeek-V3", 61, 7168, 128, 128, 18432, 129280, experts=256, top_k=8, expert_d_ff=2048,
-    shared_experts=1, dense_layers=3, source=DEEPSEEK_V3,
+    shared_experts=1, dense_layers=3, q_rank=1536, kv_rank=512, head_dim=128, rope_dim=64,
+    source=DEEPSEEK_V3,
 )  # fmt: skip
 
 GPT3 = "Brown et al. 2020, Language Models are Few-Shot Learners (arXiv:2005.14165), Table 2.1"
@@ -445,6 +613,30 @@ def gpt_shape(name: str, layers: int, d_model: int) -> Shape:
         gated=False,
         source="Narayanan et al. 2021 (GPT-style: plain MLP of width 4 d, vocabulary 51200)",
     )
+
+
+#: The fields that make a shape's attention latent, at the values that make it plain.
+PLAIN_ATTENTION = {"q_rank": 0, "kv_rank": 0, "head_dim": 0, "rope_dim": 0}
+
+
+@contextmanager
+def preset_values(name: str, **values):
+    """Within the ``with`` block, the preset ``name`` of :data:`SHAPES` has ``values`` (fields
+    of :class:`Shape`) changed: to test how much a result depends on them, for example
+    DeepSeek-V3's attention counted as plain (``preset_values("deepseek-v3",
+    **PLAIN_ATTENTION)``).  A bad name, field or value is refused here, naming it."""
+    base = shape(name)
+    known = {f.name for f in fields(Shape)}
+    bad = sorted(set(values) - known)
+    if bad:
+        raise ValueError(
+            f"no field {', '.join(bad)} in a shape; expected some of {', '.join(sorted(known))}"
+        )
+    SHAPES[name] = replace(base, **values)  # Shape refuses a bad value
+    try:
+        yield SHAPES[name]
+    finally:
+        SHAPES[name] = base
 
 
 def shape(name: str) -> Shape:

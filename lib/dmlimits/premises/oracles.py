@@ -711,6 +711,33 @@ def _transformer(d: Derivation) -> str:
 
 
 @oracle(
+    "transformer-flop-latent",
+    "hand count",
+    "a latent-attention block's weight matrices listed one by one (the queries' down and up, "
+    "the keys' and values' down with the rotary key, their up, the output, the MLP's), six "
+    "FLOP per weight and token, attention's per-head products in three passes, and the output "
+    "layer",
+)
+def _transformer_latent(d: Derivation) -> str:
+    cases = []
+    for layers, dm, heads, rq, rkv, hd, rope, dff, gates, seq, vocab in (
+        (2, 64, 8, 24, 16, 8, 4, 256, 3, 128, 1000),
+        (3, 32, 4, 12, 8, 16, 0, 128, 2, 16, 50),
+    ):
+        matrices = [(dm, rq), (rq, heads * (hd + rope)), (dm, rkv + rope),
+                    (rkv, heads * hd), (rkv, heads * hd), (heads * hd, dm)]  # fmt: skip
+        matrices += [(dm, dff)] * gates
+        scores = seq * heads * (hd + rope)  # one query against every key, per head
+        mixing = seq * heads * hd  # the scores against every value, per head
+        per_layer = sum(6 * a * b for a, b in matrices) + 3 * 2 * (scores + mixing)
+        total = layers * per_layer + 6 * vocab * dm
+        v = {"L": layers, "d_model": dm, "n_h": heads, "r_q": rq, "r_kv": rkv, "d_hd": hd,
+             "d_rope": rope, "d_ff": dff, "g_mlp": gates, "s_seq": seq, "V_voc": vocab}  # fmt: skip
+        cases.append((v, total))
+    return _compare(d.result, "F_tok", cases)
+
+
+@oracle(
     "sharded-dp-traffic",
     "simulation",
     "ZeRO-3's two all-gathers of the parameters and one reduce-scatter of the gradients, "
