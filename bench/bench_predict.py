@@ -13,7 +13,8 @@ the model is):
   single-node rows, in sample and held out.
 * **Outside the development split**: the same errors on MosaicML's MPT runs
   (``published_runs_holdout.csv``) and on NVIDIA's Megatron-Bridge benchmarks
-  (``published_runs_nemo.csv``: FP8, Blackwell GPUs, a mixture of experts), which no fit reads.
+  (``published_runs_nemo.csv``: FP8, Blackwell GPUs, a mixture of experts), which no fit reads,
+  each file alone and the two pooled.
 * **Two step models**: the calibrated mode's (each operation timed,
   :mod:`dmlimits.measured.operations`) and the step's FLOP at one matmul efficiency, with the
   same errors (:func:`dmlimits.measured.confront.operations_compared`).
@@ -143,6 +144,9 @@ def measure() -> dict:
     out["nemo_plain_attention"] = {k: v for k, v in before.items() if k != "comparison"}
     ok, n = _coverage(runs.nemo_rows())
     out["coverage_nemo"] = {"modelled": ok, "rows": n, "share": ok / n}
+    # Every published run outside the development split, both files together.
+    pooled = confront.outside_split(rows=(*runs.holdout_rows(), *runs.nemo_rows()))
+    out["outside_pooled"] = {k: v for k, v in pooled.items() if k != "comparison"}
     out["memory_published"] = _memory_published()
     # The calibrated mode times operations; the step's FLOP at one efficiency, for comparison.
     out["step_models"] = confront.operations_compared()
@@ -249,6 +253,18 @@ def report(m: dict) -> str:
         f"{m['nemo_plain_attention']['bias_points']:+.1f}); step time, multi-node "
         f"{m['nemo_plain_attention']['step_multi_node']:.0%}, single-node "
         f"{m['nemo_plain_attention']['step_single_node']:.0%}",
+    ]
+    op = m["outside_pooled"]
+    lines += [
+        f"outside the development split, both files pooled ({op['rows']} rows):",
+        f"  MFU median absolute error {op['mfu_points']:.2f} points (signed "
+        f"{op['bias_points']:+.1f}; target {t['mfu_held_out_points']:g}: "
+        f"{_verdict(op['mfu_points'], t['mfu_held_out_points'])})",
+        f"  step time, multi-node ({op['multi_node_rows']} rows): {op['step_multi_node']:.0%} "
+        f"(target {t['step_multi_node_held_out']:.0%}: "
+        f"{_verdict(op['step_multi_node'], t['step_multi_node_held_out'])}); single-node: "
+        f"{op['step_single_node']:.0%} (target {t['step_single_node_held_out']:.0%}: "
+        f"{_verdict(op['step_single_node'], t['step_single_node_held_out'])})",
     ]
     st = m["step_time"]
     lines.append("")
