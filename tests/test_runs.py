@@ -402,6 +402,7 @@ def test_predict_runs_reads_the_data_file_with_its_comment_lines(capsys):
     assert len(out) == len(runs.dev_rows())
 
 
+@pytest.mark.slow  # the command on all 3,287 rows: end to end what the published rows check
 @pytest.mark.skipif(not HF_BULK.exists(), reason="../shared/data is not beside the project")
 def test_predict_runs_handles_every_row_of_the_bulk_file(capsys):
     out = _predict_runs(capsys, HF_BULK)
