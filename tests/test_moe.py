@@ -86,7 +86,12 @@ def test_the_expert_matmuls_do_the_active_work():
     for cfg in (_config(), _config(tp=2, ep=8), _config(shape=DEEPSEEK, n=512, ep=64)):
         sh, b = cfg.shape, 4096.0
         macs = sum(d1 * d2 * nano * n for d1, d2, nano, n in operations.block_matmuls(cfg, b))
-        active = sh.attention_params + sh.mlp_mats * sh.d_model * sh.active_d_ff
+        # Plain attention's weights counted here (query and output d x d, keys and values
+        # d x d_kv each), not taken from the shape; latent attention's are checked below.
+        attn = (
+            sh.attention_params if sh.latent else 2 * sh.d_model**2 + 2 * sh.d_model * sh.kv_width
+        )
+        active = attn + sh.mlp_mats * sh.d_model * sh.active_d_ff
         assert macs == pytest.approx(b * active / cfg.tp, rel=1e-9)
 
 
@@ -96,6 +101,13 @@ def test_latent_attention_is_counted_as_deepseek_publishes_it():
     value widths (128 heads of 192 and 128), not twice the model's width."""
     sh, b = DEEPSEEK, 4096.0
     assert sh.latent and not MIXTRAL.latent
+    # The report's projections (section 4.2), matrix by matrix: the queries' down (d x d_c') and
+    # up with their rotary part (d_c' x 128 (128 + 64)), the keys' and values' down (d x d_c)
+    # with the shared rotary key (d x 64), their up (d_c x 128 x 128, twice), the output.
+    d = 7168
+    matrices = [(d, 1536), (1536, 128 * 192), (d, 512), (d, 64), (512, 128 * 128),
+                (512, 128 * 128), (128 * 128, d)]  # fmt: skip
+    assert sh.attention_params == sum(a * c for a, c in matrices) == 187_105_280
     assert sh.attention_widths == (128 * (128 + 64), 128 * 128)
     down = sh.d_model * (sh.q_rank + sh.kv_rank + sh.rope_dim)
     for tp in (1, 2, 8):
@@ -145,4 +157,7 @@ def test_a_preset_can_be_changed_for_a_block_and_is_restored():
     with pytest.raises(ValueError, match="unknown model shape 'gpt-5'"):
         with transformer.preset_values("gpt-5", layers=2):
             pass
+    with pytest.raises(RuntimeError, match="inside"):
+        with transformer.preset_values("deepseek-v3", **transformer.PLAIN_ATTENTION):
+            raise RuntimeError("inside the block")
     assert transformer.SHAPES["deepseek-v3"] is DEEPSEEK

@@ -661,6 +661,9 @@ def test_the_nemo_rows_are_modelled_as_published_and_never_fitted():
         assert c.ep == int(row["ep"]) and c.vpp == int(row["vpp"] or 1)
         assert c.precision == ("fp8" if "FP8" in row["precision"] else "bf16")
         assert c.shape.moe == row["model"].startswith("DeepSeek")
+        # The notes quote the benchmark's configs on recomputation; the book does not read them
+        # as a policy of its own (the table states none).
+        assert c.recompute == "none" and "at the same commit" in row["notes"]
     out = confront.outside_split(rows=rows)
     assert out["rows"] == len(rows)
 

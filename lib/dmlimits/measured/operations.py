@@ -331,7 +331,9 @@ def block_matmuls(cfg: Config, b: float) -> list[tuple[float, float, float, floa
         # Latent attention: the down-projections (to the compressed query, and to the compressed
         # key-and-value with the rotary key) whole on every rank, as DeepSeek-V3's released
         # model code keeps them; the up-projections split by heads (column-parallel); the
-        # output projection row-parallel.
+        # output projection row-parallel.  (How Megatron, which NVIDIA's runs use, splits the
+        # down-projections is not checked here; every DeepSeek-V3 row the book has runs
+        # without tensor parallelism, where the question does not arise.)
         wqk, wv = sh.attention_widths
         out = [
             (d, sh.q_rank, b, 1.0),

@@ -13,8 +13,9 @@ attention.  This module derives, in sympy, what that adds:
 * **FLOP per token.**  Each matmul weight costs one multiply-accumulate per token forward and two
   backward (``m_pass`` of the model chapter); the output projection to the vocabulary is a
   matmul too, the input embedding a lookup.  Attention adds, per block and token, the scores
-  ``Q K^T`` and their product with ``V``: ``2 s d`` multiply-accumulates forward over the
-  sequence length ``s``, the convention of PaLM (Chowdhery et al. 2022) and torchtitan, which
+  ``Q K^T`` and their product with ``V``: ``s (w_qk + w_v)`` multiply-accumulates forward over
+  the sequence length ``s`` and the queries' and values' widths summed over the heads (``2 s d``
+  for plain attention), the convention of PaLM (Chowdhery et al. 2022) and torchtitan, which
   does not halve them for the causal mask.
 * **Recomputation.**  Activation checkpointing recomputes forward work in the backward pass:
   ``full`` recomputes each block's forward (``rho_b = rho_a = 1``), ``selective`` only attention's
@@ -23,7 +24,8 @@ attention.  This module derives, in sympy, what that adds:
 
 * **Latent attention** (DeepSeek-V2 and V3).  Multi-head latent attention projects a token's
   vector down to a compressed query and a compressed key-and-value, and up from them to every
-  head's query, key and value, each with a rotary part; its weights are those projections, and
+  head's query, key and value; each head's query also has a rotary part, and one rotary key,
+  projected from the token's vector, serves every head.  Its weights are those projections, and
   its core costs, per token and position, the heads' query and value widths rather than twice
   the model's.
 
@@ -202,17 +204,33 @@ def _any_block() -> sp.Expr:
 _FIRST_STEP = (
     "Every matmul weight costs a multiply-accumulate per token in each of the three passes, "
     "plus one more when its block's forward is recomputed; attention's scores cost, per token, "
-    "block and position of the sequence, one multiply-accumulate for each query width, and "
-    "their product with the values one for each value width"
+    "block and position of the sequence, as many multiply-accumulates as the queries are wide "
+    "(summed over the heads), and their product with the values as many as the values are wide"
 )
+
+
+def _counting_steps(block: sp.Expr) -> list[Step]:
+    """The two steps that end both FLOP derivations' counts, from a block's FLOP per token:
+    the model chapter's pass counts, then no recomputation."""
+    counted = model.PASS_COUNTS.apply(block)
+    return [
+        Step(
+            "Counting FLOP as the model chapter does",
+            sp.Eq(flop_token, counted),
+            using=model.PASS_COUNTS,
+        ),
+        Step(
+            "Without recomputation, the model FLOP per token",
+            sp.Eq(flop_token, NO_RECOMPUTE.apply(counted)),
+            using=NO_RECOMPUTE,
+        ),
+    ]
 
 
 @register
 def flop_derivation() -> Derivation:
     e1 = _any_block()
     e2 = LLAMA_BLOCK.apply(e1)
-    e3 = model.PASS_COUNTS.apply(e2)
-    e4 = NO_RECOMPUTE.apply(e3)
     e5 = 6 * (L * d * (2 * d * (1 + n_kv / n_heads) + mlp_mats * dff) + vocab * d) + (
         12 * L * seq * d
     )
@@ -228,16 +246,7 @@ def flop_derivation() -> Derivation:
                 sp.Eq(flop_token, e2),
                 using=LLAMA_BLOCK,
             ),
-            Step(
-                "Counting FLOP as the model chapter does",
-                sp.Eq(flop_token, e3),
-                using=model.PASS_COUNTS,
-            ),
-            Step(
-                "Without recomputation, the model FLOP per token",
-                sp.Eq(flop_token, e4),
-                using=NO_RECOMPUTE,
-            ),
+            *_counting_steps(e2),
             Step(
                 "Gathered: six FLOP per matmul parameter, and an attention term that grows with "
                 "the sequence",
@@ -253,8 +262,6 @@ def latent_flop_derivation() -> Derivation:
     e1 = _any_block()
     e2 = LATENT_WIDTHS.apply(e1)
     e3 = LATENT_WEIGHTS.apply(e2)
-    counted = model.PASS_COUNTS.apply(e3)
-    e5 = NO_RECOMPUTE.apply(counted)
     weights = LATENT_WEIGHTS.mapping[p_attn] + mlp_mats * d * dff
     e6 = 6 * (L * weights + vocab * d) + 6 * L * seq * n_heads * (2 * d_head + d_rope)
     return derivation(
@@ -263,8 +270,8 @@ def latent_flop_derivation() -> Derivation:
         [
             Step(_FIRST_STEP, sp.Eq(flop_token, e1)),
             Step(
-                "Each head's query and key are a head's width plus a rotary part wide, its "
-                "value a head's width",
+                "Each head's query and key are a head's width plus a rotary part wide; its "
+                "value is a head's width",
                 sp.Eq(flop_token, e2),
                 using=LATENT_WIDTHS,
             ),
@@ -275,16 +282,7 @@ def latent_flop_derivation() -> Derivation:
                 sp.Eq(flop_token, e3),
                 using=LATENT_WEIGHTS,
             ),
-            Step(
-                "Counting FLOP as the model chapter does",
-                sp.Eq(flop_token, counted),
-                using=model.PASS_COUNTS,
-            ),
-            Step(
-                "Without recomputation, the model FLOP per token",
-                sp.Eq(flop_token, e5),
-                using=NO_RECOMPUTE,
-            ),
+            *_counting_steps(e3),
             Step(
                 "Gathered: six FLOP per matmul parameter, and an attention term that grows with "
                 "the sequence and with the heads' widths, not with the model's",
