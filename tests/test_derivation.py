@@ -137,6 +137,18 @@ def test_a_long_substitution_is_displayed_not_inline():
         assert md.count("```{math}") == (2 if inline else 3)
         if not inline:
             assert "(*definition: long*):\n\n```{math}\n\\begin{aligned}" in md
+    # Several replacements that each fit on a line are aligned on their equals signs.
+    d, L = s.d_model, s.n_layers
+    several = Substitution(
+        "several",
+        {s.d_ff: 4 * d * L + 3 * L**2 + 5 * d, s.compute: 6 * s.n_params * d + 7 * L**3,
+         s.batch: 9 * d**2 + 2 * L * s.d_ff},
+    )  # fmt: skip
+    assert visible_width(several.latex()) > INLINE_WIDTH
+    aligned = derivation("test-wide", "t", [Step("a", start), Step("b", several.apply(start),
+                                                                   using=several)])  # fmt: skip
+    md = aligned.verify().markdown()
+    assert md.count(" &= ") == 3 and "\\\\\nC &= 7 L^{3}" in md
 
 
 def test_the_book_renders_the_objects_the_tests_check(built_book):

@@ -281,10 +281,7 @@ class Derivation:
                     text += f" (*{kind}: {step.using.name}*, ${inline}$)"
                 else:  # too long for a line of text: each replacement displayed, unnumbered
                     text += f" (*{kind}: {step.using.name}*):"
-                    shown = "\n\n".join(
-                        registry.display(sp.Eq(k, v, evaluate=False))
-                        for k, v in step.using.mapping.items()
-                    )
+                    shown = _replacements(step.using, registry)
             parts.append(text)
             if shown:
                 parts.append(f"```{{math}}\n{shown}\n```")
@@ -296,6 +293,16 @@ class Derivation:
 
     def _repr_markdown_(self) -> str:
         return self.markdown()
+
+
+def _replacements(using: Substitution, registry: Registry) -> str:
+    """A substitution as display math, one replacement a line: aligned on their equals signs
+    when each fits on one line, else each broken over lines as a step is."""
+    shown = [registry.display(sp.Eq(k, v, evaluate=False)) for k, v in using.mapping.items()]
+    if any("\\begin{aligned}" in tex for tex in shown):
+        return "\n\n".join(shown)
+    rows = [tex.replace(" = ", " &= ", 1) for tex in shown]  # each is "lhs = rhs"
+    return "\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}"
 
 
 def derivation(
