@@ -415,7 +415,9 @@ def test_predict_runs_handles_every_row_of_the_bulk_file(capsys):
 @pytest.mark.skipif(not HF_BULK.exists(), reason="../shared/data is not beside the project")
 def test_calibrated_mode_on_runs_it_was_not_fitted_to():
     """The Playbook's full sweep (3,287 runs, never seen by the calibration): the bound holds,
-    and the calibrated mode predicts better than the bound does."""
+    and the calibrated mode predicts better than the bound does.  What the real-runs chapter
+    says of it: most runs are slower than predicted, and without pipeline parallelism the
+    more so when data parallelism spans 32 nodes or more than when it spans one or two."""
     with HF_BULK.open() as fh:
         rows = [r for r in csv.DictReader(fh) if r["status"] == "ok"]
     cmp = runs.compare(rows, runs.calibrated())
@@ -423,7 +425,15 @@ def test_calibrated_mode_on_runs_it_was_not_fitted_to():
     assert cmp.below_bound.mean() >= 0.9
     bound_err = np.median(np.abs(cmp.bound - cmp.reported)) * 100
     assert cmp.median_abs_error_points < bound_err
-    assert cmp.median_abs_error_points <= 15  # measured: about 12.6 points
+    assert cmp.median_abs_error_points <= 15  # measured: about 12.3 points
+    over = cmp.calibrated - cmp.reported
+    assert (over > 0).mean() > 0.5
+    nodes = np.array([it.config.n_gpus / it.config.cluster.node_size for it in cmp.interpretations])
+    flat = np.array([it.config.pp == 1 for it in cmp.interpretations])
+    few, many = over[flat & (nodes <= 2)], over[flat & (nodes >= 32)]
+    assert len(few) >= 10 and len(many) >= 10
+    # measured: about 0.03 on one or two nodes, 0.15 on 32 or more
+    assert np.median(many) > np.median(few) + 0.05
 
 
 def test_bound_without_communication_is_the_flop_ratio_over_the_bubble():
