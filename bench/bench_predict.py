@@ -55,6 +55,11 @@ TARGETS = {
 }
 
 
+def _figures(result: dict) -> dict:
+    """The figures of :func:`dmlimits.measured.confront.outside_split`, without its comparison."""
+    return {k: v for k, v in result.items() if k != "comparison"}
+
+
 def _coverage(rows) -> tuple[int, int]:
     out = runs.predict_rows(rows)
     return sum(1 for r in out if not r.get("prediction_error")), len(out)
@@ -122,7 +127,7 @@ def measure() -> dict:
         for name, sel in (("multi_node", multi), ("single_node", ~multi))
     }
     outside = confront.outside_split()
-    out["outside_split"] = {k: v for k, v in outside.items() if k != "comparison"}
+    out["outside_split"] = _figures(outside)
     outside = memory.outside_the_fit()
     out["outside_split"]["called_fitting"] = (
         outside["holdout_called_fitting"] / outside["holdout_runs"]
@@ -130,27 +135,27 @@ def measure() -> dict:
     ok, n = _coverage(runs.holdout_rows())
     out["coverage_holdout"] = {"modelled": ok, "rows": n, "share": ok / n}
     nemo = confront.outside_split(rows=runs.nemo_rows())
-    out["nemo"] = {k: v for k, v in nemo.items() if k != "comparison"}
+    out["nemo"] = _figures(nemo)
     comm = confront.communication_cannot_explain(nemo["comparison"])
     out["nemo"].update({k: v for k, v in comm.items() if not isinstance(v, np.ndarray)})
     # The paper's matmul model on Blackwell (no tensor memory): the extension these rows led to.
     paper = hardware.PAPER_TILES
     with operations.device_values("b200", paper), operations.device_values("gb200-nvl72", paper):
         before = confront.outside_split(rows=runs.nemo_rows())
-    out["nemo_paper_tiles"] = {k: v for k, v in before.items() if k != "comparison"}
+    out["nemo_paper_tiles"] = _figures(before)
     # DeepSeek-V3's attention counted as plain attention: the other change these rows led to.
     with transformer.preset_values("deepseek-v3", **transformer.PLAIN_ATTENTION):
         before = confront.outside_split(rows=runs.nemo_rows())
-    out["nemo_plain_attention"] = {k: v for k, v in before.items() if k != "comparison"}
+    out["nemo_plain_attention"] = _figures(before)
     with (operations.device_values("b200", paper), operations.device_values("gb200-nvl72", paper),
           transformer.preset_values("deepseek-v3", **transformer.PLAIN_ATTENTION)):  # fmt: skip
         before = confront.outside_split(rows=runs.nemo_rows())
-    out["nemo_neither"] = {k: v for k, v in before.items() if k != "comparison"}
+    out["nemo_neither"] = _figures(before)
     ok, n = _coverage(runs.nemo_rows())
     out["coverage_nemo"] = {"modelled": ok, "rows": n, "share": ok / n}
     # Every published run outside the development split, both files together.
     pooled = confront.outside_split(rows=(*runs.holdout_rows(), *runs.nemo_rows()))
-    out["outside_pooled"] = {k: v for k, v in pooled.items() if k != "comparison"}
+    out["outside_pooled"] = _figures(pooled)
     out["memory_published"] = _memory_published()
     # The calibrated mode times operations; the step's FLOP at one efficiency, for comparison.
     out["step_models"] = confront.operations_compared()

@@ -114,9 +114,15 @@ def test_latent_attention_is_counted_as_deepseek_publishes_it():
         cfg = _config(shape=sh, n=512, ep=64, tp=tp)
         macs = sum(d1 * d2 * nano * n for d1, d2, nano, n in operations.block_matmuls(cfg, b)[:5])
         assert macs == pytest.approx(b * (down + (sh.attention_params - down) / tp), rel=1e-9)
-    core = 6 * sh.layers * 4096 * sum(sh.attention_widths)
-    assert sh.attention_flop_per_token(4096) == pytest.approx(core, rel=1e-12)
-    plain = dataclasses.replace(sh, q_rank=0, kv_rank=0, head_dim=0, rope_dim=0)
+    # The rendered derivation's attention term (its result less the same at a sequence of zero).
+    tf = transformer
+    rhs = tf.latent_flop_derivation().result.rhs
+    term = (rhs - rhs.subs(tf.seq, 0)).subs({
+        tf.seq: 4096, tf.L: sh.layers, tf.n_heads: sh.heads, tf.d_head: sh.head_dim,
+        tf.d_rope: sh.rope_dim,
+    })  # fmt: skip
+    assert sh.attention_flop_per_token(4096) == pytest.approx(float(term), rel=1e-12)
+    plain = dataclasses.replace(sh, **transformer.PLAIN_ATTENTION)
     assert sh.attention_flop_per_token(4096) > 2.8 * plain.attention_flop_per_token(4096)
     # Its weights are close to plain attention's: within 0.2% of the model.
     assert abs(sh.params - plain.params) < 2e-3 * sh.params
