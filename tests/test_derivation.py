@@ -167,20 +167,23 @@ def test_the_book_renders_the_objects_the_tests_check(built_book):
 
 
 @pytest.mark.slow  # every derivation is also verified in-process, one test each, above
-def test_cli_lists_and_verifies(tmp_path):
-    from conftest import run_cli
+def test_cli_lists_and_verifies(capsys):
+    """The command as a reader runs it, in this process: the derivations that the tests above
+    proved are not proved again (a proof is kept for the process), and the premises are
+    checked (``python -m dmlimits`` itself is run by the other command tests)."""
+    from dmlimits import cli
 
-    proc = run_cli("derivations", "--verify")
-    assert proc.returncode == 0, proc.stderr
+    assert cli.main(["derivations", "--verify"]) == 0
+    stdout = capsys.readouterr().out
     for d in every_derivation():
         k, n = len(d.steps) - 1, len(premises.premises(d))
         assert re.search(
             rf"^{re.escape(d.name)}\s+{len(d.steps)} steps\s+{k} steps? proved; {n} premises?: "
             rf"\d+ derived, \d+ checked \((simulation|hand count|published value): .+\)$",
-            proc.stdout,
+            stdout,
             re.M,
         ), d.name
-    assert "every premise derived or checked" in proc.stdout
+    assert "every premise derived or checked" in stdout
 
 
 def test_cli_exits_non_zero_when_a_derivation_fails(capsys, monkeypatch):

@@ -82,7 +82,8 @@ def test_the_all_to_alls_are_derived_and_charged():
 def test_the_expert_matmuls_do_the_active_work():
     """Over a micro-batch, the forward multiply-accumulates of one block's matmuls on one
     tensor-parallel rank are its active weights' (attention and the experts a token goes to)
-    times the tokens, over the tensor-parallel degree."""
+    times the tokens, over the tensor-parallel degree, plus the router's, whole on every rank
+    (d_model x experts, in the MoE layers only)."""
     for cfg in (_config(), _config(tp=2, ep=8), _config(shape=DEEPSEEK, n=512, ep=64)):
         sh, b = cfg.shape, 4096.0
         macs = sum(d1 * d2 * nano * n for d1, d2, nano, n in operations.block_matmuls(cfg, b))
@@ -92,7 +93,8 @@ def test_the_expert_matmuls_do_the_active_work():
             sh.attention_params if sh.latent else 2 * sh.d_model**2 + 2 * sh.d_model * sh.kv_width
         )
         active = attn + sh.mlp_mats * sh.d_model * sh.active_d_ff
-        assert macs == pytest.approx(b * active / cfg.tp, rel=1e-9)
+        router = sh.d_model * sh.experts * sh.moe_layers / sh.layers
+        assert macs == pytest.approx(b * (active / cfg.tp + router), rel=1e-9)
 
 
 def test_latent_attention_is_counted_as_deepseek_publishes_it():

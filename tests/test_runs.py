@@ -436,6 +436,64 @@ def test_calibrated_mode_on_runs_it_was_not_fitted_to():
     assert np.median(many) > np.median(few) + 0.05
 
 
+def _pipelined(rows) -> dict[tuple[int, float, int], int]:
+    """The distinct (N_PP, micro-batches, chunks a GPU) of the pipelined runs among ``rows``
+    the model interprets, with how many runs have each."""
+    seen: dict[tuple[int, float, int], int] = {}
+    for row in rows:
+        try:
+            cfg = runs.interpret(row).config
+        except ValueError:  # a row the model cannot interpret says why elsewhere
+            continue
+        if cfg is not None and cfg.pp > 1:
+            key = (cfg.pp, cfg.micro_batches, cfg.vpp)
+            seen[key] = seen.get(key, 0) + 1
+    return seen
+
+
+def _check_bubbles_against_the_schedule(seen: dict[tuple[int, float, int], int]) -> None:
+    """Each configuration's bubble in the step (components' ``bubble_ratio``, the formula of
+    run-mfu's step) equals the idle time of the schedule simulated pass by pass
+    (:func:`dmlimits.pipeline.schedule`: PipeDream-Flush, or Megatron-LM's interleaved order),
+    over a GPU's busy time."""
+    from dmlimits import pipeline as pl
+
+    assert seen, "no pipelined run to check"
+    for (p, m, v), _ in sorted(seen.items()):
+        assert float(m).is_integer(), f"N_PP={p}, v={v}: {m} micro-batches is not whole"
+        sim = pl.schedule(p, int(m), v, order="interleaved" if v > 1 else "1f1b")
+        idle = {sim.makespan / sim.busy(g) - 1 for g in range(p)}
+        assert len(idle) == 1, (p, m, v, idle)  # every GPU is busy as long
+        cfg = runs.Config(
+            shape=transformer.shape("llama2-7b"), cluster=runs.cluster("h100"), n_gpus=p, pp=p,
+            vpp=v, global_batch_tokens=m * 4096.0, seq_len=4096,
+        )  # fmt: skip
+        bubble = runs.components(cfg)["bubble_ratio"]
+        assert bubble == pytest.approx(idle.pop(), rel=1e-12), (p, m, v)
+
+
+@pytest.mark.slow  # 31 schedules of up to 78,000 passes each, pass by pass: about 8 s
+def test_the_steps_bubble_is_the_simulated_schedules():
+    """The calibrated step's pipeline bubble, ``(N_PP - 1) / (v m)`` of compute, is the
+    simulated schedule's for every pipelined configuration of the project's run files (the
+    development rows, MosaicML's and NVIDIA's): 1F1B and interleaved, whole groups of
+    micro-batches only.  The simulation can fail: it is the schedule a real run idles through,
+    not the formula (a last partial group of micro-batches, or messages that pay a latency,
+    give it another bubble: test_pipeline.py)."""
+    rows = (*runs.dev_rows(), *runs.holdout_rows(), *runs.nemo_rows())
+    seen = _pipelined(rows)
+    assert sum(1 for p, m, v in seen if v > 1) >= 1  # an interleaved run among them
+    _check_bubbles_against_the_schedule(seen)
+
+
+@pytest.mark.slow  # every row of the Playbook's file interpreted, and its schedules simulated
+@pytest.mark.skipif(not HF_BULK.exists(), reason="../shared/data is not beside the project")
+def test_the_bulk_files_bubbles_are_the_simulated_schedules():
+    with HF_BULK.open() as fh:
+        seen = _pipelined(csv.DictReader(fh))
+    _check_bubbles_against_the_schedule(seen)
+
+
 def test_bound_without_communication_is_the_flop_ratio_over_the_bubble():
     """The derivation's last step (what the book renders), with no communication, is the
     share of model FLOP in the hardware FLOP at the paper's effective utilization, shrunk by

@@ -9,11 +9,12 @@ is the bytes they move through HBM.  The calibrated mode times both:
   roofline over HBM, L2 and shared memory, plus a kernel latency), one call for each of a block's
   four weight matrices on one tensor-parallel rank (the fused query, key and value projection;
   the output projection; the MLP's up-projections, fused; its down-projection; latent attention
-  has five projections of its own, :func:`block_matmuls`) and for the output
-  projection to the vocabulary, at the nanobatch of one micro-batch: ``b = b_mb s / N_CP``
-  tokens.  Each runs forward (again when recomputed), for the activation gradient and for the
-  weight gradient.  A small model's matmuls, or a large tensor-parallel degree's thin shards,
-  run below the clock derate: the kernel latency is a larger share and the tiles fill less.
+  has five projections of its own, and a mixture of experts' layers add their experts' and
+  their router's, :func:`block_matmuls`) and for the output projection to the vocabulary, at
+  the nanobatch of one micro-batch: ``b = b_mb s / N_CP`` tokens.  Each runs forward (again
+  when recomputed), for the activation gradient and for the weight gradient.  A small model's
+  matmuls, or a large tensor-parallel degree's thin shards, run below the clock derate: the
+  kernel latency is a larger share and the tiles fill less.
   FP8 runs take the matmul model's time at the ratio of the 16-bit to the FP8 peak.
 * **Attention's core** at the utilization FlashAttention-2 reaches on the GPU: the upper end of
   its published range on the A100 (Dao 2023) and its published utilization on the H100 (Shah
@@ -324,7 +325,7 @@ def block_matmuls(cfg: Config, b: float) -> list[tuple[float, float, float, floa
     """One block's matmuls on one tensor-parallel rank for a micro-batch of ``b`` tokens, as
     ``(d1, d2, nanobatch, count)``: the weight shape, the tokens each meets and how many such
     matmuls a block runs (averaged over the layers of a mixture of experts, whose dense layers
-    and MoE layers differ)."""
+    and MoE layers differ; an MoE layer's router included)."""
     sh, t = cfg.shape, cfg.tp
     d = sh.d_model
     if sh.latent:
@@ -363,6 +364,9 @@ def block_matmuls(cfg: Config, b: float) -> list[tuple[float, float, float, floa
     if sh.shared_experts:
         width = sh.shared_experts * sh.expert_d_ff
         out += [(d, mats * width / t, b, moe), (width / t, d, b, moe)]
+    # The router: every token's scores for every expert, a d_model x experts matmul whole on
+    # each tensor-parallel rank (its FLOP are in the model's count: Shape.flop_per_token).
+    out.append((d, sh.experts, b, moe))
     return [m for m in out if m[3] > 0]
 
 
