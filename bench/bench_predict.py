@@ -18,6 +18,8 @@ the model is):
 * **Two step models**: the calibrated mode's (each operation timed,
   :mod:`dmlimits.measured.operations`) and the step's FLOP at one matmul efficiency, with the
   same errors (:func:`dmlimits.measured.confront.operations_compared`).
+* **Two overlap rules**: none (the calibrated mode's) and each collective hidden behind its
+  own window of compute (:func:`dmlimits.measured.confront.overlap_compared`).
 * **Peak memory**: on the benchmark file (when present), the median relative error of the
   predicted peak against the recorded one, and how often the predicted fit agrees with whether
   the run ran or crashed out of memory, in sample (the activation factor and overhead are
@@ -159,6 +161,8 @@ def measure() -> dict:
     out["memory_published"] = _memory_published()
     # The calibrated mode times operations; the step's FLOP at one efficiency, for comparison.
     out["step_models"] = confront.operations_compared()
+    # No overlap (the calibrated mode's) against each collective behind its own window.
+    out["overlap_rules"] = confront.overlap_compared()
     if BENCH.is_file():
         with BENCH.open() as fh:
             bench = list(csv.DictReader(fh))
@@ -299,6 +303,16 @@ def report(m: dict) -> str:
             f"{r['worst_family_points']:.1f} ({r['worst_family']}), MosaicML "
             f"{r['outside_points']:.1f} points; step held out {r['held_out_step']:.0%}, MosaicML "
             f"{r['outside_step_multi']:.0%} across nodes, {r['outside_step_single']:.0%} within"
+        )
+    lines += ["", "hiding collectives: none (the calibrated mode's) or each behind its window:"]
+    for name, r in m["overlap_rules"].items():
+        lines.append(
+            f"  {name:10s} matmul efficiency {r['matmul']:.3g}; MFU in sample "
+            f"{r['in_sample_points']:.1f}, held out {r['held_out_points']:.1f}, worst family "
+            f"{r['worst_family_points']:.1f}; MosaicML {r['outside_points']:.1f} points "
+            f"(signed {r['outside_bias_points']:+.1f}), step across nodes "
+            f"{r['outside_step_multi']:.0%}; NVIDIA {r['nemo_points']:.1f} points, step across "
+            f"nodes {r['nemo_step_multi']:.0%}"
         )
     mp = m["memory_published"]
     lines += [

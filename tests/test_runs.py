@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -804,3 +805,52 @@ def test_a_whole_framework_is_left_out_by_family():
     mine = [r for r in rows if confront.family_label(r) == "Megatron-LM"]
     got = runs.compare(mine, runs.calibrate(rest)).median_abs_error_points
     assert families["Megatron-LM"]["held_out_points"] == pytest.approx(got)
+
+
+def test_windows_hide_each_collective_behind_its_own_compute():
+    """With ``windows`` on, data parallelism hides behind one micro-batch's compute but for its
+    last layer's share, context parallelism behind attention's core, pipeline sends behind the
+    stage's compute, and tensor and expert parallelism hide nowhere; the overlap factor is
+    not read."""
+    cfg = runs.Config(shape=transformer.shape("llama2-7b"), cluster=runs.cluster("h100"),
+                      n_gpus=16, tp=2, pp=2, cp=2, dp=2, global_batch_tokens=8 * 4096.0,
+                      seq_len=4096)  # fmt: skip
+    base = runs.components(cfg)
+    f = runs.Factors(0.7, 0.5, 0.3, serial_tp=True, latency=True, operations=True, windows=True)
+    work = base["linear"] / f.matmul + base["attention"] + base["memory"]
+    m, layers = base["micro_batches"], base["stage_layers"]
+    assert m == 4 and layers == 16
+
+    def exposed(**seconds):  # collectives of these durations (bandwidth parts; no latency)
+        parts = dict(base, dp_lat=0.0, tp_lat=0.0, ep_lat=0.0, tp_bw=0.0, cp_bw=0.0, ep_bw=0.0,
+                     pp_bw=0.0, dp_bw=0.0)  # fmt: skip
+        parts.update({k: v * f.collective for k, v in seconds.items()})
+        return float(runs.combine(parts, f)["exposed"])
+
+    small, large = 0.5 * work / m, 3 * work / m
+    assert exposed(dp_bw=small) == pytest.approx(small / layers)  # all but the last layer's
+    assert exposed(dp_bw=large) == pytest.approx(large - work / m)
+    assert exposed(cp_bw=0.5 * base["attention"]) == 0
+    assert exposed(cp_bw=2 * base["attention"]) == pytest.approx(base["attention"])
+    assert exposed(pp_bw=0.5 * work) == 0 and exposed(pp_bw=2 * work) == pytest.approx(work)
+    assert exposed(tp_bw=small) == pytest.approx(small)  # serial
+    assert exposed(dp_bw=small, tp_bw=small) == pytest.approx(small + small / layers)
+    no_overlap = replace(f, windows=False, overlap=0.0)
+    parts = dict(base, dp_bw=small * f.collective)
+    assert float(runs.combine(parts, no_overlap)["exposed"]) > exposed(dp_bw=small)
+    assert runs.combine(parts, replace(f, overlap=0.9))["step"] == pytest.approx(
+        runs.combine(parts, f)["step"]
+    )  # the windows do not read the overlap factor
+
+
+def test_the_overlap_rules_are_fitted_and_compared():
+    """overlap_compared fits the matmul efficiency afresh for each rule: no overlap gives the
+    calibrated mode's own figures; the windows give other predictions."""
+    result = confront.overlap_compared()
+    assert set(result) == {"none", "windows"}
+    loso = confront.held_out()
+    assert result["none"]["held_out_points"] == pytest.approx(loso["held_out_points"])
+    assert result["none"]["matmul"] == runs.calibrated().matmul
+    assert result["windows"]["in_sample_points"] != result["none"]["in_sample_points"]
+    table = confront.operations_compared_markdown(result, nvidia=True)
+    assert "each collective behind its own window" in table and "NVIDIA's runs" in table

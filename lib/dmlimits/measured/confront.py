@@ -120,6 +120,43 @@ def hypotheses(gpu: str = "h100") -> list[dict]:
     return out
 
 
+def fsdp_variant(shape: str, windows: bool = False, regather: bool = False, gpu: str = "h100"):
+    """FSDP alone in Fernandez et al.'s setting (:func:`dmlimits.measured.runs.strong_scaling`'s
+    configurations), calibrated, with one of two things changed: ``windows``, each collective
+    hidden behind its own window of compute (the matmul efficiency fitted afresh for that
+    rule: :data:`dmlimits.measured.runs.OVERLAP_WINDOWS`); ``regather``, FSDP's gathers and
+    reductions run again for every micro-batch (as a run that holds one layer's weights at a
+    time, as this book's memory count has it, must), not once a step as the model counts
+    them; with ``windows`` too, each micro-batch's collectives hide behind that micro-batch's
+    compute.  Returns the GPU counts, the share of each step that exposed communication takes
+    (NaN where the configuration does not fit), the onset (:func:`comm_bound_onset`) and the
+    per-GPU drop (:func:`per_gpu_drop`)."""
+    from . import memory
+
+    factors = runs.calibrate(windows=True) if windows else runs.calibrated()
+    gpus, tokens, share = [], [], []
+    for n in runs.GPU_COUNTS:
+        cfg = runs.scaling_config(shape, gpu, n, "FSDP")
+        parts = runs.components(cfg)
+        if regather:
+            m = cfg.micro_batches
+            parts = dict(parts, dp_bw=m * parts["dp_bw"], dp_lat=m * parts["dp_lat"],
+                         micro_batches=1.0)  # fmt: skip
+        pred = runs.predict(cfg, factors, parts)
+        fits = memory.peak(cfg).fits
+        gpus.append(float(n))
+        tokens.append(pred.tokens_per_s_per_gpu if fits else np.nan)
+        share.append(pred.exposed_comm_s / pred.step_time_s if fits else np.nan)
+    curve = {
+        "gpus": np.array(gpus),
+        "tokens_per_s_per_gpu": np.array(tokens),
+        "exposed_s": np.array(share),
+        "step_s": np.ones(len(gpus)),
+    }
+    return {"gpus": curve["gpus"], "share": curve["exposed_s"],
+            "onset": comm_bound_onset(curve), "drop": per_gpu_drop(curve)}  # fmt: skip
+
+
 def drop_for_share(share: float, lo: int = DROP_RANGE[0], hi: int = DROP_RANGE[1]) -> float:
     """The per-GPU throughput drop from ``lo`` to ``hi`` GPUs at a fixed batch when exposed
     communication takes ``share`` of the step at ``lo`` and stays constant per GPU (the least
@@ -308,24 +345,30 @@ def family_label(row: dict) -> str:
 
 
 def held_out(
-    rows=None, fitted: tuple[str, ...] = runs.FITTED, label=source_label, operations: bool = True
+    rows=None,
+    fitted: tuple[str, ...] = runs.FITTED,
+    label=source_label,
+    operations: bool = True,
+    windows: bool = False,
 ) -> dict:
     """Leave-one-source-out validation of the calibrated mode.
 
     For each source of ``label`` (:func:`source_label`; :func:`family_label` leaves a whole
     framework out), the factors are fitted (:func:`dmlimits.measured.runs.calibrate`) on the
     rows of every other source and predict that source's rows, which the fit never saw.
-    ``fitted``: the factors each fit searches and ``operations`` how it times a step
-    (:func:`dmlimits.measured.runs.calibrate`).
+    ``fitted``: the factors each fit searches, and ``operations`` and ``windows`` how it times
+    a step and hides its collectives (:func:`dmlimits.measured.runs.calibrate`).
     Returns ``by_source`` (one dict a source: its rows, the factors fitted without it, and the
     median absolute MFU error and median absolute step-time error in sample and held out), the
     pooled median errors over every modelled row, each row predicted by the fit that left its
     source out, ``per_row``: each modelled row's reported, in-sample and held-out
     utilization, and whether it runs across nodes, and ``factors``: the fit on every row."""
     rows = runs.dev_rows() if rows is None else tuple(rows)
-    default = rows is runs.dev_rows() and fitted == runs.FITTED and operations
+    default = rows is runs.dev_rows() and fitted == runs.FITTED and operations and not windows
     every = (
-        runs.calibrated() if default else runs.calibrate(rows, fitted=fitted, operations=operations)
+        runs.calibrated()
+        if default
+        else runs.calibrate(rows, fitted=fitted, operations=operations, windows=windows)
     )
     labels = [label(r) for r in rows]
     out, pooled_in, pooled_out, step_in, step_out = [], [], [], [], []
@@ -336,7 +379,7 @@ def held_out(
         inside = runs.compare(mine, every)
         if not inside.n:
             continue
-        fit = runs.calibrate(rest, fitted=fitted, operations=operations)
+        fit = runs.calibrate(rest, fitted=fitted, operations=operations, windows=windows)
         outside = runs.compare(mine, fit)
         s_in = step_time_errors(inside.reported, inside.calibrated)
         s_out = step_time_errors(outside.reported, outside.calibrated)
@@ -429,17 +472,18 @@ def fits_compared_markdown(result: dict[str, dict]) -> str:
 
 
 def outside_split(
-    rows=None, fitted: tuple[str, ...] = runs.FITTED, operations: bool = True
+    rows=None, fitted: tuple[str, ...] = runs.FITTED, operations: bool = True, windows: bool = False
 ) -> dict:
     """The calibrated mode on published runs outside the development split
     (:func:`dmlimits.measured.runs.holdout_rows`, which no fit reads): the median absolute MFU
     error, its median sign, and the median absolute step-time error on multi-node and
     single-node runs.  ``fitted``: the factors fitted on the development rows, and
-    ``operations`` how the step is timed (:func:`dmlimits.measured.runs.calibrate`)."""
+    ``operations`` and ``windows`` how the step is timed and its collectives hidden
+    (:func:`dmlimits.measured.runs.calibrate`)."""
     factors = (
         runs.calibrated()
-        if fitted == runs.FITTED and operations
-        else runs.calibrate(runs.dev_rows(), fitted=fitted, operations=operations)
+        if fitted == runs.FITTED and operations and not windows
+        else runs.calibrate(runs.dev_rows(), fitted=fitted, operations=operations, windows=windows)
     )
     cmp = runs.compare(runs.holdout_rows() if rows is None else rows, factors)
     if not cmp.n:
@@ -545,29 +589,50 @@ def operation_cases() -> dict[str, runs.Config]:
 STEP_MODELS = {"operations": True, "flop": False}
 
 
+def step_rule(rows, operations: bool, windows: bool = False) -> dict:
+    """One way of timing a step, with the one fitted factor: the fitted matmul efficiency, the
+    MFU and step-time errors in sample and with one source left out (:func:`held_out`, each
+    source's errors under ``by_source``), the worst framework family left out
+    (:func:`family_label`), and the errors on MosaicML's runs and NVIDIA's, outside the
+    development split (:func:`outside_split`)."""
+    loso = held_out(rows, operations=operations, windows=windows)
+    families = held_out(rows, label=family_label, operations=operations, windows=windows)
+    worst = max(families["by_source"], key=lambda g: g["held_out_points"])
+    outside = outside_split(operations=operations, windows=windows)
+    nemo = outside_split(runs.nemo_rows(), operations=operations, windows=windows)
+    return {
+        "matmul": loso["factors"].matmul,
+        "in_sample_points": loso["in_sample_points"],
+        "held_out_points": loso["held_out_points"],
+        "held_out_step": loso["held_out_step"],
+        "by_source": {g["source"]: g["held_out_points"] for g in loso["by_source"]},
+        "worst_family": worst["source"],
+        "worst_family_points": worst["held_out_points"],
+        "outside_points": outside["mfu_points"],
+        "outside_bias_points": outside["bias_points"],
+        "outside_step_multi": outside["step_multi_node"],
+        "outside_step_single": outside["step_single_node"],
+        "nemo_points": nemo["mfu_points"],
+        "nemo_step_multi": nemo["step_multi_node"],
+    }
+
+
 def operations_compared(rows=None) -> dict[str, dict]:
-    """For each way of timing a step (:data:`STEP_MODELS`), one fitted factor each: the fitted
-    matmul efficiency, the MFU and step-time errors in sample and with one source left out
-    (:func:`held_out`), the worst framework family left out (:func:`family_label`), and the
-    errors on the runs outside the development split (:func:`outside_split`)."""
-    out = {}
-    for key, operations in STEP_MODELS.items():
-        loso = held_out(rows, operations=operations)
-        families = held_out(rows, label=family_label, operations=operations)
-        worst = max(families["by_source"], key=lambda g: g["held_out_points"])
-        outside = outside_split(operations=operations)
-        out[key] = {
-            "matmul": loso["factors"].matmul,
-            "in_sample_points": loso["in_sample_points"],
-            "held_out_points": loso["held_out_points"],
-            "held_out_step": loso["held_out_step"],
-            "worst_family": worst["source"],
-            "worst_family_points": worst["held_out_points"],
-            "outside_points": outside["mfu_points"],
-            "outside_step_multi": outside["step_multi_node"],
-            "outside_step_single": outside["step_single_node"],
-        }
-    return out
+    """For each way of timing a step (:data:`STEP_MODELS`), one fitted factor each: the
+    figures of :func:`step_rule`."""
+    return {key: step_rule(rows, operations) for key, operations in STEP_MODELS.items()}
+
+
+#: The two ways of hiding collectives :func:`overlap_compared` sets side by side: none (the
+#: calibrated mode's overlap of 0: every collective adds to the step) and each overlappable
+#: collective behind its own window of compute (:data:`dmlimits.measured.runs.OVERLAP_WINDOWS`).
+OVERLAP_RULES = {"none": False, "windows": True}
+
+
+def overlap_compared(rows=None) -> dict[str, dict]:
+    """For each way of hiding collectives (:data:`OVERLAP_RULES`), the step timed operation by
+    operation and the matmul efficiency fitted afresh: the figures of :func:`step_rule`."""
+    return {key: step_rule(rows, True, windows) for key, windows in OVERLAP_RULES.items()}
 
 
 def attention_sensitivity(values: dict[str, float], outside_rows=None) -> dict[str, float]:
@@ -589,9 +654,20 @@ def attention_sensitivity(values: dict[str, float], outside_rows=None) -> dict[s
     }
 
 
-def operations_compared_markdown(result: dict[str, dict]) -> str:
-    """The table of :func:`operations_compared`: one row a measure, one column a step model."""
-    names = {"operations": "operation by operation", "flop": "the step's FLOP at one efficiency"}
+#: The columns' names of the two comparisons' tables.
+RULE_NAMES = {
+    "operations": "operation by operation",
+    "flop": "the step's FLOP at one efficiency",
+    "none": "no overlap (the calibrated mode)",
+    "windows": "each collective behind its own window",
+}
+
+
+def operations_compared_markdown(result: dict[str, dict], nvidia: bool = False) -> str:
+    """The table of :func:`operations_compared` or :func:`overlap_compared`: one row a
+    measure, one column a way of timing the step (:data:`RULE_NAMES`); ``nvidia``: also the
+    signed error on MosaicML's runs and the errors on NVIDIA's."""
+    names = RULE_NAMES
     rows = (
         ("fitted matmul efficiency", lambda r: f"{r['matmul']:.3g}"),
         ("MFU error in sample (points)", lambda r: f"{r['in_sample_points']:.1f}"),
@@ -603,6 +679,13 @@ def operations_compared_markdown(result: dict[str, dict]) -> str:
         ("step-time error, MosaicML across nodes", lambda r: f"{r['outside_step_multi']:.0%}"),
         ("step-time error, MosaicML within a node", lambda r: f"{r['outside_step_single']:.0%}"),
     )  # fmt: skip
+    if nvidia:
+        rows += (
+            ("MFU error on MosaicML's runs, signed (points)",
+             lambda r: f"{r['outside_bias_points']:+.1f}"),
+            ("MFU error, NVIDIA's runs (never fitted)", lambda r: f"{r['nemo_points']:.1f}"),
+            ("step-time error, NVIDIA's across nodes", lambda r: f"{r['nemo_step_multi']:.0%}"),
+        )  # fmt: skip
     lines = [
         "| Step timed | " + " | ".join(names[k] for k in result) + " |",
         "|---|" + "---|" * len(result),

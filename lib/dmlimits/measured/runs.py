@@ -579,7 +579,9 @@ class Factors:
     (hardware presets), times ``matmul``.  ``operations``: the step's operations are timed one
     by one (:mod:`dmlimits.measured.operations`: each matmul by the matmul model, whose time
     includes the derate, divided by ``matmul``; the memory-bound operations and the optimizer
-    step from HBM bandwidth) instead of as the step's FLOP at one efficiency."""
+    step from HBM bandwidth) instead of as the step's FLOP at one efficiency.  ``windows``:
+    each overlappable collective hides behind the compute it can run beside
+    (:data:`OVERLAP_WINDOWS`), not behind the share ``overlap`` of the whole step's."""
 
     matmul: float = 1.0
     collective: float = 1.0
@@ -588,6 +590,7 @@ class Factors:
     latency: bool = False
     derate: bool = False
     operations: bool = False
+    windows: bool = False
 
 
 #: The paper's bound (run-mfu, step 5): matmuls at the GPU's effective utilization, the clock
@@ -772,7 +775,26 @@ PARTS = (
     "ep_bw",
     "ep_lat",
     "pp_bw",
+    "micro_batches",
+    "stage_layers",
 )
+
+#: Where each overlappable collective can run beside compute, when the factors' ``windows`` is
+#: on (:func:`combine`): it hides behind that compute, less the part it cannot start before
+#: the compute ends.  As the frameworks of the runs schedule them (Megatron-LM's
+#: ``overlap_grad_reduce`` and ``overlap_param_gather``, PyTorch DDP's gradient buckets,
+#: FSDP's prefetch, ring attention):
+OVERLAP_WINDOWS = {
+    "data parallel": "one micro-batch's forward and backward (the model counts a step's "
+    "gathers and reductions once, as a step of one micro-batch runs them: layer by layer, "
+    "prefetched and bucketed); the last layer's share cannot hide",
+    "context parallel": "attention's core: each block of keys and values is passed on while "
+    "the current one is attended to",
+    "pipeline boundaries": "the stage's compute of other micro-batches: sends and receives "
+    "run beside it",
+    "tensor parallel": "none: a block's next matmul needs the collective's result",
+    "expert parallel": "none: the experts need the tokens the all-to-all sends",
+}
 
 
 def components(cfg: Config) -> dict[str, float]:
@@ -807,6 +829,8 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
     linear = sh.flop_per_token(cfg.seq_len, cfg.recompute) - attn
     out["compute"] = B * (linear / peak + attn / cfg.cluster.peak_16bit) / cfg.n_gpus
     out["bubble_ratio"] = (cfg.pp - 1) / (cfg.vpp * m)
+    out["micro_batches"] = m
+    out["stage_layers"] = stage_layers
     out.update(operations.parts(cfg))
 
     # Data parallelism over g = dp x cp ranks, laid out outside tp.
@@ -886,8 +910,18 @@ def combine(parts: dict, factors: Factors) -> dict:
     t_ep = parts["ep_bw"] / factors.collective + lat * parts["ep_lat"]
     t_p = t_comp + t_mem + t_bubble + t_opt
     serial = (t_tp + t_ep) if factors.serial_tp else 0.0 * t_tp
-    overlappable = t_dp + t_cp + t_pp + (0.0 * t_tp if factors.serial_tp else t_tp + t_ep)
-    exposed = np.maximum(overlappable, factors.overlap * t_p) - factors.overlap * t_p
+    if factors.windows:  # each collective behind its own window (OVERLAP_WINDOWS)
+        work = t_comp + t_mem
+        attention = parts["attention"] if factors.operations else 0.0 * t_comp
+        exposed = (
+            np.maximum(t_dp / parts["stage_layers"], t_dp - work / parts["micro_batches"])
+            + np.maximum(0.0, t_cp - attention)
+            + np.maximum(0.0, t_pp - work)
+            + (0.0 * t_tp if factors.serial_tp else t_tp + t_ep)
+        )
+    else:
+        overlappable = t_dp + t_cp + t_pp + (0.0 * t_tp if factors.serial_tp else t_tp + t_ep)
+        exposed = np.maximum(overlappable, factors.overlap * t_p) - factors.overlap * t_p
     return {
         "step": t_p + serial + exposed,
         "exposed": serial + exposed,
@@ -1532,6 +1566,7 @@ def calibrate(
     grid: dict | None = None,
     fitted: tuple[str, ...] = FITTED,
     operations: bool = True,
+    windows: bool = False,
 ) -> Factors:
     """The factors minimising the median absolute error of utilization over ``rows`` (the
     development rows by default), by exhaustive search over :data:`CALIBRATION_GRID`; ties go
@@ -1540,7 +1575,9 @@ def calibrate(
     :func:`measured_collective_efficiency` and the overlap :data:`FIXED_OVERLAP`.
     ``operations``: the step timed operation by operation (:mod:`dmlimits.measured.operations`,
     the calibrated mode's way) or, ``False``, as its FLOP at one matmul efficiency (the
-    calibrated mode before it timed operations; the chapter *Real runs* compares the two)."""
+    calibrated mode before it timed operations; the chapter *Real runs* compares the two).
+    ``windows``: each collective hidden behind its own window of compute
+    (:data:`OVERLAP_WINDOWS`) rather than behind the overlap factor's share of the step."""
     unknown = set(fitted) - set(CALIBRATION_GRID)
     if unknown or not fitted:
         raise ValueError(
@@ -1570,6 +1607,7 @@ def calibrate(
         latency=True,
         derate=True,
         operations=operations,
+        windows=windows,
     )
     step = combine(parts, f)["step"]
     err = np.abs(ideal / step - reported)
@@ -1585,6 +1623,7 @@ def calibrate(
         latency=True,
         derate=True,
         operations=operations,
+        windows=windows,
     )
 
 
