@@ -168,9 +168,9 @@ def test_the_book_renders_the_objects_the_tests_check(built_book):
 
 @pytest.mark.slow  # every derivation is also verified in-process, one test each, above
 def test_cli_lists_and_verifies(capsys):
-    """The command as a reader runs it, in this process: the derivations that the tests above
-    proved are not proved again (a proof is kept for the process), and the premises are
-    checked (``python -m dmlimits`` itself is run by the other command tests)."""
+    """The command as a reader runs it, every derivation proved and every premise checked; in
+    this process, without a second interpreter's start-up (``python -m dmlimits`` itself is
+    run by the other command tests)."""
     from dmlimits import cli
 
     assert cli.main(["derivations", "--verify"]) == 0

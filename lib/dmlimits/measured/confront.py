@@ -129,7 +129,7 @@ def fsdp_variant(shape: str, windows: bool = False, regather: bool = False, gpu:
     time, as this book's memory count has it, must), not once a step as the model counts
     them; with ``windows`` too, each micro-batch's collectives hide behind that micro-batch's
     compute.  Returns the GPU counts, the share of each step that exposed communication takes
-    (NaN where the configuration does not fit), the onset (:func:`comm_bound_onset`) and the
+    (``NaN`` where the configuration does not fit), the onset (:func:`comm_bound_onset`) and the
     per-GPU drop (:func:`per_gpu_drop`)."""
     from . import memory
 
