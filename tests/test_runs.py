@@ -475,7 +475,8 @@ def _check_bubbles_against_the_schedule(seen: dict[tuple[int, float, int], int])
 
 @pytest.mark.slow  # 31 schedules of up to 78,000 passes each, pass by pass: about 8 s
 def test_the_steps_bubble_is_the_simulated_schedules():
-    """The calibrated step's pipeline bubble, ``(N_PP - 1) / (v m)`` of compute, is the
+    """The calibrated step's pipeline bubble, ``(N_PP - 1) / (v m)`` of compute (checked on a
+    configuration with each run's N_PP, m and v), is the
     simulated schedule's for every pipelined configuration of the project's run files (the
     development rows, MosaicML's and NVIDIA's): 1F1B and interleaved, whole groups of
     micro-batches only.  The simulation can fail: it is the schedule a real run idles through,
@@ -490,6 +491,7 @@ def test_the_steps_bubble_is_the_simulated_schedules():
 @pytest.mark.slow  # every row of the Playbook's file interpreted, and its schedules simulated
 @pytest.mark.skipif(not HF_BULK.exists(), reason="../shared/data is not beside the project")
 def test_the_bulk_files_bubbles_are_the_simulated_schedules():
+    """The same check on every pipelined configuration of the Playbook's file."""
     with HF_BULK.open() as fh:
         seen = _pipelined(csv.DictReader(fh))
     _check_bubbles_against_the_schedule(seen)
@@ -835,12 +837,19 @@ def test_windows_hide_each_collective_behind_its_own_compute():
     assert exposed(pp_bw=0.5 * work) == 0 and exposed(pp_bw=2 * work) == pytest.approx(work)
     assert exposed(tp_bw=small) == pytest.approx(small)  # serial
     assert exposed(dp_bw=small, tp_bw=small) == pytest.approx(small + small / layers)
+    assert exposed(ep_bw=small) == pytest.approx(small)  # serial
+    # The same parts without windows and no overlap: all of it exposed.
+    parts = dict(base, dp_lat=0.0, tp_lat=0.0, ep_lat=0.0, tp_bw=0.0, cp_bw=0.0, ep_bw=0.0,
+                 pp_bw=0.0, dp_bw=small * f.collective)  # fmt: skip
     no_overlap = replace(f, windows=False, overlap=0.0)
-    parts = dict(base, dp_bw=small * f.collective)
-    assert float(runs.combine(parts, no_overlap)["exposed"]) > exposed(dp_bw=small)
+    assert float(runs.combine(parts, no_overlap)["exposed"]) == pytest.approx(small)
     assert runs.combine(parts, replace(f, overlap=0.9))["step"] == pytest.approx(
         runs.combine(parts, f)["step"]
     )  # the windows do not read the overlap factor
+    # Without serial tensor parallelism, tensor and expert parallelism still hide nowhere.
+    loose = replace(f, serial_tp=False)
+    parts = dict(parts, dp_bw=0.0, tp_bw=small * f.collective, ep_bw=small * f.collective)
+    assert float(runs.combine(parts, loose)["exposed"]) == pytest.approx(2 * small)
 
 
 def test_the_overlap_rules_are_fitted_and_compared():
@@ -848,6 +857,7 @@ def test_the_overlap_rules_are_fitted_and_compared():
     calibrated mode's own figures; the windows give other predictions."""
     result = confront.overlap_compared()
     assert set(result) == {"none", "windows"}
+    assert result["windows"]["matmul"] == runs.calibrate(windows=True).matmul
     loso = confront.held_out()
     assert result["none"]["held_out_points"] == pytest.approx(loso["held_out_points"])
     assert result["none"]["matmul"] == runs.calibrated().matmul

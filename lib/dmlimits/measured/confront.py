@@ -122,8 +122,8 @@ def hypotheses(gpu: str = "h100") -> list[dict]:
 
 def fsdp_variant(shape: str, windows: bool = False, regather: bool = False, gpu: str = "h100"):
     """FSDP alone in Fernandez et al.'s setting (:func:`dmlimits.measured.runs.strong_scaling`'s
-    configurations), calibrated, with one of two things changed: ``windows``, each collective
-    hidden behind its own window of compute (the matmul efficiency fitted afresh for that
+    configurations), calibrated, with one or both of two things changed: ``windows``, each
+    collective hidden behind its own window of compute (the matmul efficiency fitted afresh for that
     rule: :data:`dmlimits.measured.runs.OVERLAP_WINDOWS`); ``regather``, FSDP's gathers and
     reductions run again for every micro-batch (as a run that holds one layer's weights at a
     time, as this book's memory count has it, must), not once a step as the model counts

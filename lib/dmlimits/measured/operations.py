@@ -364,8 +364,11 @@ def block_matmuls(cfg: Config, b: float) -> list[tuple[float, float, float, floa
     if sh.shared_experts:
         width = sh.shared_experts * sh.expert_d_ff
         out += [(d, mats * width / t, b, moe), (width / t, d, b, moe)]
-    # The router: every token's scores for every expert, a d_model x experts matmul whole on
-    # each tensor-parallel rank (its FLOP are in the model's count: Shape.flop_per_token).
+    # The router: every token's scores for every expert, a d_model x experts matmul on each
+    # tensor-parallel rank for every token of the micro-batch (its FLOP are in the model's
+    # count: Shape.flop_per_token).  A framework with sequence parallelism may route each
+    # rank's share of the tokens only; every mixture-of-experts row of the book's files runs
+    # without tensor parallelism, where the two agree.
     out.append((d, sh.experts, b, moe))
     return [m for m in out if m[3] > 0]
 

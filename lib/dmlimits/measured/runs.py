@@ -780,18 +780,22 @@ PARTS = (
 )
 
 #: Where each overlappable collective can run beside compute, when the factors' ``windows`` is
-#: on (:func:`combine`): it hides behind that compute, less the part it cannot start before
-#: the compute ends.  As the frameworks of the runs schedule them (Megatron-LM's
-#: ``overlap_grad_reduce`` and ``overlap_param_gather``, PyTorch DDP's gradient buckets,
-#: FSDP's prefetch, ring attention):
+#: on (:func:`combine`): it hides behind that compute, and only data parallelism keeps a part
+#: it cannot hide.  As frameworks can schedule them (gradients reduced in buckets during the
+#: backward pass, parameters gathered a layer ahead, ring attention); what each run of the
+#: book's files did, its table does not say.  Each collective is set against its window
+#: alone: collectives that share a window do not slow each other here, and context
+#: parallelism's window is attention's time as the operations time it (``operations``;
+#: without it, none).
 OVERLAP_WINDOWS = {
     "data parallel": "one micro-batch's forward and backward (the model counts a step's "
-    "gathers and reductions once, as a step of one micro-batch runs them: layer by layer, "
-    "prefetched and bucketed); the last layer's share cannot hide",
+    "gathers and reductions once, as a step of one micro-batch runs them, layer by layer; "
+    "with several micro-batches the gradients are reduced only in the last one's backward); "
+    "the last layer's share cannot hide",
     "context parallel": "attention's core: each block of keys and values is passed on while "
     "the current one is attended to",
-    "pipeline boundaries": "the stage's compute of other micro-batches: sends and receives "
-    "run beside it",
+    "pipeline boundaries": "the stage's compute: sends and receives run beside it (the "
+    "warm-up's and cool-down's, which the schedule waits for, are not charged apart)",
     "tensor parallel": "none: a block's next matmul needs the collective's result",
     "expert parallel": "none: the experts need the tokens the all-to-all sends",
 }
