@@ -295,25 +295,23 @@ def report(m: dict) -> str:
             f"sample {g['in_sample']:.0%}; held out {g['held_out']:.0%} (target "
             f"{t[target]:.0%}: {_verdict(g['held_out'], t[target])})"
         )
-    lines += ["", "the calibrated mode's step (operations) against its FLOP at one efficiency:"]
-    for name, r in m["step_models"].items():
-        lines.append(
-            f"  {name:10s} matmul efficiency {r['matmul']:.3g}; MFU in sample "
-            f"{r['in_sample_points']:.1f}, held out {r['held_out_points']:.1f}, worst family "
-            f"{r['worst_family_points']:.1f} ({r['worst_family']}), MosaicML "
-            f"{r['outside_points']:.1f} points; step held out {r['held_out_step']:.0%}, MosaicML "
-            f"{r['outside_step_multi']:.0%} across nodes, {r['outside_step_single']:.0%} within"
-        )
-    lines += ["", "hiding collectives: none (the calibrated mode's) or each behind its window:"]
-    for name, r in m["overlap_rules"].items():
-        lines.append(
-            f"  {name:10s} matmul efficiency {r['matmul']:.3g}; MFU in sample "
-            f"{r['in_sample_points']:.1f}, held out {r['held_out_points']:.1f}, worst family "
-            f"{r['worst_family_points']:.1f}; MosaicML {r['outside_points']:.1f} points "
-            f"(signed {r['outside_bias_points']:+.1f}), step across nodes "
-            f"{r['outside_step_multi']:.0%}; NVIDIA {r['nemo_points']:.1f} points, step across "
-            f"nodes {r['nemo_step_multi']:.0%}"
-        )
+    for title, key in (
+        ("the calibrated mode's step (operations) against its FLOP at one efficiency:",
+         "step_models"),
+        ("hiding collectives: none (the calibrated mode's) or each behind its window:",
+         "overlap_rules"),
+    ):  # fmt: skip
+        lines += ["", title]
+        for name, r in m[key].items():  # confront.step_rule's figures
+            lines.append(
+                f"  {name:10s} matmul efficiency {r['matmul']:.3g}; MFU in sample "
+                f"{r['in_sample_points']:.1f}, held out {r['held_out_points']:.1f}, worst family "
+                f"{r['worst_family_points']:.1f} ({r['worst_family']}); MosaicML "
+                f"{r['outside_points']:.1f} points (signed {r['outside_bias_points']:+.1f}); step "
+                f"held out {r['held_out_step']:.0%}, MosaicML {r['outside_step_multi']:.0%} "
+                f"across nodes, {r['outside_step_single']:.0%} within; NVIDIA "
+                f"{r['nemo_points']:.1f} points, {r['nemo_step_multi']:.0%} across nodes"
+            )
     mp = m["memory_published"]
     lines += [
         "",

@@ -134,7 +134,7 @@ def fsdp_variant(shape: str, windows: bool = False, regather: bool = False, gpu:
     from . import memory
 
     factors = runs.calibrate(windows=True) if windows else runs.calibrated()
-    gpus, tokens, share = [], [], []
+    gpus, tokens, exposed, step = [], [], [], []
     for n in runs.GPU_COUNTS:
         cfg = runs.scaling_config(shape, gpu, n, "FSDP")
         parts = runs.components(cfg)
@@ -146,14 +146,15 @@ def fsdp_variant(shape: str, windows: bool = False, regather: bool = False, gpu:
         fits = memory.peak(cfg).fits
         gpus.append(float(n))
         tokens.append(pred.tokens_per_s_per_gpu if fits else np.nan)
-        share.append(pred.exposed_comm_s / pred.step_time_s if fits else np.nan)
-    curve = {
+        exposed.append(pred.exposed_comm_s if fits else np.nan)
+        step.append(pred.step_time_s if fits else np.nan)
+    curve = {  # as strong_scaling gives it, for comm_bound_onset and per_gpu_drop
         "gpus": np.array(gpus),
         "tokens_per_s_per_gpu": np.array(tokens),
-        "exposed_s": np.array(share),
-        "step_s": np.ones(len(gpus)),
+        "exposed_s": np.array(exposed),
+        "step_s": np.array(step),
     }
-    return {"gpus": curve["gpus"], "share": curve["exposed_s"],
+    return {"gpus": curve["gpus"], "share": curve["exposed_s"] / curve["step_s"],
             "onset": comm_bound_onset(curve), "drop": per_gpu_drop(curve)}  # fmt: skip
 
 
