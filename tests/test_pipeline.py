@@ -596,6 +596,22 @@ def test_library_schedule_bubble_is_the_formula_for_1f1b():
         assert all(got.busy(g) == m * (1 + pipeline.BACKWARD_SLOTS) for g in range(n_pp))
 
 
+def test_a_heavier_last_chunk_paces_the_schedule():
+    """With the last chunk ``1 + h`` times as long (the output layer and the loss), the flush
+    lasts the last GPU's work plus the other chunks' warm-up and cool-down: ``m (1 + b)
+    (v + h)`` slots and ``(N_PP - 1) (1 + b)`` more, as run-mfu's third step counts it; the
+    last GPU idles only in the warm-up and cool-down."""
+    b = pipeline.BACKWARD_SLOTS
+    for n_pp, m, v, h in product((1, 2, 4), (1, 4, 8), (1, 2), (0.0, 0.25, 3.0)):
+        if v > 1 and m % n_pp:
+            continue
+        got = pipeline.schedule(n_pp, m, v, "interleaved" if v > 1 else "1f1b", head=h)
+        assert got.makespan == pytest.approx(m * (1 + b) * (v + h) + (n_pp - 1) * (1 + b))
+        assert got.busy(n_pp - 1) == pytest.approx(m * (1 + b) * (v + h))
+    with pytest.raises(ValueError, match=r"head: got -0\.5; expected the last chunk's extra"):
+        pipeline.schedule(2, 4, head=-0.5)
+
+
 def test_library_zero_bubble_schedule_is_the_greedy_one():
     for n_pp, m, steps in product(range(1, 6), range(1, 11), (1, 2, 3)):
         want, _ = simulate_zb_h2(n_pp, m, steps)

@@ -824,11 +824,13 @@ def _order_breadth_first(n_pp: int, v: int, m: int) -> list[list[tuple[str, int,
 
 def _list_schedule(
     orders: list[list[tuple[str, int, int]]], n_chunks: int, durations: dict[str, float],
-    latency: float = 0,
+    latency: float = 0, last: dict[str, float] | None = None,
 ) -> tuple[ScheduledPass, ...]:  # fmt: skip
     """Each GPU runs its passes in its order, each as soon as the GPU is free and its inputs have
     arrived: an input from another GPU arrives ``latency`` slots after it ends (a message across
-    a stage boundary).  Raises :class:`ScheduleDeadlock` when no GPU can go on."""
+    a stage boundary).  The last chunk's passes last ``last`` where it is given.  Raises
+    :class:`ScheduleDeadlock` when no GPU can go on."""
+    last = last or durations
     n_pp = len(orders)
     ends: dict[tuple[str, int, int], int] = {}
     placed: list[ScheduledPass] = []
@@ -845,7 +847,7 @@ def _list_schedule(
                 start = max(
                     [free[gpu]] + [ends[i] + (latency if i[1] % n_pp != gpu else 0) for i in inputs]
                 )
-                end = start + durations[kind]
+                end = start + (last if chunk == n_chunks - 1 else durations)[kind]
                 ends[(kind, chunk, micro)] = end
                 placed.append(ScheduledPass(start, gpu, kind, chunk, micro, end))
                 free[gpu] = end
@@ -871,7 +873,7 @@ def _slots(name: str, value: Any) -> float:
 
 def schedule(
     n_pp: Any, m: Any, v: Any = 1, order: str = "1f1b", backward: Any = BACKWARD_SLOTS,
-    latency: Any = 0, collective: Any = 0,
+    latency: Any = 0, collective: Any = 0, head: Any = 0,
 ) -> Schedule:  # fmt: skip
     """Lay out one flush of ``order`` for ``N_PP`` GPUs, ``m`` microbatches and ``v`` chunks per
     GPU: every pass of every microbatch, as early as its inputs and its GPU allow.
@@ -887,10 +889,21 @@ def schedule(
     pass that sends it ends, and every pass also waits ``collective`` for its tensor-parallel
     collectives (their latency; their bandwidth hides in the pass).  With both zero the times
     are whole slots.
+
+    The last chunk can do more work than the others: its forward and backward passes take
+    ``1 + head`` times as long (``head``, a share of a chunk's work: the output layer and the
+    loss, which run on the last stage).
     """
     p, mm, vv = _integer("n_pp", n_pp), _integer("m", m), _integer("v", v)
     b = _integer("backward", backward)
     lat, coll = _slots("latency", latency), _slots("collective", collective)
+    if (
+        isinstance(head, bool)
+        or not isinstance(head, int | float | np.integer | np.floating)
+        or not (math.isfinite(head) and head >= 0)
+    ):
+        raise ValueError(f"head: got {head!r:.80}; expected the last chunk's extra work as a "
+                         "finite share of a chunk's, at least 0")  # fmt: skip
     if order not in SCHEDULE_ORDERS:
         raise ValueError(f"order: got {order!r}; expected one of {', '.join(SCHEDULE_ORDERS)}")
     if order == "1f1b" and vv != 1:
@@ -903,7 +916,9 @@ def schedule(
         "breadth-first": lambda: _order_breadth_first(p, vv, mm),
     }[order]
     try:
-        passes = _list_schedule(build(), vv * p, {"F": 1 + coll, "B": b + coll}, lat)
+        # Whole slots stay whole where the last chunk is like the others.
+        last = {"F": 1 + head + coll, "B": b * (1 + head) + coll} if head else None
+        passes = _list_schedule(build(), vv * p, {"F": 1 + coll, "B": b + coll}, lat, last)
     except ScheduleDeadlock as err:
         raise ScheduleDeadlock(
             f"order={order!r} with n_pp={p}, m={mm}, v={vv}: {err}; Megatron-LM's interleaved "
