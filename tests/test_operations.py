@@ -201,3 +201,36 @@ def test_the_matmul_model_is_the_books():
     want = sum(float(matmul.matmul_time(scn, d1, round(d2), b, k)) for k in matmul.KINDS)
     got = operations._passes_time(scn, [(d1, d2, b, 1.0)], [0])[0]
     assert got == pytest.approx(want)
+
+
+def test_the_last_stage_runs_the_output_layer_and_the_loss():
+    """On a pipeline the output layer's matmuls and the loss are the last stage's alone (the
+    step holds their whole time); inside ``stages_even`` every stage takes an equal share of
+    them, as the calibrated mode counted them before, and the fit the calibrated mode uses is
+    redone for that state, then restored."""
+    cfg = runs.Config(shape=transformer.shape("llama2-7b"), cluster=runs.cluster("h100"),
+                      n_gpus=8, pp=4, dp=2, global_batch_tokens=16 * 4096.0,
+                      seq_len=4096)  # fmt: skip
+    last = operations.parts(cfg)
+    assert last["head"] > 0 and last["loss"] > 0
+    fit = runs.calibrated()
+    f = runs.Factors(fit.matmul, fit.collective, 0.0, serial_tp=True, latency=True,
+                     operations=True)  # fmt: skip
+    step_last = runs.combine(runs.components(cfg), f)
+    with operations.stages_even():
+        even = operations.parts(cfg)
+        assert even["head"] == even["loss"] == 0
+        assert even["linear"] == pytest.approx(last["linear"] + last["head"] / cfg.pp)
+        assert even["memory"] == pytest.approx(last["memory"] + last["loss"] / cfg.pp)
+        step_even = runs.combine(runs.components(cfg), f)
+        refit = runs.calibrated()
+    # The last stage's whole work against a quarter of it: the last placement is slower.
+    assert step_last["step"] > step_even["step"]
+    assert refit.matmul != fit.matmul  # fitted afresh in that state (the chapter's table)
+    assert operations.parts(cfg) == last and runs.calibrated() == fit
+    # One stage runs everything: the two placements agree.
+    one = runs.Config(shape=transformer.shape("llama2-7b"), cluster=runs.cluster("h100"),
+                      n_gpus=8, dp=8, global_batch_tokens=16 * 4096.0, seq_len=4096)  # fmt: skip
+    with operations.stages_even():
+        spread = runs.combine(runs.components(one), f)["step"]
+    assert spread == pytest.approx(runs.combine(runs.components(one), f)["step"])

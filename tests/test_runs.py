@@ -453,35 +453,44 @@ def _pipelined(rows) -> dict[tuple[int, float, int], int]:
 
 
 def _check_bubbles_against_the_schedule(seen: dict[tuple[int, float, int], int]) -> None:
-    """Each configuration's bubble in the step (components' ``bubble_ratio``, the formula of
-    run-mfu's step) equals the idle time of the schedule simulated pass by pass
-    (:func:`dmlimits.pipeline.schedule`: PipeDream-Flush, or Megatron-LM's interleaved order),
-    over a GPU's busy time."""
+    """Each configuration's pipelined compute in the calibrated step (its last stage's work
+    and the bubble, ``(N_PP - 1) / (v m)`` of the blocks' work: run-mfu's third step) lasts as
+    long as the schedule simulated pass by pass (:func:`dmlimits.pipeline.schedule`:
+    PipeDream-Flush, or Megatron-LM's interleaved order) whose last chunk also runs the output
+    layer and the loss, from the first pass to the last."""
     from dmlimits import pipeline as pl
 
     assert seen, "no pipelined run to check"
+    f = runs.Factors(0.7, 1.0, 0.0, serial_tp=True, latency=True, operations=True)
     for (p, m, v), _ in sorted(seen.items()):
         assert float(m).is_integer(), f"N_PP={p}, v={v}: {m} micro-batches is not whole"
-        sim = pl.schedule(p, int(m), v, order="interleaved" if v > 1 else "1f1b")
-        idle = {sim.makespan / sim.busy(g) - 1 for g in range(p)}
-        assert len(idle) == 1, (p, m, v, idle)  # every GPU is busy as long
         cfg = runs.Config(
             shape=transformer.shape("llama2-7b"), cluster=runs.cluster("h100"), n_gpus=p, pp=p,
             vpp=v, global_batch_tokens=m * 4096.0, seq_len=4096,
         )  # fmt: skip
-        bubble = runs.components(cfg)["bubble_ratio"]
-        assert bubble == pytest.approx(idle.pop(), rel=1e-12), (p, m, v)
+        parts = runs.components(cfg)
+        res = runs.combine(parts, f)
+        last = (parts["head"] / f.matmul + parts["loss"]) / m  # a micro-batch's, on the last
+        chunk = (res["compute"] + res["memory-bound operations"] - m * last) / (m * v)
+        sim = pl.schedule(p, int(m), v, order="interleaved" if v > 1 else "1f1b",
+                          head=last / chunk)  # fmt: skip
+        # A chunk's forward and backward passes of a micro-batch: 1 + BACKWARD_SLOTS slots.
+        simulated = sim.makespan * chunk / (1 + pl.BACKWARD_SLOTS)
+        model = res["compute"] + res["memory-bound operations"] + res["pipeline bubble"]
+        assert model == pytest.approx(simulated, rel=1e-9), (p, m, v)
+        assert res["pipeline bubble"] == pytest.approx(parts["bubble_ratio"] * m * v * chunk)
 
 
 @pytest.mark.slow  # 31 schedules of up to 78,000 passes each, pass by pass: about 8 s
 def test_the_steps_bubble_is_the_simulated_schedules():
-    """The calibrated step's pipeline bubble, ``(N_PP - 1) / (v m)`` of compute (checked on a
-    configuration with each run's N_PP, m and v), is the
-    simulated schedule's for every pipelined configuration of the project's run files (the
-    development rows, MosaicML's and NVIDIA's): 1F1B and interleaved, whole groups of
-    micro-batches only.  The simulation can fail: it is the schedule a real run idles through,
-    not the formula (a last partial group of micro-batches, or messages that pay a latency,
-    give it another bubble: test_pipeline.py)."""
+    """The calibrated step's pipelined compute, the last stage's work (its blocks, the output
+    layer and the loss) and a bubble of ``(N_PP - 1) / (v m)`` of the blocks' work (checked on
+    a configuration with each run's N_PP, m and v), is the simulated schedule's for every
+    pipelined configuration of the project's run files (the development rows, MosaicML's and
+    NVIDIA's): 1F1B and interleaved, whole groups of micro-batches only.  The simulation can
+    fail: it is the schedule a real run goes through, not the formula (a last partial group of
+    micro-batches, messages that pay a latency, or a slower stage other than the last give it
+    another bubble: test_pipeline.py)."""
     rows = (*runs.dev_rows(), *runs.holdout_rows(), *runs.nemo_rows())
     seen = _pipelined(rows)
     assert sum(1 for p, m, v in seen if v > 1) >= 1  # an interleaved run among them
@@ -630,9 +639,12 @@ def test_each_source_is_predicted_by_a_fit_that_never_saw_it():
     per_row = result["per_row"]
     pooled = np.median(np.abs(per_row["held_out"] - per_row["reported"])) * 100
     assert pooled == pytest.approx(result["held_out_points"])
-    # Fitted without a source, the factors predict it worse than the fit that saw it (pooled):
-    # the in-sample error understates what a new framework should expect.
-    assert result["held_out_points"] > result["in_sample_points"]
+    # Fitted without a source, the factors predict it no better than the fit that saw it, and
+    # one source worse: the in-sample error understates what a new framework should expect.
+    # (Pooled, the held-out median can still come out a little lower: it mixes fits.)
+    by_source = result["by_source"]
+    assert all(g["held_out_points"] >= g["in_sample_points"] - 1e-9 for g in by_source)
+    assert any(g["held_out_points"] > g["in_sample_points"] + 0.1 for g in by_source)
 
 
 def test_held_out_refuses_rows_without_a_throughput():
@@ -819,7 +831,9 @@ def test_windows_hide_each_collective_behind_its_own_compute():
                       seq_len=4096)  # fmt: skip
     base = runs.components(cfg)
     f = runs.Factors(0.7, 0.5, 0.3, serial_tp=True, latency=True, operations=True, windows=True)
-    work = base["linear"] / f.matmul + base["attention"] + base["memory"]
+    # The last stage's work: its blocks, the output layer and the loss.
+    work = (base["linear"] + base["head"]) / f.matmul + base["attention"] + base["memory"]
+    work += base["loss"]
     m, layers = base["micro_batches"], base["stage_layers"]
     assert m == 4 and layers == 16
 

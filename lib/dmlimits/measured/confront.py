@@ -473,19 +473,26 @@ def fits_compared_markdown(result: dict[str, dict]) -> str:
 
 
 def outside_split(
-    rows=None, fitted: tuple[str, ...] = runs.FITTED, operations: bool = True, windows: bool = False
+    rows=None,
+    fitted: tuple[str, ...] = runs.FITTED,
+    operations: bool = True,
+    windows: bool = False,
+    factors: runs.Factors | None = None,
 ) -> dict:
     """The calibrated mode on published runs outside the development split
     (:func:`dmlimits.measured.runs.holdout_rows`, which no fit reads): the median absolute MFU
     error, its median sign, and the median absolute step-time error on multi-node and
     single-node runs.  ``fitted``: the factors fitted on the development rows, and
     ``operations`` and ``windows`` how the step is timed and its collectives hidden
-    (:func:`dmlimits.measured.runs.calibrate`)."""
-    factors = (
-        runs.calibrated()
-        if fitted == runs.FITTED and operations and not windows
-        else runs.calibrate(runs.dev_rows(), fitted=fitted, operations=operations, windows=windows)
-    )
+    (:func:`dmlimits.measured.runs.calibrate`); or ``factors``, already fitted so."""
+    if factors is None:
+        factors = (
+            runs.calibrated()
+            if fitted == runs.FITTED and operations and not windows
+            else runs.calibrate(
+                runs.dev_rows(), fitted=fitted, operations=operations, windows=windows
+            )
+        )
     cmp = runs.compare(runs.holdout_rows() if rows is None else rows, factors)
     if not cmp.n:
         raise ValueError("no row with a throughput metric outside the development split")
@@ -599,8 +606,9 @@ def step_rule(rows, operations: bool, windows: bool = False) -> dict:
     loso = held_out(rows, operations=operations, windows=windows)
     families = held_out(rows, label=family_label, operations=operations, windows=windows)
     worst = max(families["by_source"], key=lambda g: g["held_out_points"])
-    outside = outside_split(operations=operations, windows=windows)
-    nemo = outside_split(runs.nemo_rows(), operations=operations, windows=windows)
+    fit = loso["factors"]  # on every development row, as outside_split would fit
+    outside = outside_split(operations=operations, windows=windows, factors=fit)
+    nemo = outside_split(runs.nemo_rows(), operations=operations, windows=windows, factors=fit)
     return {
         "matmul": loso["factors"].matmul,
         "in_sample_points": loso["in_sample_points"],
@@ -636,6 +644,24 @@ def overlap_compared(rows=None) -> dict[str, dict]:
     return {key: step_rule(rows, True, windows) for key, windows in OVERLAP_RULES.items()}
 
 
+#: The two placements of the output layer and the loss :func:`stages_compared` sets side by
+#: side: on the last pipeline stage (the calibrated mode's) and spread over the stages in equal
+#: shares (:func:`dmlimits.measured.operations.stages_even`).
+STAGE_RULES = ("last", "even")
+
+
+def stages_compared(rows=None) -> dict[str, dict]:
+    """For each placement of the output layer and the loss (:data:`STAGE_RULES`), the step timed
+    operation by operation and the matmul efficiency fitted afresh: the figures of
+    :func:`step_rule`."""
+    from . import operations
+
+    out = {"last": step_rule(rows, True)}
+    with operations.stages_even():  # runs.calibrated() refits inside it
+        out["even"] = step_rule(rows, True)
+    return out
+
+
 def attention_sensitivity(values: dict[str, float], outside_rows=None) -> dict[str, float]:
     """The calibrated mode refitted with attention's core at ``values`` (cluster name -> share of
     peak, :func:`dmlimits.measured.operations.attention_utilizations`): its fitted matmul
@@ -644,7 +670,7 @@ def attention_sensitivity(values: dict[str, float], outside_rows=None) -> dict[s
     from . import operations
 
     with operations.attention_utilizations(values):
-        loso = held_out(tuple(runs.dev_rows()))  # a copy: fitted afresh, not the cached fit
+        loso = held_out()  # runs.calibrated() refits inside the block
         fit = runs.calibrate(runs.dev_rows())
         rows = runs.holdout_rows() if outside_rows is None else outside_rows
         outside = runs.compare(rows, fit)
@@ -661,11 +687,14 @@ RULE_NAMES = {
     "flop": "the step's FLOP at one efficiency",
     "none": "no overlap (the calibrated mode)",
     "windows": "each collective behind its own window",
+    "last": "output layer and loss on the last stage (the calibrated mode)",
+    "even": "output layer and loss spread over the stages",
 }
 
 
 def operations_compared_markdown(result: dict[str, dict], nvidia: bool = False) -> str:
-    """The table of :func:`operations_compared` or :func:`overlap_compared`: one row a
+    """The table of :func:`operations_compared`, :func:`overlap_compared` or
+    :func:`stages_compared`: one row a
     measure, one column a way of timing the step (:data:`RULE_NAMES`); ``nvidia``: also the
     signed error on MosaicML's runs and the errors on NVIDIA's."""
     names = RULE_NAMES

@@ -149,7 +149,7 @@ def memory_ops_derivation() -> Derivation:
         t_mem,
         per_stage * (pl.n_micro * (2 + tf.rho_b) * n_kern * mm.t_kernel
                      + tokens * q_blk / mm.bw_hbm)
-        + tokens * q_head / (pl.n_pp * mm.bw_hbm)
+        + tokens * q_head / mm.bw_hbm
         + q_opt * s.n_params / (tpm.n_tp * pl.n_pp * memory.g_o * mm.bw_hbm),
     )  # fmt: skip
     count = Substitution(
@@ -169,13 +169,12 @@ def memory_ops_derivation() -> Derivation:
         "The memory-bound operations of one step on one GPU",
         [
             Step(
-                "Each of a stage's blocks runs its memory-bound kernels for every micro-batch "
-                "(forward, recomputed forward and backward; each pays the kernel latency) and "
-                "moves its bytes (the derivation above) for each of the step's tokens that "
-                "pass through the GPU; "
-                "the loss moves its bytes on the last stage (counted here as a share of every "
-                "stage) and the optimizer updates the GPU's share of the optimizer state once "
-                "a step.",
+                "On the last pipeline stage, the busiest: each of its blocks runs its "
+                "memory-bound kernels for every micro-batch (forward, recomputed forward and "
+                "backward; each pays the kernel latency) and moves its bytes (the derivation "
+                "above) for each of the step's tokens that pass through the GPU; the loss "
+                "moves its bytes for each of them too (the other stages have no loss), and "
+                "the optimizer updates the GPU's share of the optimizer state once a step.",
                 e1,
             ),
             Step(
@@ -249,8 +248,8 @@ ATTENTION_UTILIZATION: dict[str, float | None] = {
 def attention_utilizations(values: dict[str, float]):
     """Within the ``with`` block, attention's core reaches ``values`` (cluster name -> share of
     the 16-bit peak) instead of :data:`ATTENTION_UTILIZATION`'s: to test how much a result
-    depends on them.  Cached calibrations (:func:`dmlimits.measured.runs.calibrated`) are not
-    recomputed inside it; fit with :func:`dmlimits.measured.runs.calibrate`."""
+    depends on them.  Inside it, :func:`dmlimits.measured.runs.calibrated` fits the factors
+    afresh (once for each state, :func:`utilization_state`)."""
     for name, value in values.items():
         if name not in ATTENTION_UTILIZATION:
             raise ValueError(
@@ -283,7 +282,7 @@ def device_values(cluster: str, values: dict[str, float]):
     values) over what :data:`PRESETS` gives it: to test how much a result depends on them, for
     example Blackwell's tensor memory switched off (``hardware.tensor_memory_per_sm=0`` and
     ``hardware.mma_sms=1``, the paper's model unchanged).  A bad key or value raises the
-    scenario's error.  Cached calibrations are not recomputed inside it, as in
+    scenario's error.  Inside it, :func:`dmlimits.measured.runs.calibrated` fits afresh, as in
     :func:`attention_utilizations`."""
     preset, overrides = _preset_of(cluster)
     changed = {**overrides, **values}
@@ -298,12 +297,34 @@ def device_values(cluster: str, values: dict[str, float]):
         device.cache_clear()
 
 
+#: Where :func:`parts` puts the output layer and the loss: on the last pipeline stage, as
+#: Megatron-LM, torchtitan and nanotron place them by default (``"last"``), or spread over the
+#: stages in equal shares (``"even"``, the model before; :func:`stages_even`).
+STAGES = {"head": "last"}
+
+
+@contextmanager
+def stages_even():
+    """Within the ``with`` block, the output layer and the loss are spread over the pipeline's
+    stages in equal shares, as the calibrated mode counted them before it put them on the last
+    stage: to measure what that placement changes
+    (:func:`dmlimits.measured.confront.stages_compared`).  Inside it, :func:`dmlimits.measured.runs.calibrated` fits afresh, as in
+    :func:`attention_utilizations`."""
+    saved = STAGES["head"]
+    STAGES["head"] = "even"
+    try:
+        yield
+    finally:
+        STAGES["head"] = saved
+
+
 def utilization_state() -> tuple:
-    """The attention utilizations and single-GPU models in force (:data:`ATTENTION_UTILIZATION`
-    and :data:`PRESETS`, as changed by :func:`attention_utilizations` and
-    :func:`device_values`), as a key for what depends on them."""
+    """The attention utilizations, single-GPU models and placement of the output layer in force
+    (:data:`ATTENTION_UTILIZATION`, :data:`PRESETS` and :data:`STAGES`, as changed by
+    :func:`attention_utilizations`, :func:`device_values` and :func:`stages_even`), as a key
+    for what depends on them."""
     devices = tuple((k, p, tuple(sorted(o.items()))) for k, (p, o) in sorted(PRESETS.items()))
-    return (tuple(sorted(ATTENTION_UTILIZATION.items())), devices)
+    return (tuple(sorted(ATTENTION_UTILIZATION.items())), devices, STAGES["head"])
 
 
 def attention_utilization(cluster) -> float:
@@ -387,11 +408,15 @@ def _passes_time(scn, matmuls: list[tuple[float, float, float, float]], rb) -> n
 
 
 def parts(cfg: Config) -> dict[str, float]:
-    """Seconds of one step on one GPU: ``linear``, its matmuls by the matmul model (clock derate
-    and kernel latency included); ``attention``, attention's core at its utilization
-    (:func:`attention_utilization`); ``memory``, the memory-bound operations of its blocks and
-    the loss (:func:`memory_ops_derivation`, without the optimizer); ``optimizer``, Adam's
-    update."""
+    """Seconds of one step on one GPU of each pipeline stage: ``linear``, its blocks' matmuls
+    by the matmul model (clock derate and kernel latency included); ``attention``, attention's
+    core at its utilization (:func:`attention_utilization`); ``memory``, the memory-bound
+    operations of its blocks (:func:`memory_ops_derivation` without the loss and the
+    optimizer); ``optimizer``, Adam's update.  The last stage also runs ``head``, the output
+    layer's matmuls, and ``loss``, the loss's memory-bound operations (with one stage, the
+    only stage runs them; inside :func:`stages_even`, every stage its share of them, in
+    ``linear`` and ``memory``).  The optimizer's share is every stage's alike: the last stage's
+    output layer is not counted apart there."""
     sh, c = cfg.shape, cfg.cluster
     scn = device(c.name)
     rb, _ = tf.RECOMPUTE[cfg.recompute]
@@ -402,7 +427,7 @@ def parts(cfg: Config) -> dict[str, float]:
     per_block, head = float(times[:-1].sum()), float(times[-1])
     # The matmul model runs at the 16-bit peak; FP8 matmuls at the FP8 peak.
     speed = c.peak_16bit / c.peak(cfg.precision)
-    linear = speed * m * (sh.layers / cfg.pp * per_block + head / cfg.pp)
+    linear = speed * m * sh.layers / cfg.pp * per_block
     attn = sh.attention_flop_per_token(cfg.seq_len, cfg.recompute)
     attention = (
         cfg.global_batch_tokens * attn / (c.peak_16bit * attention_utilization(c) * cfg.n_gpus)
@@ -420,9 +445,20 @@ def parts(cfg: Config) -> dict[str, float]:
     )  # fmt: skip
     with_opt = float(_memory_fn()(*args, g_o))
     without = float(_memory_fn()(*args, np.inf))
-    return {
+    # The same formula without a vocabulary: the blocks alone, as every stage runs them.
+    no_vocab = list(args)
+    no_vocab[_ARGS.index(tf.vocab)] = 0
+    blocks = float(_memory_fn()(*no_vocab, np.inf))
+    out = {
         "linear": linear,
         "attention": attention,
-        "memory": without,
+        "memory": blocks,
         "optimizer": with_opt - without,
+        "head": speed * m * head,
+        "loss": without - blocks,
     }
+    if STAGES["head"] == "even":  # every stage its share: none is the last stage's alone
+        out["linear"] += out.pop("head") / cfg.pp
+        out["memory"] += out.pop("loss") / cfg.pp
+        out["head"] = out["loss"] = 0.0
+    return out

@@ -12,8 +12,10 @@ This module extends the accounting just enough to meet them.  Per optimizer step
   step's operations one by one instead (:mod:`dmlimits.measured.operations`): each matmul by the
   book's matmul model, over ``eta_mm``; attention's core at FlashAttention's published
   utilization; the memory-bound operations and the optimizer step from HBM bandwidth.  The
-  1F1B pipeline stretches the blocks' time by its bubble, ``1 + (N_PP - 1) / (v m)`` with
-  ``m`` micro-batches per pipeline and ``v`` chunks a GPU (the pipeline chapter).
+  1F1B pipeline adds to the step its bubble, ``(N_PP - 1) / (v m)`` of the blocks' time, with
+  ``m`` micro-batches per pipeline and ``v`` chunks a GPU (the pipeline chapter).  In the
+  calibrated mode the last stage, which also runs the output layer and the loss, sets the pace:
+  the step holds its whole compute.
 * **Sharded data parallelism** over the ``g = N_DP N_CP`` ranks that hold the same parameters.
   A ring all-gather or reduce-scatter of a buffer makes each rank send ``(g - 1) / g`` of it.
   ZeRO-1 and ZeRO-2 reduce-scatter the gradients and all-gather the updated parameters once a
@@ -182,7 +184,19 @@ t_pipe = _decl(
     defined_in=CHAPTER,
 )
 t_cmp = _decl(
-    "t_comp_run", r"t_{\mathrm{comp,run}}", "compute time of one step", _S, defined_in=CHAPTER
+    "t_comp_run",
+    r"t_{\mathrm{comp,run}}",
+    "compute time of one step on the busiest (last) pipeline stage",
+    _S,
+    defined_in=CHAPTER,
+)
+t_last = _decl(
+    "t_last",
+    r"t_{\mathrm{last}}",
+    "compute time of one step the last pipeline stage spends beyond the others: the output "
+    "layer and the loss",
+    _S,
+    defined_in=CHAPTER,
 )
 t_ser = _decl(
     "t_ser",
@@ -352,7 +366,11 @@ def mfu_derivation() -> Derivation:
     )
     e2 = overlap.apply(e1)
     bubble = Substitution(
-        "the 1F1B bubble", {t_pipe: t_cmp * (1 + (pl.n_pp - 1) / (pl.interleave * pl.n_micro))}
+        "the 1F1B bubble behind the last stage",
+        {
+            t_pipe: t_cmp * (1 + (pl.n_pp - 1) / (pl.interleave * pl.n_micro))
+            - t_last * (pl.n_pp - 1) / (pl.interleave * pl.n_micro)
+        },
     )
     e3 = bubble.apply(e2)
     comp = Substitution(
@@ -361,8 +379,9 @@ def mfu_derivation() -> Derivation:
     )
     e4 = comp.apply(e3)
     ideal = Substitution(
-        "the paper's ideal: matmuls at its effective utilization, perfect overlap",
-        {eta_mm: s.eff_util, phi: 1, t_ser: 0},
+        "the paper's ideal: matmuls at its effective utilization, perfect overlap, "
+        "stages of equal work",
+        {eta_mm: s.eff_util, phi: 1, t_ser: 0, t_last: 0},
         kind="assumption",
         source="erdil2024datamovement",
     )
@@ -376,11 +395,20 @@ def mfu_derivation() -> Derivation:
                 e1,
             ),
             Step("The step", e2, using=overlap),
-            Step("The pipeline stretches compute", e3, using=bubble),
+            Step(
+                "The pipeline stretches compute. The last stage also runs the output layer "
+                "and the loss, $t_{\\mathrm{last}}$ more than the others, so it sets the "
+                "pace: the step holds its whole compute, and the warm-up and cool-down wait "
+                "on the other stages' blocks, $(N_{\\mathrm{PP}} - 1) / (v m)$ of their "
+                "compute (1F1B, or Megatron-LM's interleaved 1F1B with $v$ chunks a GPU).",
+                e3,
+                using=bubble,
+            ),
             Step("Compute at the matmul efficiency", e4, using=comp),
             Step(
                 "The bound: the paper's idealisations, with matmuls at the GPU's effective "
-                "utilization (its clock derate), communication hidden and nothing in series",
+                "utilization (its clock derate), communication hidden, nothing in series and "
+                "every stage an equal share of the FLOP",
                 e5,
                 using=ideal,
             ),
@@ -766,6 +794,8 @@ PARTS = (
     "attention",
     "memory",
     "optimizer",
+    "head",
+    "loss",
     "bubble_ratio",
     "dp_bw",
     "dp_lat",
@@ -897,13 +927,15 @@ def combine(parts: dict, factors: Factors) -> dict:
     """Step time and its split from :func:`components` and the factors; works elementwise on
     arrays (of rows, or of factor values) as on numbers."""
     derate = parts["derate"] if factors.derate else 1.0
-    if factors.operations:
-        t_comp = parts["linear"] / factors.matmul + parts["attention"]
-        t_mem, t_opt = parts["memory"], parts["optimizer"]
-    else:
+    if factors.operations:  # the last stage's: its blocks, the output layer and the loss
+        t_head = parts["head"] / factors.matmul + parts["loss"]
+        t_comp = (parts["linear"] + parts["head"]) / factors.matmul + parts["attention"]
+        t_mem, t_opt = parts["memory"] + parts["loss"], parts["optimizer"]
+    else:  # the bound's: every stage an equal share of the FLOP
         t_comp = parts["compute"] / (factors.matmul * derate)
-        t_mem = t_opt = 0.0 * t_comp
-    t_bubble = (t_comp + t_mem) * parts["bubble_ratio"]
+        t_head = t_mem = t_opt = 0.0 * t_comp
+    # The last stage sets the pace; the warm-up and cool-down wait on the blocks (run-mfu).
+    t_bubble = (t_comp + t_mem - t_head) * parts["bubble_ratio"]
     lat = 1.0 if factors.latency else 0.0
     t_dp = parts["dp_bw"] / factors.collective + lat * parts["dp_lat"]
     t_tp = parts["tp_bw"] / factors.collective + lat * parts["tp_lat"]
@@ -1027,7 +1059,7 @@ def operation_split(cfg: Config, factors: Factors | None = None) -> dict[str, fl
         raise ValueError("operation_split needs factors with operations=True (the calibrated mode)")
     parts = components(cfg)
     res = combine(parts, factors)
-    matmuls = parts["linear"] / factors.matmul
+    matmuls = (parts["linear"] + parts["head"]) / factors.matmul
     return {
         "matmuls": matmuls,
         "attention": parts["attention"],
@@ -1631,8 +1663,16 @@ def calibrate(
     )
 
 
-@cache
 def calibrated() -> Factors:
+    """The calibrated mode's factors: :func:`calibrate` on the development rows, once for each
+    state of the single-GPU models (:func:`dmlimits.measured.operations.utilization_state`)."""
+    from . import operations
+
+    return _calibrated(operations.utilization_state())
+
+
+@cache
+def _calibrated(_state: tuple) -> Factors:
     return calibrate()
 
 

@@ -1151,11 +1151,11 @@ def _operations_bytes(d: Derivation) -> str:
 @oracle(
     "run-operations-memory",
     "simulation",
-    "a step walked kernel by kernel: every memory-bound kernel of every block on one GPU, for "
-    "every micro-batch and pass (forward, recomputed forward, a backward of twice the "
-    "forward's bytes), each paying the kernel latency and its bytes over HBM bandwidth; then "
-    "the fp32 loss's four vocabulary-wide passes and Adam's thirty bytes a parameter of the "
-    "GPU's shard",
+    "a step of the last pipeline stage walked kernel by kernel: every memory-bound kernel of "
+    "every block on one GPU, for every micro-batch and pass (forward, recomputed forward, a "
+    "backward of twice the forward's bytes), each paying the kernel latency and its bytes over "
+    "HBM bandwidth; then the fp32 loss's four vocabulary-wide passes over every token of the "
+    "GPU's pipeline and Adam's thirty bytes a parameter of the GPU's shard",
 )
 def _operations_memory(d: Derivation) -> str:
     cases = []
@@ -1172,7 +1172,7 @@ def _operations_memory(d: Derivation) -> str:
                 for per_token in _block_kernels(dm, kv, ff, gated, tp, seq_par):
                     for passes in [1] * (1 + rb) + [2]:  # forward(s), then the backward
                         t += latency + passes * per_token * word * mbs_tokens / bw
-        t += tokens * 4 * 4 * vocab / tp / pp / bw  # the loss, counted on every stage's share
+        t += tokens * 4 * 4 * vocab / tp / bw  # the loss: the last stage, every token
         t += 30 * params / (tp * pp * g_o) / bw
         vals = {"N_TP": tp, "N_PP": pp, "T_GPU": batch / (dp * cp), "rho_b": rb, "g_o": g_o,
                 "L": layers, "V_voc": vocab, "N": params, "m_micro": micro,
