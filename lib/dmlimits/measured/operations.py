@@ -308,8 +308,8 @@ def stages_even():
     """Within the ``with`` block, the output layer and the loss are spread over the pipeline's
     stages in equal shares, as the calibrated mode counted them before it put them on the last
     stage: to measure what that placement changes
-    (:func:`dmlimits.measured.confront.stages_compared`).  Inside it, :func:`dmlimits.measured.runs.calibrated` fits afresh, as in
-    :func:`attention_utilizations`."""
+    (:func:`dmlimits.measured.confront.stages_compared`).  Inside it,
+    :func:`dmlimits.measured.runs.calibrated` fits afresh, as in :func:`attention_utilizations`."""
     saved = STAGES["head"]
     STAGES["head"] = "even"
     try:
