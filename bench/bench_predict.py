@@ -20,8 +20,8 @@ the model is):
   same errors (:func:`dmlimits.measured.confront.operations_compared`).
 * **Two overlap rules**: none (the calibrated mode's) and each collective hidden behind its
   own window of compute (:func:`dmlimits.measured.confront.overlap_compared`).
-* **Two placements of the output layer and the loss**: on the last pipeline stage (the
-  calibrated mode's) and spread over the stages
+* **Two placements of the output layer and the loss**: equal shares of every pipeline stage
+  (the calibrated mode's) and where each framework puts them
   (:func:`dmlimits.measured.confront.stages_compared`).
 * **Peak memory**: on the benchmark file (when present), the median relative error of the
   predicted peak against the recorded one, and how often the predicted fit agrees with whether
@@ -166,7 +166,7 @@ def measure() -> dict:
     out["step_models"] = confront.operations_compared()
     # No overlap (the calibrated mode's) against each collective behind its own window.
     out["overlap_rules"] = confront.overlap_compared()
-    # The output layer and the loss on the last stage (the calibrated mode's) or spread evenly.
+    # The output layer and the loss in equal shares (the calibrated mode's) or as placed.
     out["stage_rules"] = confront.stages_compared()
     if BENCH.is_file():
         with BENCH.open() as fh:
@@ -305,7 +305,7 @@ def report(m: dict) -> str:
          "step_models"),
         ("hiding collectives: none (the calibrated mode's) or each behind its window:",
          "overlap_rules"),
-        ("the output layer and the loss: on the last stage (the calibrated mode's) or spread:",
+        ("the output layer and the loss: equal shares (the calibrated mode's) or as placed:",
          "stage_rules"),
     ):  # fmt: skip
         lines += ["", title]

@@ -203,34 +203,58 @@ def test_the_matmul_model_is_the_books():
     assert got == pytest.approx(want)
 
 
-def test_the_last_stage_runs_the_output_layer_and_the_loss():
-    """On a pipeline the output layer's matmuls and the loss are the last stage's alone (the
-    step holds their whole time); inside ``stages_even`` every stage takes an equal share of
-    them, as the calibrated mode counted them before, and the fit the calibrated mode uses is
-    redone for that state, then restored."""
-    cfg = runs.Config(shape=transformer.shape("llama2-7b"), cluster=runs.cluster("h100"),
-                      n_gpus=8, pp=4, dp=2, global_batch_tokens=16 * 4096.0,
-                      seq_len=4096)  # fmt: skip
-    last = operations.parts(cfg)
-    assert last["head"] > 0 and last["loss"] > 0
+def test_the_output_layer_and_the_loss_as_placed():
+    """The calibrated mode counts the output layer's matmuls and the loss as every stage's in
+    equal shares; inside ``placement("placed")`` they are the last stage's alone (Megatron-LM's
+    split) but for a framework that balances its stages (nanotron), and the fit the calibrated
+    mode uses is redone for that state, then restored."""
+
+    def config(source_rows_balanced=False, pp=4):
+        return runs.Config(shape=transformer.shape("llama2-7b"), cluster=runs.cluster("h100"),
+                           n_gpus=8, pp=pp, dp=8 // pp, global_batch_tokens=16 * 4096.0,
+                           seq_len=4096,
+                           stages="balanced" if source_rows_balanced else "last")  # fmt: skip
+
+    cfg, nano = config(), config(True)
+    even = operations.parts(cfg)
+    assert even["head"] == even["loss"] == 0 and operations.parts(nano) == even
     fit = runs.calibrated()
     f = runs.Factors(fit.matmul, fit.collective, 0.0, serial_tp=True, latency=True,
                      operations=True)  # fmt: skip
-    step_last = runs.combine(runs.components(cfg), f)
-    with operations.stages_even():
-        even = operations.parts(cfg)
-        assert even["head"] == even["loss"] == 0
+    step_even = runs.combine(runs.components(cfg), f)
+    with operations.placement("placed"):
+        last = operations.parts(cfg)
+        assert last["head"] > 0 and last["loss"] > 0
         assert even["linear"] == pytest.approx(last["linear"] + last["head"] / cfg.pp)
         assert even["memory"] == pytest.approx(last["memory"] + last["loss"] / cfg.pp)
-        step_even = runs.combine(runs.components(cfg), f)
+        assert operations.parts(nano) == even  # nanotron evens its stages out
+        step_last = runs.combine(runs.components(cfg), f)
         refit = runs.calibrated()
-    # The last stage's whole work against a quarter of it: the last placement is slower.
+    # The last stage's whole output layer against a quarter of it: as placed, slower.
     assert step_last["step"] > step_even["step"]
     assert refit.matmul != fit.matmul  # fitted afresh in that state (the chapter's table)
-    assert operations.parts(cfg) == last and runs.calibrated() == fit
+    assert operations.parts(cfg) == even and runs.calibrated() == fit
     # One stage runs everything: the two placements agree.
-    one = runs.Config(shape=transformer.shape("llama2-7b"), cluster=runs.cluster("h100"),
-                      n_gpus=8, dp=8, global_batch_tokens=16 * 4096.0, seq_len=4096)  # fmt: skip
-    with operations.stages_even():
-        spread = runs.combine(runs.components(one), f)["step"]
-    assert spread == pytest.approx(runs.combine(runs.components(one), f)["step"])
+    one = config(pp=1)
+    with operations.placement("placed"):
+        placed = runs.combine(runs.components(one), f)["step"]
+    assert placed == pytest.approx(runs.combine(runs.components(one), f)["step"])
+    with pytest.raises(ValueError, match="stages must be one of last, balanced, got 'first'"):
+        dataclasses.replace(cfg, stages="first")
+    with pytest.raises(ValueError, match="placement: got 'first'; expected one of even"):
+        with operations.placement("first"):
+            pass
+    with operations.placement("last"):  # every run's on the last stage, nanotron's too
+        assert operations.parts(nano) == last
+
+
+def test_the_playbooks_pipelines_are_balanced_and_megatrons_are_not():
+    """Where each framework puts the output layer: the Ultra-Scale Playbook's runs (nanotron)
+    balance their stages, Megatron-LM's runs keep it on the last stage."""
+    placed = {}
+    for row in runs.dev_rows():
+        cfg = runs.interpret(row).config
+        if cfg is not None and cfg.pp > 1:
+            placed.setdefault(confront.family_label(row), set()).add(cfg.stages)
+    assert placed["Ultra-Scale Playbook"] == {"balanced"}
+    assert placed["Megatron-LM"] == {"last"}

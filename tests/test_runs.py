@@ -457,10 +457,20 @@ def _check_bubbles_against_the_schedule(seen: dict[tuple[int, float, int], int])
     and the bubble, ``(N_PP - 1) / (v m)`` of the blocks' work: run-mfu's third step) lasts as
     long as the schedule simulated pass by pass (:func:`dmlimits.pipeline.schedule`:
     PipeDream-Flush, or Megatron-LM's interleaved order) whose last chunk also runs the output
-    layer and the loss, from the first pass to the last."""
-    from dmlimits import pipeline as pl
+    layer and the loss, from the first pass to the last; and, in the calibrated mode's count
+    (every stage an equal share of them), the schedule whose chunks are all alike."""
+
+    from dmlimits.measured import operations
 
     assert seen, "no pipelined run to check"
+    with operations.placement("last"):  # the last stage heavier, as Megatron-LM places it
+        _check_pipelined_compute(seen)
+    _check_pipelined_compute(seen)  # the calibrated mode's: every stage alike
+
+
+def _check_pipelined_compute(seen: dict[tuple[int, float, int], int]) -> None:
+    from dmlimits import pipeline as pl
+
     f = runs.Factors(0.7, 1.0, 0.0, serial_tp=True, latency=True, operations=True)
     for (p, m, v), _ in sorted(seen.items()):
         assert float(m).is_integer(), f"N_PP={p}, v={v}: {m} micro-batches is not whole"
@@ -483,7 +493,7 @@ def _check_bubbles_against_the_schedule(seen: dict[tuple[int, float, int], int])
 
 @pytest.mark.slow  # 31 schedules of up to 78,000 passes each, pass by pass: about 8 s
 def test_the_steps_bubble_is_the_simulated_schedules():
-    """The calibrated step's pipelined compute, the last stage's work (its blocks, the output
+    """The step's pipelined compute, as placed the last stage's work (its blocks, the output
     layer and the loss) and a bubble of ``(N_PP - 1) / (v m)`` of the blocks' work (checked on
     a configuration with each run's N_PP, m and v), is the simulated schedule's for every
     pipelined configuration of the project's run files (the development rows, MosaicML's and
@@ -639,12 +649,9 @@ def test_each_source_is_predicted_by_a_fit_that_never_saw_it():
     per_row = result["per_row"]
     pooled = np.median(np.abs(per_row["held_out"] - per_row["reported"])) * 100
     assert pooled == pytest.approx(result["held_out_points"])
-    # Fitted without a source, the factors predict it no better than the fit that saw it, and
-    # one source worse: the in-sample error understates what a new framework should expect.
-    # (Pooled, the held-out median can still come out a little lower: it mixes fits.)
-    by_source = result["by_source"]
-    assert all(g["held_out_points"] >= g["in_sample_points"] - 1e-9 for g in by_source)
-    assert any(g["held_out_points"] > g["in_sample_points"] + 0.1 for g in by_source)
+    # Fitted without a source, the factors predict it worse than the fit that saw it (pooled):
+    # the in-sample error understates what a new framework should expect.
+    assert result["held_out_points"] > result["in_sample_points"]
 
 
 def test_held_out_refuses_rows_without_a_throughput():

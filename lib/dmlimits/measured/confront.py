@@ -644,21 +644,16 @@ def overlap_compared(rows=None) -> dict[str, dict]:
     return {key: step_rule(rows, True, windows) for key, windows in OVERLAP_RULES.items()}
 
 
-#: The two placements of the output layer and the loss :func:`stages_compared` sets side by
-#: side: on the last pipeline stage (the calibrated mode's) and spread over the stages in equal
-#: shares (:func:`dmlimits.measured.operations.stages_even`).
-STAGE_RULES = ("last", "even")
-
-
 def stages_compared(rows=None) -> dict[str, dict]:
-    """For each placement of the output layer and the loss (:data:`STAGE_RULES`), the step timed
-    operation by operation and the matmul efficiency fitted afresh: the figures of
-    :func:`step_rule`."""
+    """For each placement of the output layer and the loss
+    (:data:`dmlimits.measured.operations.PLACEMENTS`), the step timed operation by operation and
+    the matmul efficiency fitted afresh: the figures of :func:`step_rule`."""
     from . import operations
 
-    out = {"last": step_rule(rows, True)}
-    with operations.stages_even():  # runs.calibrated() refits inside it
-        out["even"] = step_rule(rows, True)
+    out = {}
+    for rule in operations.PLACEMENTS:
+        with operations.placement(rule):  # runs.calibrated() refits inside it
+            out[rule] = step_rule(rows, True)
     return out
 
 
@@ -687,8 +682,9 @@ RULE_NAMES = {
     "flop": "the step's FLOP at one efficiency",
     "none": "no overlap (the calibrated mode)",
     "windows": "each collective behind its own window",
-    "last": "output layer and loss on the last stage (the calibrated mode)",
-    "even": "output layer and loss spread over the stages",
+    "even": "equal shares of every stage (the calibrated mode)",
+    "placed": "where each framework puts them",
+    "last": "on the last stage, every run",
 }
 
 

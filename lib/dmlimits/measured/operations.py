@@ -297,21 +297,29 @@ def device_values(cluster: str, values: dict[str, float]):
         device.cache_clear()
 
 
-#: Where :func:`parts` puts the output layer and the loss: on the last pipeline stage, as
-#: Megatron-LM, torchtitan and nanotron place them by default (``"last"``), or spread over the
-#: stages in equal shares (``"even"``, the model before; :func:`stages_even`).
-STAGES = {"head": "last"}
+#: Where :func:`parts` can put a pipeline's output layer and loss (:func:`placement`).
+PLACEMENTS = {
+    "even": "every stage an equal share of them (the calibrated mode's)",
+    "placed": "where each run's framework puts them: on the last stage beside an equal share "
+    "of the blocks (Megatron-LM's split by layers), spread where the framework balances its "
+    "stages (nanotron; the configuration's ``stages``)",
+    "last": "on the last stage, for every run",
+}
+#: The placement in force.  Timed as placed, the development rows are predicted worse with a
+#: source held out (the chapter *Real runs*), so the calibrated mode keeps equal shares.
+STAGES = {"head": "even"}
 
 
 @contextmanager
-def stages_even():
-    """Within the ``with`` block, the output layer and the loss are spread over the pipeline's
-    stages in equal shares, as the calibrated mode counted them before it put them on the last
-    stage: to measure what that placement changes
+def placement(rule: str):
+    """Within the ``with`` block, the output layer and the loss are placed by ``rule``
+    (:data:`PLACEMENTS`): to measure what the placement changes
     (:func:`dmlimits.measured.confront.stages_compared`).  Inside it,
     :func:`dmlimits.measured.runs.calibrated` fits afresh, as in :func:`attention_utilizations`."""
+    if rule not in PLACEMENTS:
+        raise ValueError(f"placement: got {rule!r}; expected one of {', '.join(PLACEMENTS)}")
     saved = STAGES["head"]
-    STAGES["head"] = "even"
+    STAGES["head"] = rule
     try:
         yield
     finally:
@@ -321,7 +329,7 @@ def stages_even():
 def utilization_state() -> tuple:
     """The attention utilizations, single-GPU models and placement of the output layer in force
     (:data:`ATTENTION_UTILIZATION`, :data:`PRESETS` and :data:`STAGES`, as changed by
-    :func:`attention_utilizations`, :func:`device_values` and :func:`stages_even`), as a key
+    :func:`attention_utilizations`, :func:`device_values` and :func:`placement`), as a key
     for what depends on them."""
     devices = tuple((k, p, tuple(sorted(o.items()))) for k, (p, o) in sorted(PRESETS.items()))
     return (tuple(sorted(ATTENTION_UTILIZATION.items())), devices, STAGES["head"])
@@ -412,11 +420,12 @@ def parts(cfg: Config) -> dict[str, float]:
     by the matmul model (clock derate and kernel latency included); ``attention``, attention's
     core at its utilization (:func:`attention_utilization`); ``memory``, the memory-bound
     operations of its blocks (:func:`memory_ops_derivation` without the loss and the
-    optimizer); ``optimizer``, Adam's update.  The last stage also runs ``head``, the output
-    layer's matmuls, and ``loss``, the loss's memory-bound operations (with one stage, the
-    only stage runs them; inside :func:`stages_even`, every stage its share of them, in
-    ``linear`` and ``memory``).  The optimizer's share is every stage's alike: the last stage's
-    output layer is not counted apart there."""
+    optimizer); ``optimizer``, Adam's update.  The output layer's matmuls and the loss's
+    memory-bound operations are every stage's in equal shares, in ``linear`` and ``memory``
+    (the calibrated mode's, :data:`STAGES`); placed on the last stage (:func:`placement`),
+    they are its alone: ``head`` and ``loss`` (with one stage, the only stage runs them).
+    The optimizer's share is every stage's alike: the last stage's output layer is not counted
+    apart there."""
     sh, c = cfg.shape, cfg.cluster
     scn = device(c.name)
     rb, _ = tf.RECOMPUTE[cfg.recompute]
@@ -457,7 +466,8 @@ def parts(cfg: Config) -> dict[str, float]:
         "head": speed * m * head,
         "loss": without - blocks,
     }
-    if STAGES["head"] == "even":  # every stage its share: none is the last stage's alone
+    rule = STAGES["head"]
+    if rule == "even" or (rule == "placed" and cfg.stages == "balanced"):  # equal shares
         out["linear"] += out.pop("head") / cfg.pp
         out["memory"] += out.pop("loss") / cfg.pp
         out["head"] = out["loss"] = 0.0

@@ -13,9 +13,10 @@ This module extends the accounting just enough to meet them.  Per optimizer step
   book's matmul model, over ``eta_mm``; attention's core at FlashAttention's published
   utilization; the memory-bound operations and the optimizer step from HBM bandwidth.  The
   1F1B pipeline adds to the step its bubble, ``(N_PP - 1) / (v m)`` of the blocks' time, with
-  ``m`` micro-batches per pipeline and ``v`` chunks a GPU (the pipeline chapter).  In the
-  calibrated mode the last stage, which also runs the output layer and the loss, sets the pace:
-  the step holds its whole compute.
+  ``m`` micro-batches per pipeline and ``v`` chunks a GPU (the pipeline chapter).  Where the
+  last stage also runs the output layer and the loss it sets the pace, and the step holds its
+  whole compute; the calibrated mode counts every stage an equal share of them
+  (:data:`dmlimits.measured.operations.STAGES`).
 * **Sharded data parallelism** over the ``g = N_DP N_CP`` ranks that hold the same parameters.
   A ring all-gather or reduce-scatter of a buffer makes each rank send ``(g - 1) / g`` of it.
   ZeRO-1 and ZeRO-2 reduce-scatter the gradients and all-gather the updated parameters once a
@@ -374,14 +375,13 @@ def mfu_derivation() -> Derivation:
     )
     e3 = bubble.apply(e2)
     comp = Substitution(
-        "the batch's training FLOP at the matmul efficiency",
-        {t_cmp: tf.flop_token * s.batch / (s.n_gpu * peak_p * eta_mm)},
+        "the batch's training FLOP at the matmul efficiency, every stage an equal share",
+        {t_cmp: tf.flop_token * s.batch / (s.n_gpu * peak_p * eta_mm), t_last: 0},
     )
     e4 = comp.apply(e3)
     ideal = Substitution(
-        "the paper's ideal: matmuls at its effective utilization, perfect overlap, "
-        "stages of equal work",
-        {eta_mm: s.eff_util, phi: 1, t_ser: 0, t_last: 0},
+        "the paper's ideal: matmuls at its effective utilization, perfect overlap",
+        {eta_mm: s.eff_util, phi: 1, t_ser: 0},
         kind="assumption",
         source="erdil2024datamovement",
     )
@@ -396,19 +396,25 @@ def mfu_derivation() -> Derivation:
             ),
             Step("The step", e2, using=overlap),
             Step(
-                "The pipeline stretches compute. The last stage also runs the output layer "
-                "and the loss, $t_{\\mathrm{last}}$ more than the others, so it sets the "
+                "The pipeline stretches compute. Where the last stage also runs the output "
+                "layer and the loss, $t_{\\mathrm{last}}$ more than the others, it sets the "
                 "pace: the step holds its whole compute, and the warm-up and cool-down wait "
                 "on the other stages' blocks, $(N_{\\mathrm{PP}} - 1) / (v m)$ of their "
-                "compute (1F1B, or Megatron-LM's interleaved 1F1B with $v$ chunks a GPU).",
+                "compute (1F1B, or Megatron-LM's interleaved 1F1B with $v$ chunks a GPU). "
+                "The calibrated mode counts every stage an equal share of them: "
+                "$t_{\\mathrm{last}} = 0$.",
                 e3,
                 using=bubble,
             ),
-            Step("Compute at the matmul efficiency", e4, using=comp),
+            Step(
+                "Compute at the matmul efficiency: the step's FLOP, every stage an equal share "
+                "of them (the calibrated mode times the last stage's work instead)",
+                e4,
+                using=comp,
+            ),
             Step(
                 "The bound: the paper's idealisations, with matmuls at the GPU's effective "
-                "utilization (its clock derate), communication hidden, nothing in series and "
-                "every stage an equal share of the FLOP",
+                "utilization (its clock derate), communication hidden and nothing in series",
                 e5,
                 using=ideal,
             ),
@@ -639,6 +645,8 @@ SHARDING = {
     "hsdp": 3,
 }
 PRECISIONS = ("bf16", "fp16", "fp8")
+#: Where a pipeline's output layer and loss run (:class:`Config`'s ``stages``).
+STAGE_PLACEMENTS = ("last", "balanced")
 
 
 @dataclass(frozen=True)
@@ -678,6 +686,12 @@ class Config:
     # pipeline stages turn FSDP's gradient reduction off but for the last micro-batch).  Only
     # the memory count reads it.
     stage_keeps_gathered: bool = False
+    # Where the framework runs the pipeline's output layer and loss: "last", on the last stage
+    # beside an equal share of the blocks (Megatron-LM's split by layers), or "balanced", the
+    # stages' work evened out (nanotron splits the blocks by a compute cost that counts the
+    # output layer: STAGE_BALANCING_SOURCES), counted as equal shares of it all.  Only
+    # operations.placement reads it: the calibrated mode counts equal shares always.
+    stages: str = "last"
 
     def __post_init__(self) -> None:
         for name in ("n_gpus", "tp", "pp", "dp", "cp", "ep", "mbs", "vpp", "seq_len"):
@@ -716,6 +730,10 @@ class Config:
         if self.sharding not in SHARDING:
             raise ValueError(
                 f"sharding must be one of {', '.join(SHARDING)}, got {self.sharding!r}"
+            )
+        if self.stages not in STAGE_PLACEMENTS:
+            raise ValueError(
+                f"stages must be one of {', '.join(STAGE_PLACEMENTS)}, got {self.stages!r}"
             )
         if self.precision not in PRECISIONS:
             raise ValueError(
@@ -1266,6 +1284,20 @@ SEQUENCE_PARALLEL_SOURCES = ("torchtitan", "ultra-scale playbook")
 KEEPS_GATHERED_SOURCES = ("torchtitan",)
 
 
+#: Sources whose framework balances its pipeline's stages by a compute cost that counts the
+#: output layer: nanotron, the Ultra-Scale Playbook's framework, which deals the blocks to the
+#: stages by cumulative cost (``build_model`` in ``nanotron/models/base.py``), the output
+#: layer's cost counted as ``V d`` beside a block's.  Every other source's runs are placed with
+#: Megatron-LM's split, equal blocks a stage and the output layer and loss on the last (read by
+#: :func:`dmlimits.measured.operations.placement` only).
+STAGE_BALANCING_SOURCES = ("ultra-scale playbook",)
+
+
+def _balances_stages(source: str) -> bool:
+    text = source.lower()
+    return any(key in text for key in STAGE_BALANCING_SOURCES)
+
+
 def _splits_sequence(source: str) -> bool:
     text = source.lower()
     return any(key in text for key in SEQUENCE_PARALLEL_SOURCES)
@@ -1370,6 +1402,12 @@ def interpret(row: dict) -> Interpretation:
             "FSDP keeps each pipeline stage's weights gathered and its gradients unsharded "
             "until the last micro-batch (torchtitan's way; the memory count)"
         )
+    balanced = pp > 1 and _balances_stages(source)
+    if balanced:
+        assumed.append(
+            "pipeline stages balanced by nanotron's compute count, the output layer included "
+            "(where the output layer is placed as each framework puts it)"
+        )
     factor = _activation_factor(source)
     if factor != 1.0:
         assumed.append(
@@ -1397,6 +1435,7 @@ def interpret(row: dict) -> Interpretation:
         selective_policy="op" if torchtitan else "attention",
         stage_keeps_gathered=torchtitan,
         fp8_allgather="fp8 all-gather" in precision_text,
+        stages="balanced" if balanced else "last",
     )
     counting = THROUGHPUT_METRICS.get(metric)
     reported = None
