@@ -258,3 +258,62 @@ def test_the_playbooks_pipelines_are_balanced_and_megatrons_are_not():
             placed.setdefault(confront.family_label(row), set()).add(cfg.stages)
     assert placed["Ultra-Scale Playbook"] == {"balanced"}
     assert placed["Megatron-LM"] == {"last"}
+
+
+def _small(layers, pp, d_ff=32, vocab=128):
+    shape = transformer.Shape("small", layers=layers, d_model=8, heads=2, kv_heads=2, d_ff=d_ff,
+                              vocab=vocab)  # fmt: skip
+    return runs.Config(shape=shape, cluster=runs.cluster("h100"), n_gpus=pp, pp=pp,
+                       global_batch_tokens=8 * 512.0, seq_len=512)  # fmt: skip
+
+
+def test_nanotrons_split_by_hand():
+    """nanotron's count: a block costs 4 d^2 + 3 d d_ff = 1024 here, the output layer V d = 1024.
+    Over two stages the shares end at 2560 and 5120: the third block crosses 2560 and stays on
+    the first stage, so it gets three blocks and the second one block and the output layer."""
+    assert operations.nanotron_split(_small(4, 2)) == ((3, 1), 1)
+    # The output layer eight blocks' worth, four stages, shares ending at 3072, 6144, ...: the
+    # fourth block crosses the first share, the output layer the second, and the last two
+    # stages are left with nothing.
+    assert operations.nanotron_split(_small(4, 4, vocab=128 * 8)) == ((4, 0, 0, 0), 1)
+    assert operations.megatron_split(_small(4, 2)) == ((2, 2), 1)
+    with pytest.raises(ValueError, match="5 layers do not split evenly over 2 pipeline stages"):
+        operations.megatron_split(_small(5, 2))
+    with pytest.raises(ValueError, match="split: got 'even'; expected one of nanotron, megatron"):
+        operations.stage_times(_small(4, 2), "even")
+
+
+def test_the_busiest_stage_over_an_equal_share():
+    """Megatron-LM's split puts the output layer and the loss (``h``) on the last of ``N_PP``
+    stages of ``L / N_PP`` blocks (``t`` each): the last does ``(N_PP - 1) h / (L t + h)`` more
+    than an equal share of the step.  The stages' times add up to the step's compute whatever
+    the split, and nanotron's greedy split of the Playbook's 70B model over 16 stages leaves
+    its busiest stage, the first, more than 10% above an equal share."""
+    cfg = runs.Config(shape=transformer.shape("llama2-7b"), cluster=runs.cluster("h100"),
+                      n_gpus=8, pp=4, dp=2, global_batch_tokens=16 * 4096.0,
+                      seq_len=4096)  # fmt: skip
+    meg, nano = (operations.stage_times(cfg, s) for s in ("megatron", "nanotron"))
+    with operations.placement("last"):
+        p = operations.parts(cfg)
+    h = p["head"] + p["loss"]
+    t = (p["linear"] + p["attention"] + p["memory"]) * cfg.pp / cfg.shape.layers
+    assert meg[-1] - meg[0] == pytest.approx(h)
+    assert meg.sum() == pytest.approx(nano.sum())
+    want = (cfg.pp - 1) * h / (cfg.shape.layers * t + h)
+    assert operations.busiest_stage_excess(cfg, "megatron") == pytest.approx(want)
+    shape = transformer.untied(transformer.shape("llama3-70b"))
+    seventy = dataclasses.replace(cfg, shape=shape, pp=16, n_gpus=16, dp=1)
+    times = operations.stage_times(seventy, "nanotron")
+    assert times.argmax() == 0 and operations.busiest_stage_excess(seventy, "nanotron") > 0.1
+
+
+def test_a_rows_stages_column():
+    """A row can say where its pipeline's output layer runs (NVIDIA's file does, from its
+    recipes); a bad value names itself."""
+    placed = {(r["model"], runs.interpret(r).config.stages) for r in runs.nemo_rows()
+              if runs.interpret(r).config.pp > 1}  # fmt: skip
+    assert ("LLAMA3.1_405B", "balanced") in placed and ("LLAMA3_70B", "last") in placed
+    row = dict(next(r for r in runs.nemo_rows() if r["model"] == "LLAMA3_70B"), stages="first")
+    with pytest.raises(ValueError, match="column stages must be one of last, balanced or empty, "
+                       "got 'first'"):  # fmt: skip
+        runs.interpret(row)

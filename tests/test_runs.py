@@ -491,6 +491,33 @@ def _check_pipelined_compute(seen: dict[tuple[int, float, int], int]) -> None:
         assert res["pipeline bubble"] == pytest.approx(parts["bubble_ratio"] * m * v * chunk)
 
 
+@pytest.mark.parametrize(
+    "n_pp, m, v, head",
+    [(4, 8, 1, 0.5), (4, 8, 2, 0.3), (8, 16, 2, 1.25), (2, 3, 1, 0.0), (3, 6, 3, 2.0)],
+)
+def test_the_rendered_bubble_step_is_the_simulated_schedule(n_pp, m, v, head):
+    """run-mfu's third step, as the chapter renders it, with no communication: the step is
+    the pipelined compute, the last stage's whole work ``t_comp`` (its chunks, the last one
+    ``1 + head`` times as long) and the other stages' warm-up and cool-down.  It lasts as long
+    as the schedule simulated pass by pass with the last chunk that much heavier, where
+    ``t_last`` (the last stage's extra work) is set apart; counting it in the other stages'
+    warm-up and cool-down too (``t_last = 0`` beside the last stage's whole work) overstates
+    them."""
+    from dmlimits import pipeline as pl
+
+    step = runs.mfu_derivation().steps[2].expr.rhs
+    sim = pl.schedule(n_pp, m, v, order="interleaved" if v > 1 else "1f1b", head=head)
+    slots = 1 + pl.BACKWARD_SLOTS  # a chunk's forward and backward passes of a micro-batch
+    values = {str(k): 1 for k in step.free_symbols}
+    values.update(N_PP=n_pp, m_micro=m, v_PP=v, t_ser=0, t_ovl=0, phi_ovl=0,
+                  t_comp_run=m * slots * (v + head), t_last=m * slots * head)  # fmt: skip
+    subs = {k: values[str(k)] for k in step.free_symbols}
+    assert 1 / float(step.subs(subs)) == pytest.approx(sim.makespan, rel=1e-12)
+    subs[runs.t_last] = 0
+    if head:
+        assert 1 / float(step.subs(subs)) > sim.makespan * (1 + 1e-9)
+
+
 @pytest.mark.slow  # 31 schedules of up to 78,000 passes each, pass by pass: about 8 s
 def test_the_steps_bubble_is_the_simulated_schedules():
     """The step's pipelined compute, as placed the last stage's work (its blocks, the output

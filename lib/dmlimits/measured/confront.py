@@ -657,6 +657,35 @@ def stages_compared(rows=None) -> dict[str, dict]:
     return out
 
 
+def stage_imbalance(rows=None) -> dict:
+    """The busiest pipeline stage's compute over an equal share of the step's
+    (:func:`dmlimits.measured.operations.busiest_stage_excess`) on the pipelined development
+    rows whose framework balances its stages (nanotron's), as nanotron splits them and as
+    Megatron-LM's default split would (where their layers divide evenly over the stages):
+    the row count, the least and greatest excess of each, and whether nanotron's busiest stage
+    is in the first half of every pipeline."""
+    from . import operations
+
+    nanotron, megatron, early = [], [], True
+    for row in runs.dev_rows() if rows is None else rows:
+        cfg = runs.interpret(row).config
+        if cfg is None or cfg.pp == 1 or cfg.stages != "balanced":
+            continue
+        nanotron.append(operations.busiest_stage_excess(cfg, "nanotron"))
+        early &= int(operations.stage_times(cfg, "nanotron").argmax()) < cfg.pp / 2
+        if cfg.shape.layers % cfg.pp == 0:
+            megatron.append(operations.busiest_stage_excess(cfg, "megatron"))
+    if not nanotron:
+        raise ValueError("stage_imbalance: no pipelined row balances its stages")
+    return {
+        "rows": len(nanotron),
+        "nanotron": (min(nanotron), max(nanotron)),
+        "megatron_rows": len(megatron),
+        "megatron": (min(megatron), max(megatron)) if megatron else (np.nan, np.nan),
+        "busiest_early": early,
+    }
+
+
 def attention_sensitivity(values: dict[str, float], outside_rows=None) -> dict[str, float]:
     """The calibrated mode refitted with attention's core at ``values`` (cluster name -> share of
     peak, :func:`dmlimits.measured.operations.attention_utilizations`): its fitted matmul

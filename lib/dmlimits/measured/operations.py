@@ -169,12 +169,14 @@ def memory_ops_derivation() -> Derivation:
         "The memory-bound operations of one step on one GPU",
         [
             Step(
-                "On the last pipeline stage, the busiest: each of its blocks runs its "
-                "memory-bound kernels for every micro-batch (forward, recomputed forward and "
-                "backward; each pays the kernel latency) and moves its bytes (the derivation "
-                "above) for each of the step's tokens that pass through the GPU; the loss "
-                "moves its bytes for each of them too (the other stages have no loss), and "
-                "the optimizer updates the GPU's share of the optimizer state once a step.",
+                "On a GPU of the last pipeline stage, which runs the loss: each of its blocks "
+                "runs its memory-bound kernels for every micro-batch (forward, recomputed "
+                "forward and backward; each pays the kernel latency) and moves its bytes (the "
+                "derivation above) for each of the step's tokens that pass through the GPU; "
+                "the loss moves its bytes for each of them too, and the optimizer updates the "
+                "GPU's share of the optimizer state once a step. (The calibrated mode counts "
+                "every stage alike, each with an equal share of the loss: "
+                "`operations.parts`.)",
                 e1,
             ),
             Step(
@@ -472,3 +474,68 @@ def parts(cfg: Config) -> dict[str, float]:
         out["memory"] += out.pop("loss") / cfg.pp
         out["head"] = out["loss"] = 0.0
     return out
+
+
+def nanotron_split(cfg: Config) -> tuple[tuple[int, ...], int]:
+    """The blocks on each pipeline stage and the stage of the output layer as nanotron deals
+    them (``build_model`` in ``nanotron/models/base.py``, huggingface/nanotron): in order, each
+    block goes to the current stage, which moves on once the blocks' cumulative cost passes its
+    share of the total.  The cost is nanotron's count for a Llama-style model
+    (``get_block_compute_costs``): ``4 d^2 + 3 d d_ff`` a block (queries, keys, values and
+    output counted at the model's width, grouped-query attention or not) and ``V d`` for the
+    output layer.  The block that crosses a stage's share stays on that stage, so the split is
+    not even; the loss runs beside the output layer."""
+    sh, pp = cfg.shape, cfg.pp
+    block = 4 * sh.d_model**2 + 3 * sh.d_model * sh.d_ff
+    costs = [block] * sh.layers + [sh.vocab * sh.d_model]
+    total = sum(costs)
+    thresholds = [total * (rank + 1) / pp for rank in range(pp)]
+    blocks, head, stage, cumulative = [0] * pp, 0, 0, 0
+    for i, cost in enumerate(costs):
+        cumulative += cost
+        if i < sh.layers:
+            blocks[stage] += 1
+        else:
+            head = stage
+        if cumulative > thresholds[stage]:
+            stage += 1
+    return tuple(blocks), head
+
+
+def megatron_split(cfg: Config) -> tuple[tuple[int, ...], int]:
+    """The blocks on each pipeline stage and the stage of the output layer in Megatron-LM's
+    default split: the same number of blocks on every stage, the output layer and the loss on
+    the last."""
+    if cfg.shape.layers % cfg.pp:
+        raise ValueError(
+            f"megatron_split: {cfg.shape.layers} layers do not split evenly over {cfg.pp} "
+            "pipeline stages; expected a multiple of the pipeline degree"
+        )
+    return (cfg.shape.layers // cfg.pp,) * cfg.pp, cfg.pp - 1
+
+
+#: The splits :func:`stage_times` takes.
+SPLITS = {"nanotron": nanotron_split, "megatron": megatron_split}
+
+
+def stage_times(cfg: Config, split: str) -> np.ndarray:
+    """Seconds of one step's compute on each pipeline stage of ``cfg`` as ``split`` deals the
+    blocks (:data:`SPLITS`), each block timed alike (:func:`parts`: its matmuls, attention's
+    core and memory-bound operations; the optimizer apart) and the output layer and loss on
+    their stage."""
+    if split not in SPLITS:
+        raise ValueError(f"split: got {split!r}; expected one of {', '.join(SPLITS)}")
+    blocks, head_stage = SPLITS[split](cfg)
+    with placement("last"):
+        p = parts(cfg)
+    per_block = (p["linear"] + p["attention"] + p["memory"]) * cfg.pp / cfg.shape.layers
+    times = per_block * np.array(blocks, dtype=float)
+    times[head_stage] += p["head"] + p["loss"]
+    return times
+
+
+def busiest_stage_excess(cfg: Config, split: str) -> float:
+    """How much more compute the busiest pipeline stage does than an equal share of the step's
+    (what the calibrated mode counts): ``max / mean - 1`` of :func:`stage_times`."""
+    times = stage_times(cfg, split)
+    return float(times.max() / times.mean() - 1)

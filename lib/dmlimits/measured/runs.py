@@ -377,6 +377,7 @@ def mfu_derivation() -> Derivation:
     comp = Substitution(
         "the batch's training FLOP at the matmul efficiency, every stage an equal share",
         {t_cmp: tf.flop_token * s.batch / (s.n_gpu * peak_p * eta_mm), t_last: 0},
+        kind="assumption",
     )
     e4 = comp.apply(e3)
     ideal = Substitution(
@@ -408,7 +409,9 @@ def mfu_derivation() -> Derivation:
             ),
             Step(
                 "Compute at the matmul efficiency: the step's FLOP, every stage an equal share "
-                "of them (the calibrated mode times the last stage's work instead)",
+                "of them, the output layer's and the loss's too ($t_{\\mathrm{last}} = 0$). The "
+                "calibrated mode counts the stages alike too, but times each operation "
+                "instead of the FLOP",
                 e4,
                 using=comp,
             ),
@@ -687,10 +690,10 @@ class Config:
     # the memory count reads it.
     stage_keeps_gathered: bool = False
     # Where the framework runs the pipeline's output layer and loss: "last", on the last stage
-    # beside an equal share of the blocks (Megatron-LM's split by layers), or "balanced", the
-    # stages' work evened out (nanotron splits the blocks by a compute cost that counts the
-    # output layer: STAGE_BALANCING_SOURCES), counted as equal shares of it all.  Only
-    # operations.placement reads it: the calibrated mode counts equal shares always.
+    # beside an equal share of the blocks (Megatron-LM's default split by layers), or
+    # "balanced", a split that weighs the output layer (nanotron's by compute cost; recipes that
+    # count it as a layer), counted as equal shares of it all.  Only operations.parts reads it,
+    # inside operations.placement("placed"): the calibrated mode counts equal shares always.
     stages: str = "last"
 
     def __post_init__(self) -> None:
@@ -911,7 +914,7 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
         out["dp_bw"] = (ag + rs) / bw
         if stage == 3:  # per-layer all-gathers and reduce-scatters: rings
             out["dp_lat"] = _ring_latency(cfg, g, nodes, (nag + nrs) * stage_layers)
-        else:  # one all-reduce per layer's gradients: NCCL's tree, the fit's latency
+        else:  # one all-reduce per layer's gradients, at the all-reduce fit's latency
             out["dp_lat"] = _calls_latency(nodes, stage_layers)
     # Tensor parallelism, innermost.
     if cfg.tp > 1:
@@ -945,14 +948,15 @@ def combine(parts: dict, factors: Factors) -> dict:
     """Step time and its split from :func:`components` and the factors; works elementwise on
     arrays (of rows, or of factor values) as on numbers."""
     derate = parts["derate"] if factors.derate else 1.0
-    if factors.operations:  # the last stage's: its blocks, the output layer and the loss
+    if factors.operations:  # a stage's: its blocks (and, as placed, the output layer and loss)
         t_head = parts["head"] / factors.matmul + parts["loss"]
         t_comp = (parts["linear"] + parts["head"]) / factors.matmul + parts["attention"]
         t_mem, t_opt = parts["memory"] + parts["loss"], parts["optimizer"]
     else:  # the bound's: every stage an equal share of the FLOP
         t_comp = parts["compute"] / (factors.matmul * derate)
         t_head = t_mem = t_opt = 0.0 * t_comp
-    # The last stage sets the pace; the warm-up and cool-down wait on the blocks (run-mfu).
+    # The last stage sets the pace; the warm-up and cool-down wait on the other stages' blocks
+    # (run-mfu's third step).  In the calibrated mode's count t_head is 0: equal stages.
     t_bubble = (t_comp + t_mem - t_head) * parts["bubble_ratio"]
     lat = 1.0 if factors.latency else 0.0
     t_dp = parts["dp_bw"] / factors.collective + lat * parts["dp_lat"]
@@ -1287,15 +1291,29 @@ KEEPS_GATHERED_SOURCES = ("torchtitan",)
 #: Sources whose framework balances its pipeline's stages by a compute cost that counts the
 #: output layer: nanotron, the Ultra-Scale Playbook's framework, which deals the blocks to the
 #: stages by cumulative cost (``build_model`` in ``nanotron/models/base.py``), the output
-#: layer's cost counted as ``V d`` beside a block's.  Every other source's runs are placed with
-#: Megatron-LM's split, equal blocks a stage and the output layer and loss on the last (read by
-#: :func:`dmlimits.measured.operations.placement` only).
+#: layer's cost counted as ``V d`` beside a block's
+#: (:func:`dmlimits.measured.operations.nanotron_split`).  A row's ``stages`` column overrides
+#: the rule (NVIDIA's runs say which of their recipes balance the stages); every other
+#: source's runs are placed with Megatron-LM's default split, equal blocks a stage and the
+#: output layer and loss on the last.  Only :func:`dmlimits.measured.operations.parts` inside
+#: ``placement("placed")`` reads it.
 STAGE_BALANCING_SOURCES = ("ultra-scale playbook",)
 
 
-def _balances_stages(source: str) -> bool:
-    text = source.lower()
-    return any(key in text for key in STAGE_BALANCING_SOURCES)
+def _stages(row: dict, source: str) -> str:
+    """Where the row's framework runs the pipeline's output layer and loss (:class:`Config`'s
+    ``stages``): the row's ``stages`` column where it has one, else ``balanced`` for
+    :data:`STAGE_BALANCING_SOURCES` and ``last`` (Megatron-LM's default split) for the rest."""
+    text = (row.get("stages") or "").strip().lower()
+    if text and text not in STAGE_PLACEMENTS:
+        raise ValueError(
+            f"column stages must be one of {', '.join(STAGE_PLACEMENTS)} or empty, "
+            f"got {row.get('stages')!r}"
+        )
+    if text:
+        return text
+    lowered = source.lower()
+    return "balanced" if any(key in lowered for key in STAGE_BALANCING_SOURCES) else "last"
 
 
 def _splits_sequence(source: str) -> bool:
@@ -1402,12 +1420,7 @@ def interpret(row: dict) -> Interpretation:
             "FSDP keeps each pipeline stage's weights gathered and its gradients unsharded "
             "until the last micro-batch (torchtitan's way; the memory count)"
         )
-    balanced = pp > 1 and _balances_stages(source)
-    if balanced:
-        assumed.append(
-            "pipeline stages balanced by nanotron's compute count, the output layer included "
-            "(where the output layer is placed as each framework puts it)"
-        )
+    stages = _stages(row, source)
     factor = _activation_factor(source)
     if factor != 1.0:
         assumed.append(
@@ -1435,7 +1448,7 @@ def interpret(row: dict) -> Interpretation:
         selective_policy="op" if torchtitan else "attention",
         stage_keeps_gathered=torchtitan,
         fp8_allgather="fp8 all-gather" in precision_text,
-        stages="balanced" if balanced else "last",
+        stages=stages,
     )
     counting = THROUGHPUT_METRICS.get(metric)
     reported = None
