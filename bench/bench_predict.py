@@ -20,8 +20,9 @@ the model is):
   same errors (:func:`dmlimits.measured.confront.operations_compared`).
 * **Two overlap rules**: none (the calibrated mode's) and each collective hidden behind its
   own window of compute (:func:`dmlimits.measured.confront.overlap_compared`).
-* **Two placements of the output layer and the loss**: equal shares of every pipeline stage
-  (the calibrated mode's) and where each framework puts them
+* **Three placements of the output layer and the loss**: equal shares of every pipeline
+  stage, where each framework puts them (the calibrated mode's; uneven splits timed by the
+  schedule) and on the last stage for every run
   (:func:`dmlimits.measured.confront.stages_compared`).
 * **Peak memory**: on the benchmark file (when present), the median relative error of the
   predicted peak against the recorded one, and how often the predicted fit agrees with whether
@@ -305,8 +306,8 @@ def report(m: dict) -> str:
          "step_models"),
         ("hiding collectives: none (the calibrated mode's) or each behind its window:",
          "overlap_rules"),
-        ("the output layer and the loss: equal shares (the calibrated mode's) or as placed:",
-         "stage_rules"),
+        ("the output layer and the loss: equal shares, as placed (the calibrated mode's) or "
+         "last:", "stage_rules"),
     ):  # fmt: skip
         lines += ["", title]
         for name, r in m[key].items():  # confront.step_rule's figures

@@ -204,48 +204,85 @@ def test_the_matmul_model_is_the_books():
 
 
 def test_the_output_layer_and_the_loss_as_placed():
-    """The calibrated mode counts the output layer's matmuls and the loss as every stage's in
-    equal shares; inside ``placement("placed")`` they are the last stage's alone (Megatron-LM's
-    split) but for a framework that balances its stages (nanotron), and the fit the calibrated
+    """The calibrated mode places the output layer's matmuls and the loss where each run's
+    framework does: on the last stage under Megatron-LM's default split (``head`` and ``loss``
+    apart), and under nanotron's split every stage's parts alike, the uneven stages timed by
+    the schedule (a bubble ratio from :func:`operations.pipeline_stretch`).  Inside
+    ``placement("even")`` they are every stage's in equal shares, and the fit the calibrated
     mode uses is redone for that state, then restored."""
 
-    def config(source_rows_balanced=False, pp=4):
+    def config(stages="last", pp=4):
         return runs.Config(shape=transformer.shape("llama2-7b"), cluster=runs.cluster("h100"),
                            n_gpus=8, pp=pp, dp=8 // pp, global_batch_tokens=16 * 4096.0,
-                           seq_len=4096,
-                           stages="balanced" if source_rows_balanced else "last")  # fmt: skip
+                           seq_len=4096, stages=stages)  # fmt: skip
 
-    cfg, nano = config(), config(True)
-    even = operations.parts(cfg)
-    assert even["head"] == even["loss"] == 0 and operations.parts(nano) == even
+    cfg, nano = config(), config("nanotron")
+    last = operations.parts(cfg)
+    assert last["head"] > 0 and last["loss"] > 0
+    parts_nano = operations.parts(nano)
+    assert parts_nano["head"] == parts_nano["loss"] == 0
+    stretch = operations.pipeline_stretch(nano)
+    ratio = (cfg.pp - 1) / cfg.micro_batches
+    assert runs.components(nano)["bubble_ratio"] == pytest.approx(stretch - 1)
+    assert runs.components(cfg)["bubble_ratio"] == pytest.approx(ratio)
+    # nanotron's stages are uneven: the step is longer than with equal stages, and at least as
+    # long as its busiest stage's work.
+    times = operations.stage_times(nano, "nanotron")
+    assert stretch > 1 + ratio and stretch >= times.max() / times.mean()
     fit = runs.calibrated()
     f = runs.Factors(fit.matmul, fit.collective, 0.0, serial_tp=True, latency=True,
                      operations=True)  # fmt: skip
-    step_even = runs.combine(runs.components(cfg), f)
-    with operations.placement("placed"):
-        last = operations.parts(cfg)
-        assert last["head"] > 0 and last["loss"] > 0
+    step_last = runs.combine(runs.components(cfg), f)
+    with operations.placement("even"):
+        even = operations.parts(cfg)
+        assert even["head"] == even["loss"] == 0 and operations.parts(nano) == even
         assert even["linear"] == pytest.approx(last["linear"] + last["head"] / cfg.pp)
         assert even["memory"] == pytest.approx(last["memory"] + last["loss"] / cfg.pp)
-        assert operations.parts(nano) == even  # nanotron evens its stages out
-        step_last = runs.combine(runs.components(cfg), f)
+        assert runs.components(nano)["bubble_ratio"] == pytest.approx(ratio)
+        step_even = runs.combine(runs.components(cfg), f)
         refit = runs.calibrated()
     # The last stage's whole output layer against a quarter of it: as placed, slower.
     assert step_last["step"] > step_even["step"]
     assert refit.matmul != fit.matmul  # fitted afresh in that state (the chapter's table)
-    assert operations.parts(cfg) == even and runs.calibrated() == fit
-    # One stage runs everything: the two placements agree.
+    assert operations.parts(cfg) == last and runs.calibrated() == fit
+    # One stage runs everything: the placements agree.
     one = config(pp=1)
-    with operations.placement("placed"):
-        placed = runs.combine(runs.components(one), f)["step"]
-    assert placed == pytest.approx(runs.combine(runs.components(one), f)["step"])
-    with pytest.raises(ValueError, match="stages must be one of last, balanced, got 'first'"):
+    with operations.placement("even"):
+        spread = runs.combine(runs.components(one), f)["step"]
+    assert spread == pytest.approx(runs.combine(runs.components(one), f)["step"])
+    with pytest.raises(ValueError, match="stages must be one of last, nanotron, layers, layout, "
+                       "got 'first'"):  # fmt: skip
         dataclasses.replace(cfg, stages="first")
     with pytest.raises(ValueError, match="placement: got 'first'; expected one of even"):
         with operations.placement("first"):
             pass
     with operations.placement("last"):  # every run's on the last stage, nanotron's too
         assert operations.parts(nano) == last
+        assert runs.components(nano)["bubble_ratio"] == pytest.approx(ratio)
+
+
+def test_the_pipeline_stretch_by_hand():
+    """Alike chunks stretch the step by the bubble, ``1 + (N_PP - 1) / (v m)``; Megatron-Core's
+    split with the embedding and the loss counted as layers (Llama 3.1 405B's recipe: 126 layers
+    and two slots over 8 stages of 8 chunks) leaves the first and the last chunk one block of
+    their two; a whole micro-batch count is needed to lay the schedule out."""
+    cfg = runs.Config(shape=transformer.shape("llama3-405b"), cluster=runs.cluster("h100"),
+                      n_gpus=64, tp=8, pp=8, vpp=8, global_batch_tokens=16 * 8192.0, seq_len=8192,
+                      stages="layers")  # fmt: skip
+    blocks, head = operations.layer_slots_split(cfg)
+    assert blocks == (1,) + (2,) * 62 + (1,) and head == 63
+    times = operations.stage_times(cfg, "layers")
+    assert times.argmax() not in (0, 7)  # the stages between carry whole chunks
+    assert operations.pipeline_stretch(cfg) > 1 + 7 / (8 * 16)
+    assert operations._stretch(4, 8, 2, (1.0,) * 8) == pytest.approx(1 + 3 / 16)
+    assert operations._stretch(4, 8, 1, (1.0,) * 4) == pytest.approx(1 + 3 / 8)
+    odd = dataclasses.replace(cfg, global_batch_tokens=8.5 * 8192.0)
+    with pytest.raises(ValueError, match="micro-batches a step; expected a whole number"):
+        operations.pipeline_stretch(odd)
+    with pytest.raises(ValueError, match="128 layers and the embedding and the loss do not"):
+        operations.layer_slots_split(
+            dataclasses.replace(cfg, shape=dataclasses.replace(cfg.shape, layers=128))
+        )
 
 
 def test_the_playbooks_pipelines_are_balanced_and_megatrons_are_not():
@@ -256,7 +293,7 @@ def test_the_playbooks_pipelines_are_balanced_and_megatrons_are_not():
         cfg = runs.interpret(row).config
         if cfg is not None and cfg.pp > 1:
             placed.setdefault(confront.family_label(row), set()).add(cfg.stages)
-    assert placed["Ultra-Scale Playbook"] == {"balanced"}
+    assert placed["Ultra-Scale Playbook"] == {"nanotron"}
     assert placed["Megatron-LM"] == {"last"}
 
 
@@ -277,9 +314,9 @@ def test_nanotrons_split_by_hand():
     # stages are left with nothing.
     assert operations.nanotron_split(_small(4, 4, vocab=128 * 8)) == ((4, 0, 0, 0), 1)
     assert operations.megatron_split(_small(4, 2)) == ((2, 2), 1)
-    with pytest.raises(ValueError, match="5 layers do not split evenly over 2 pipeline stages"):
+    with pytest.raises(ValueError, match="5 layers do not split evenly over 2 model chunks"):
         operations.megatron_split(_small(5, 2))
-    with pytest.raises(ValueError, match="split: got 'even'; expected one of nanotron, megatron"):
+    with pytest.raises(ValueError, match="split: got 'even'; expected one of last, nanotron"):
         operations.stage_times(_small(4, 2), "even")
 
 
@@ -292,7 +329,7 @@ def test_the_busiest_stage_over_an_equal_share():
     cfg = runs.Config(shape=transformer.shape("llama2-7b"), cluster=runs.cluster("h100"),
                       n_gpus=8, pp=4, dp=2, global_batch_tokens=16 * 4096.0,
                       seq_len=4096)  # fmt: skip
-    meg, nano = (operations.stage_times(cfg, s) for s in ("megatron", "nanotron"))
+    meg, nano = (operations.stage_times(cfg, s) for s in ("last", "nanotron"))
     with operations.placement("last"):
         p = operations.parts(cfg)
     h = p["head"] + p["loss"]
@@ -300,7 +337,7 @@ def test_the_busiest_stage_over_an_equal_share():
     assert meg[-1] - meg[0] == pytest.approx(h)
     assert meg.sum() == pytest.approx(nano.sum())
     want = (cfg.pp - 1) * h / (cfg.shape.layers * t + h)
-    assert operations.busiest_stage_excess(cfg, "megatron") == pytest.approx(want)
+    assert operations.busiest_stage_excess(cfg, "last") == pytest.approx(want)
     shape = transformer.untied(transformer.shape("llama3-70b"))
     seventy = dataclasses.replace(cfg, shape=shape, pp=16, n_gpus=16, dp=1)
     times = operations.stage_times(seventy, "nanotron")
@@ -312,8 +349,10 @@ def test_a_rows_stages_column():
     recipes); a bad value names itself."""
     placed = {(r["model"], runs.interpret(r).config.stages) for r in runs.nemo_rows()
               if runs.interpret(r).config.pp > 1}  # fmt: skip
-    assert ("LLAMA3.1_405B", "balanced") in placed and ("LLAMA3_70B", "last") in placed
+    assert ("LLAMA3.1_405B", "layers") in placed and ("LLAMA3_70B", "last") in placed
+    assert ("DeepSeekV3", "layout") in placed
     row = dict(next(r for r in runs.nemo_rows() if r["model"] == "LLAMA3_70B"), stages="first")
-    with pytest.raises(ValueError, match="column stages must be one of last, balanced or empty, "
+    with pytest.raises(ValueError, match="column stages must be one of last, nanotron, layers, "
+                       "layout or empty, "
                        "got 'first'"):  # fmt: skip
         runs.interpret(row)

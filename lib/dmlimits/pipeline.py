@@ -824,13 +824,13 @@ def _order_breadth_first(n_pp: int, v: int, m: int) -> list[list[tuple[str, int,
 
 def _list_schedule(
     orders: list[list[tuple[str, int, int]]], n_chunks: int, durations: dict[str, float],
-    latency: float = 0, last: dict[str, float] | None = None,
+    latency: float = 0, per_chunk: list[dict[str, float]] | None = None,
 ) -> tuple[ScheduledPass, ...]:  # fmt: skip
     """Each GPU runs its passes in its order, each as soon as the GPU is free and its inputs have
     arrived: an input from another GPU arrives ``latency`` slots after it ends (a message across
-    a stage boundary).  The last chunk's passes last ``last`` where it is given.  Raises
-    :class:`ScheduleDeadlock` when no GPU can go on."""
-    last = last or durations
+    a stage boundary).  Chunk ``k``'s passes last ``per_chunk[k]`` where it is given,
+    ``durations`` otherwise.  Raises :class:`ScheduleDeadlock` when no GPU can go on."""
+    lasts = per_chunk or [durations] * n_chunks
     n_pp = len(orders)
     ends: dict[tuple[str, int, int], int] = {}
     placed: list[ScheduledPass] = []
@@ -847,7 +847,7 @@ def _list_schedule(
                 start = max(
                     [free[gpu]] + [ends[i] + (latency if i[1] % n_pp != gpu else 0) for i in inputs]
                 )
-                end = start + (last if chunk == n_chunks - 1 else durations)[kind]
+                end = start + lasts[chunk][kind]
                 ends[(kind, chunk, micro)] = end
                 placed.append(ScheduledPass(start, gpu, kind, chunk, micro, end))
                 free[gpu] = end
@@ -862,6 +862,18 @@ def _list_schedule(
     return tuple(sorted(placed, key=lambda p: (p.start, p.gpu, p.kind, p.chunk, p.micro, p.end)))
 
 
+def _numbers(value: Any) -> bool:
+    """Whether ``value`` is a sequence (or array) of real numbers, booleans excluded."""
+    try:
+        items = list(value)
+    except TypeError:
+        return False
+    return all(
+        not isinstance(x, bool) and isinstance(x, int | float | np.integer | np.floating)
+        for x in items
+    )
+
+
 def _slots(name: str, value: Any) -> float:
     """A non-negative number of slots, or ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
@@ -873,7 +885,7 @@ def _slots(name: str, value: Any) -> float:
 
 def schedule(
     n_pp: Any, m: Any, v: Any = 1, order: str = "1f1b", backward: Any = BACKWARD_SLOTS,
-    latency: Any = 0, collective: Any = 0, head: Any = 0,
+    latency: Any = 0, collective: Any = 0, head: Any = 0, work: Any = None,
 ) -> Schedule:  # fmt: skip
     """Lay out one flush of ``order`` for ``N_PP`` GPUs, ``m`` microbatches and ``v`` chunks per
     GPU: every pass of every microbatch, as early as its inputs and its GPU allow.
@@ -892,7 +904,9 @@ def schedule(
 
     The last chunk can do more work than the others: its forward and backward passes take
     ``1 + head`` times as long (``head``, a share of a chunk's work: the output layer and the
-    loss, which run on the last stage).
+    loss, which run on the last stage).  ``work``, where given, is each chunk's work in chunks'
+    (``v N_PP`` numbers, at least 0; chunk ``k`` on GPU ``k mod N_PP``): a split whose chunks
+    differ, each pass that many slots (backward, ``backward`` times as many).
     """
     p, mm, vv = _integer("n_pp", n_pp), _integer("m", m), _integer("v", v)
     b = _integer("backward", backward)
@@ -906,6 +920,15 @@ def schedule(
                          "finite share of a chunk's, at least 0")  # fmt: skip
     if order not in SCHEDULE_ORDERS:
         raise ValueError(f"order: got {order!r}; expected one of {', '.join(SCHEDULE_ORDERS)}")
+    if work is not None:
+        shares = np.asarray(work, dtype=float) if _numbers(work) else None
+        if (
+            shares is None
+            or shares.shape != (vv * p,)
+            or not np.all(np.isfinite(shares) & (shares >= 0))
+        ):
+            raise ValueError(f"work: got {work!r:.80}; expected {vv * p} finite numbers (v N_PP "
+                             "chunks' work, in chunks'), each at least 0")  # fmt: skip
     if order == "1f1b" and vv != 1:
         raise ValueError(
             f"v: got {vv} with order='1f1b'; expected 1 (use 'interleaved' or 'breadth-first')"
@@ -916,9 +939,13 @@ def schedule(
         "breadth-first": lambda: _order_breadth_first(p, vv, mm),
     }[order]
     try:
-        # Whole slots stay whole where the last chunk is like the others.
-        last = {"F": 1 + head + coll, "B": b * (1 + head) + coll} if head else None
-        passes = _list_schedule(build(), vv * p, {"F": 1 + coll, "B": b + coll}, lat, last)
+        # Whole slots stay whole where the chunks are alike.
+        per_chunk = None
+        if head or work is not None:
+            scale = [1.0] * (vv * p) if work is None else [float(x) for x in shares]
+            scale[-1] *= 1 + head
+            per_chunk = [{"F": x + coll, "B": b * x + coll} for x in scale]
+        passes = _list_schedule(build(), vv * p, {"F": 1 + coll, "B": b + coll}, lat, per_chunk)
     except ScheduleDeadlock as err:
         raise ScheduleDeadlock(
             f"order={order!r} with n_pp={p}, m={mm}, v={vv}: {err}; Megatron-LM's interleaved "

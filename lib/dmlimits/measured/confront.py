@@ -669,12 +669,12 @@ def stage_imbalance(rows=None) -> dict:
     nanotron, megatron, early = [], [], True
     for row in runs.dev_rows() if rows is None else rows:
         cfg = runs.interpret(row).config
-        if cfg is None or cfg.pp == 1 or cfg.stages != "balanced":
+        if cfg is None or cfg.pp == 1 or cfg.stages != "nanotron":
             continue
         nanotron.append(operations.busiest_stage_excess(cfg, "nanotron"))
         early &= int(operations.stage_times(cfg, "nanotron").argmax()) < cfg.pp / 2
         if cfg.shape.layers % cfg.pp == 0:
-            megatron.append(operations.busiest_stage_excess(cfg, "megatron"))
+            megatron.append(operations.busiest_stage_excess(cfg, "last"))
     if not nanotron:
         raise ValueError("stage_imbalance: no pipelined row balances its stages")
     return {
@@ -711,8 +711,8 @@ RULE_NAMES = {
     "flop": "the step's FLOP at one efficiency",
     "none": "no overlap (the calibrated mode)",
     "windows": "each collective behind its own window",
-    "even": "equal shares of every stage (the calibrated mode)",
-    "placed": "where each framework puts them",
+    "even": "equal shares of every stage",
+    "placed": "where each framework puts them (the calibrated mode)",
     "last": "on the last stage, every run",
 }
 

@@ -174,9 +174,10 @@ def memory_ops_derivation() -> Derivation:
                 "forward and backward; each pays the kernel latency) and moves its bytes (the "
                 "derivation above) for each of the step's tokens that pass through the GPU; "
                 "the loss moves its bytes for each of them too, and the optimizer updates the "
-                "GPU's share of the optimizer state once a step. (The calibrated mode counts "
-                "every stage alike, each with an equal share of the loss: "
-                "`operations.parts`.)",
+                "GPU's share of the optimizer state once a step. (So the calibrated mode "
+                "counts the loss under Megatron-LM's default split; where the framework's "
+                "split weighs the output layer, it gives every stage an equal share of the "
+                "loss and times the uneven stages by the schedule.)",
                 e1,
             ),
             Step(
@@ -303,13 +304,15 @@ def device_values(cluster: str, values: dict[str, float]):
 PLACEMENTS = {
     "even": "every stage an equal share of them (the calibrated mode's)",
     "placed": "where each run's framework puts them: on the last stage beside an equal share "
-    "of the blocks (Megatron-LM's split by layers), spread where the framework balances its "
-    "stages (nanotron; the configuration's ``stages``)",
+    "of the blocks (Megatron-LM's default split), or as the framework's split weighs them, its "
+    "uneven stages timed by the schedule (nanotron's; Megatron-Core's with the embedding and "
+    "the loss counted as layers: the configuration's ``stages``)",
     "last": "on the last stage, for every run",
 }
-#: The placement in force.  Timed as placed, the development rows are predicted worse with a
-#: source held out (the chapter *Real runs*), so the calibrated mode keeps equal shares.
-STAGES = {"head": "even"}
+#: The placement in force: as placed, the development rows are predicted best with a source
+#: held out (tied with the last stage for every run; the chapter *Real runs*), so the
+#: calibrated mode places the output layer and the loss where each run's framework does.
+STAGES = {"head": "placed"}
 
 
 @contextmanager
@@ -469,7 +472,9 @@ def parts(cfg: Config) -> dict[str, float]:
         "loss": without - blocks,
     }
     rule = STAGES["head"]
-    if rule == "even" or (rule == "placed" and cfg.stages == "balanced"):  # equal shares
+    # Equal shares, and as placed where the split weighs the output layer: its uneven stages
+    # are timed by the schedule instead (pipeline_stretch).
+    if rule == "even" or (rule == "placed" and cfg.stages != "last"):
         out["linear"] += out.pop("head") / cfg.pp
         out["memory"] += out.pop("loss") / cfg.pp
         out["head"] = out["loss"] = 0.0
@@ -484,8 +489,12 @@ def nanotron_split(cfg: Config) -> tuple[tuple[int, ...], int]:
     (``get_block_compute_costs``): ``4 d^2 + 3 d d_ff`` a block (queries, keys, values and
     output counted at the model's width, grouped-query attention or not) and ``V d`` for the
     output layer.  The block that crosses a stage's share stays on that stage, so the split is
-    not even; the loss runs beside the output layer."""
+    not even; the loss runs beside the output layer.  nanotron does not interleave: one chunk
+    a stage."""
     sh, pp = cfg.shape, cfg.pp
+    if cfg.vpp != 1:
+        raise ValueError(f"nanotron_split: got vpp={cfg.vpp}; expected 1 (nanotron runs one "
+                         "chunk a stage)")  # fmt: skip
     block = 4 * sh.d_model**2 + 3 * sh.d_model * sh.d_ff
     costs = [block] * sh.layers + [sh.vocab * sh.d_model]
     total = sum(costs)
@@ -503,35 +512,63 @@ def nanotron_split(cfg: Config) -> tuple[tuple[int, ...], int]:
 
 
 def megatron_split(cfg: Config) -> tuple[tuple[int, ...], int]:
-    """The blocks on each pipeline stage and the stage of the output layer in Megatron-LM's
-    default split: the same number of blocks on every stage, the output layer and the loss on
-    the last."""
-    if cfg.shape.layers % cfg.pp:
+    """The blocks in each of the ``v N_PP`` model chunks (chunk ``k`` on stage ``k mod N_PP``)
+    and the chunk of the output layer in Megatron-LM's default split: the same number of blocks
+    in every chunk, the output layer and the loss in the last."""
+    chunks = cfg.pp * cfg.vpp
+    if cfg.shape.layers % chunks:
         raise ValueError(
-            f"megatron_split: {cfg.shape.layers} layers do not split evenly over {cfg.pp} "
-            "pipeline stages; expected a multiple of the pipeline degree"
+            f"megatron_split: {cfg.shape.layers} layers do not split evenly over {chunks} "
+            "model chunks; expected a multiple of the pipeline degree times the chunks a stage"
         )
-    return (cfg.shape.layers // cfg.pp,) * cfg.pp, cfg.pp - 1
+    return (cfg.shape.layers // chunks,) * chunks, chunks - 1
 
 
-#: The splits :func:`stage_times` takes.
-SPLITS = {"nanotron": nanotron_split, "megatron": megatron_split}
+def layer_slots_split(cfg: Config) -> tuple[tuple[int, ...], int]:
+    """The blocks in each of the ``v N_PP`` model chunks and the chunk of the output layer when
+    Megatron-Core counts the embedding and the loss as a layer each in the pipeline split
+    (``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``;
+    ``get_num_layers_to_build`` in ``megatron/core/transformer/transformer_block.py``): ``L + 2``
+    layers split evenly over the chunks, the first chunk one block short for the embedding and
+    the last one block short for the output layer and the loss."""
+    chunks, slots = cfg.pp * cfg.vpp, cfg.shape.layers + 2
+    if slots % chunks or slots // chunks < 1:
+        raise ValueError(
+            f"layer_slots_split: {cfg.shape.layers} layers and the embedding and the loss do not "
+            f"split evenly over {chunks} model chunks; expected L + 2 a multiple of them"
+        )
+    blocks = [slots // chunks] * chunks
+    blocks[0] -= 1
+    blocks[-1] -= 1
+    return tuple(blocks), chunks - 1
+
+
+#: The splits :func:`stage_times` and :func:`pipeline_stretch` take, by
+#: :class:`~dmlimits.measured.runs.Config`'s ``stages``: Megatron-LM's default, nanotron's and
+#: Megatron-Core's with the embedding and the loss counted as layers.
+SPLITS = {"last": megatron_split, "nanotron": nanotron_split, "layers": layer_slots_split}
+
+
+def _chunk_work(cfg: Config, split: str) -> np.ndarray:
+    """Each model chunk's compute in one step, seconds (see :func:`stage_times`)."""
+    if split not in SPLITS:
+        raise ValueError(f"split: got {split!r}; expected one of {', '.join(SPLITS)}")
+    blocks, head_chunk = SPLITS[split](cfg)
+    with placement("last"):
+        p = parts(cfg)
+    per_block = (p["linear"] + p["attention"] + p["memory"]) * cfg.pp / cfg.shape.layers
+    work = per_block * np.array(blocks, dtype=float)
+    work[head_chunk] += p["head"] + p["loss"]
+    return work
 
 
 def stage_times(cfg: Config, split: str) -> np.ndarray:
     """Seconds of one step's compute on each pipeline stage of ``cfg`` as ``split`` deals the
-    blocks (:data:`SPLITS`), each block timed alike (:func:`parts`: its matmuls, attention's
-    core and memory-bound operations; the optimizer apart) and the output layer and loss on
-    their stage."""
-    if split not in SPLITS:
-        raise ValueError(f"split: got {split!r}; expected one of {', '.join(SPLITS)}")
-    blocks, head_stage = SPLITS[split](cfg)
-    with placement("last"):
-        p = parts(cfg)
-    per_block = (p["linear"] + p["attention"] + p["memory"]) * cfg.pp / cfg.shape.layers
-    times = per_block * np.array(blocks, dtype=float)
-    times[head_stage] += p["head"] + p["loss"]
-    return times
+    blocks (:data:`SPLITS`), each block timed alike (:func:`parts`: its matmuls at the matmul
+    model's time, attention's core and memory-bound operations; the optimizer apart) and the
+    output layer and loss on their stage."""
+    work = _chunk_work(cfg, split)
+    return work.reshape(-1, cfg.pp).sum(axis=0)
 
 
 def busiest_stage_excess(cfg: Config, split: str) -> float:
@@ -539,3 +576,28 @@ def busiest_stage_excess(cfg: Config, split: str) -> float:
     (what the calibrated mode counts): ``max / mean - 1`` of :func:`stage_times`."""
     times = stage_times(cfg, split)
     return float(times.max() / times.mean() - 1)
+
+
+def pipeline_stretch(cfg: Config) -> float:
+    """The pipelined compute of a step over an equal share of it, where ``cfg.stages``'s split
+    (:data:`SPLITS`) gives the chunks unequal work: the schedule laid out pass by pass
+    (:func:`dmlimits.pipeline.schedule`, 1F1B or Megatron-LM's interleaved order) with each
+    chunk's passes as long as its work (:func:`stage_times`), its makespan over ``v m`` chunks'
+    forward and backward passes of the mean chunk.  ``1 + (N_PP - 1) / (v m)`` where the chunks
+    are alike.  The chunks are weighed at the matmul model's times: the fitted matmul
+    efficiency, which divides the matmuls alone, would move the output layer's weight by a few
+    per cent of itself."""
+    work = _chunk_work(cfg, cfg.stages)
+    shares = work / work.mean()
+    m = round(cfg.micro_batches)
+    if m < 1 or abs(cfg.micro_batches - m) > 1e-9:
+        raise ValueError(f"pipeline_stretch: got {cfg.micro_batches!r} micro-batches a step; "
+                         "expected a whole number to lay the schedule out")  # fmt: skip
+    return _stretch(cfg.pp, m, cfg.vpp, tuple(round(float(x), 6) for x in shares))
+
+
+@cache
+def _stretch(n_pp: int, m: int, v: int, shares: tuple[float, ...]) -> float:
+    order = "interleaved" if v > 1 else "1f1b"
+    sim = pl.schedule(n_pp, m, v, order=order, work=shares)
+    return float(sim.makespan / (v * m * (1 + pl.BACKWARD_SLOTS)))

@@ -402,16 +402,19 @@ def mfu_derivation() -> Derivation:
                 "pace: the step holds its whole compute, and the warm-up and cool-down wait "
                 "on the other stages' blocks, $(N_{\\mathrm{PP}} - 1) / (v m)$ of their "
                 "compute (1F1B, or Megatron-LM's interleaved 1F1B with $v$ chunks a GPU). "
-                "The calibrated mode counts every stage an equal share of them: "
-                "$t_{\\mathrm{last}} = 0$.",
+                "The calibrated mode places them where each run's framework does: on the last "
+                "stage under Megatron-LM's default split. Where the framework's split weighs "
+                "them (nanotron's; Megatron-Core's counting the embedding and the loss as "
+                "layers) the stages are uneven in other ways, and it lays the schedule out pass "
+                "by pass with each stage's work instead.",
                 e3,
                 using=bubble,
             ),
             Step(
                 "Compute at the matmul efficiency: the step's FLOP, every stage an equal share "
                 "of them, the output layer's and the loss's too ($t_{\\mathrm{last}} = 0$). The "
-                "calibrated mode counts the stages alike too, but times each operation "
-                "instead of the FLOP",
+                "calibrated mode times each operation instead of the FLOP, on the stage that "
+                "runs it",
                 e4,
                 using=comp,
             ),
@@ -648,8 +651,13 @@ SHARDING = {
     "hsdp": 3,
 }
 PRECISIONS = ("bf16", "fp16", "fp8")
-#: Where a pipeline's output layer and loss run (:class:`Config`'s ``stages``).
-STAGE_PLACEMENTS = ("last", "balanced")
+#: How a framework splits a pipeline's blocks and places its output layer and loss
+#: (:class:`Config`'s ``stages``): ``last``, Megatron-LM's default (equal blocks a chunk, the
+#: output layer and loss on the last stage); ``nanotron``, nanotron's split by compute cost;
+#: ``layers``, Megatron-Core's with the embedding and the loss counted as a layer each;
+#: ``layout``, an explicit layout this book does not model, counted as equal shares
+#: (:data:`dmlimits.measured.operations.SPLITS`).
+STAGE_PLACEMENTS = ("last", "nanotron", "layers", "layout")
 
 
 @dataclass(frozen=True)
@@ -689,11 +697,9 @@ class Config:
     # pipeline stages turn FSDP's gradient reduction off but for the last micro-batch).  Only
     # the memory count reads it.
     stage_keeps_gathered: bool = False
-    # Where the framework runs the pipeline's output layer and loss: "last", on the last stage
-    # beside an equal share of the blocks (Megatron-LM's default split by layers), or
-    # "balanced", a split that weighs the output layer (nanotron's by compute cost; recipes that
-    # count it as a layer), counted as equal shares of it all.  Only operations.parts reads it,
-    # inside operations.placement("placed"): the calibrated mode counts equal shares always.
+    # How the framework splits the pipeline's blocks and where it runs the output layer and
+    # loss (STAGE_PLACEMENTS).  Read only inside operations.placement("placed") (and by
+    # operations.stage_times); the calibrated mode counts equal shares always.
     stages: str = "last"
 
     def __post_init__(self) -> None:
@@ -884,6 +890,13 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
     linear = sh.flop_per_token(cfg.seq_len, cfg.recompute) - attn
     out["compute"] = B * (linear / peak + attn / cfg.cluster.peak_16bit) / cfg.n_gpus
     out["bubble_ratio"] = (cfg.pp - 1) / (cfg.vpp * m)
+    if (
+        cfg.pp > 1
+        and cfg.stages in ("nanotron", "layers")
+        and operations.STAGES["head"] == "placed"
+    ):
+        # Uneven stages as the framework splits them: the schedule's stretch over equal shares.
+        out["bubble_ratio"] = operations.pipeline_stretch(cfg) - 1
     out["micro_batches"] = m
     out["stage_layers"] = stage_layers
     out.update(operations.parts(cfg))
@@ -956,7 +969,8 @@ def combine(parts: dict, factors: Factors) -> dict:
         t_comp = parts["compute"] / (factors.matmul * derate)
         t_head = t_mem = t_opt = 0.0 * t_comp
     # The last stage sets the pace; the warm-up and cool-down wait on the other stages' blocks
-    # (run-mfu's third step).  In the calibrated mode's count t_head is 0: equal stages.
+    # (run-mfu's third step).  With equal stages t_head is 0; where a split weighs the output
+    # layer, the bubble ratio is the simulated schedule's (operations.pipeline_stretch).
     t_bubble = (t_comp + t_mem - t_head) * parts["bubble_ratio"]
     lat = 1.0 if factors.latency else 0.0
     t_dp = parts["dp_bw"] / factors.collective + lat * parts["dp_lat"]
@@ -1293,7 +1307,7 @@ KEEPS_GATHERED_SOURCES = ("torchtitan",)
 #: stages by cumulative cost (``build_model`` in ``nanotron/models/base.py``), the output
 #: layer's cost counted as ``V d`` beside a block's
 #: (:func:`dmlimits.measured.operations.nanotron_split`).  A row's ``stages`` column overrides
-#: the rule (NVIDIA's runs say which of their recipes balance the stages); every other
+#: the rule (NVIDIA's runs say how their recipes split the stages); every other
 #: source's runs are placed with Megatron-LM's default split, equal blocks a stage and the
 #: output layer and loss on the last.  Only :func:`dmlimits.measured.operations.parts` inside
 #: ``placement("placed")`` reads it.
@@ -1302,7 +1316,7 @@ STAGE_BALANCING_SOURCES = ("ultra-scale playbook",)
 
 def _stages(row: dict, source: str) -> str:
     """Where the row's framework runs the pipeline's output layer and loss (:class:`Config`'s
-    ``stages``): the row's ``stages`` column where it has one, else ``balanced`` for
+    ``stages``): the row's ``stages`` column where it has one, else ``nanotron`` for
     :data:`STAGE_BALANCING_SOURCES` and ``last`` (Megatron-LM's default split) for the rest."""
     text = (row.get("stages") or "").strip().lower()
     if text and text not in STAGE_PLACEMENTS:
@@ -1313,7 +1327,7 @@ def _stages(row: dict, source: str) -> str:
     if text:
         return text
     lowered = source.lower()
-    return "balanced" if any(key in lowered for key in STAGE_BALANCING_SOURCES) else "last"
+    return "nanotron" if any(key in lowered for key in STAGE_BALANCING_SOURCES) else "last"
 
 
 def _splits_sequence(source: str) -> bool:
@@ -1421,6 +1435,18 @@ def interpret(row: dict) -> Interpretation:
             "until the last micro-batch (torchtitan's way; the memory count)"
         )
     stages = _stages(row, source)
+    if pp > 1:
+        split = {
+            "last": "the output layer and the loss on the last pipeline stage, the blocks split "
+            "evenly (Megatron-LM's default; for torchtitan not checked)",
+            "nanotron": "pipeline stages as nanotron splits the blocks by its compute count, "
+            "timed by the schedule pass by pass",
+            "layers": "pipeline stages as Megatron-Core splits the blocks with the embedding and "
+            "the loss counted as a layer each, timed by the schedule pass by pass",
+            "layout": "the recipe's pipeline layout counted as equal stages",
+        }[stages]
+        if stages != "last" or torchtitan:
+            assumed.append(split)
     factor = _activation_factor(source)
     if factor != 1.0:
         assumed.append(
