@@ -167,7 +167,7 @@ def measure() -> dict:
     out["step_models"] = confront.operations_compared()
     # No overlap (the calibrated mode's) against each collective behind its own window.
     out["overlap_rules"] = confront.overlap_compared()
-    # The output layer and the loss in equal shares (the calibrated mode's) or as placed.
+    # The output layer and the loss in equal shares, as placed (the calibrated mode's) or last.
     out["stage_rules"] = confront.stages_compared()
     if BENCH.is_file():
         with BENCH.open() as fh:

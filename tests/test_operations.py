@@ -223,8 +223,9 @@ def test_the_output_layer_and_the_loss_as_placed():
     assert parts_nano["head"] == parts_nano["loss"] == 0
     stretch = operations.pipeline_stretch(nano)
     ratio = (cfg.pp - 1) / cfg.micro_batches
-    assert runs.components(nano)["bubble_ratio"] == pytest.approx(stretch - 1)
-    assert runs.components(cfg)["bubble_ratio"] == pytest.approx(ratio)
+    assert runs.components(nano)["stage_bubble_ratio"] == pytest.approx(stretch - 1)
+    assert runs.components(nano)["bubble_ratio"] == pytest.approx(ratio)  # the bound's
+    assert runs.components(cfg)["stage_bubble_ratio"] == pytest.approx(ratio)
     # nanotron's stages are uneven: the step is longer than with equal stages, and at least as
     # long as its busiest stage's work.
     times = operations.stage_times(nano, "nanotron")
@@ -238,7 +239,7 @@ def test_the_output_layer_and_the_loss_as_placed():
         assert even["head"] == even["loss"] == 0 and operations.parts(nano) == even
         assert even["linear"] == pytest.approx(last["linear"] + last["head"] / cfg.pp)
         assert even["memory"] == pytest.approx(last["memory"] + last["loss"] / cfg.pp)
-        assert runs.components(nano)["bubble_ratio"] == pytest.approx(ratio)
+        assert runs.components(nano)["stage_bubble_ratio"] == pytest.approx(ratio)
         step_even = runs.combine(runs.components(cfg), f)
         refit = runs.calibrated()
     # The last stage's whole output layer against a quarter of it: as placed, slower.
@@ -258,7 +259,7 @@ def test_the_output_layer_and_the_loss_as_placed():
             pass
     with operations.placement("last"):  # every run's on the last stage, nanotron's too
         assert operations.parts(nano) == last
-        assert runs.components(nano)["bubble_ratio"] == pytest.approx(ratio)
+        assert runs.components(nano)["stage_bubble_ratio"] == pytest.approx(ratio)
 
 
 def test_the_pipeline_stretch_by_hand():
@@ -285,9 +286,9 @@ def test_the_pipeline_stretch_by_hand():
         )
 
 
-def test_the_playbooks_pipelines_are_balanced_and_megatrons_are_not():
-    """Where each framework puts the output layer: the Ultra-Scale Playbook's runs (nanotron)
-    balance their stages, Megatron-LM's runs keep it on the last stage."""
+def test_the_playbooks_pipelines_are_split_by_nanotron_and_megatrons_are_not():
+    """Where each framework puts the output layer: the Ultra-Scale Playbook's runs split their
+    stages as nanotron does, Megatron-LM's runs keep it on the last stage."""
     placed = {}
     for row in runs.dev_rows():
         cfg = runs.interpret(row).config

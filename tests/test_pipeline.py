@@ -769,3 +769,89 @@ def test_zero_bubble_hides_latency_at_its_fewest_microbatches():
 def test_latency_errors_name_the_bad_value(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def _one_f_one_b(work: list[float], m: int, backward: int = pipeline.BACKWARD_SLOTS) -> float:
+    """PipeDream-Flush written out apart from the library: stage ``s`` runs
+    ``min(N_PP - s - 1, m)`` forward passes, then alternates one forward and one backward
+    pass, then the remaining backward passes; each pass starts once its stage is free and its
+    input has arrived (the previous stage's forward, the next stage's backward)."""
+    p = len(work)
+    orders = []
+    for st in range(p):
+        warm = min(p - st - 1, m)
+        seq = [("F", i) for i in range(warm)]
+        for i in range(m - warm):
+            seq += [("F", warm + i), ("B", i)]
+        seq += [("B", i) for i in range(m - warm, m)]
+        orders.append(seq)
+    end: dict[tuple[str, int, int], float] = {}
+    free, pos = [0.0] * p, [0] * p
+    while any(pos[st] < len(orders[st]) for st in range(p)):
+        for st in range(p):
+            while pos[st] < len(orders[st]):
+                kind, i = orders[st][pos[st]]
+                deps = [("F", st - 1, i)] if kind == "F" and st > 0 else []
+                if kind == "B":
+                    deps = [("F", st, i)] + ([("B", st + 1, i)] if st < p - 1 else [])
+                if any(d not in end for d in deps):
+                    break
+                start = max([free[st]] + [end[d] for d in deps])
+                end[(kind, st, i)] = free[st] = start + work[st] * (1 if kind == "F" else backward)
+                pos[st] += 1
+    return max(end.values())
+
+
+def test_uneven_stages_against_a_schedule_written_apart():
+    """``schedule(..., work=...)`` lays out PipeDream-Flush with stages of unequal work as a
+    schedule written out apart from the library does, for random stage works (zero included);
+    with alike stages the makespan is ``(m + N_PP - 1) (1 + b)`` slots."""
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        p, m = int(rng.integers(2, 7)), int(rng.integers(1, 13))
+        work = [float(x) for x in rng.uniform(0.0, 3.0, p)]
+        if rng.random() < 0.2:
+            work[int(rng.integers(p))] = 0.0
+        got = pipeline.schedule(p, m, work=work).makespan
+        assert got == pytest.approx(_one_f_one_b(work, m), rel=1e-12), (p, m, work)
+    alike = pipeline.schedule(4, 8, work=[1, 1, 1, 1]).makespan
+    assert alike == (8 + 3) * (1 + pipeline.BACKWARD_SLOTS)
+    # A generator is read once; the heavier last chunk multiplies its work.
+    a = pipeline.schedule(3, 6, work=(x for x in (1.0, 2.0, 1.0)), head=0.5).makespan
+    assert a == pytest.approx(_one_f_one_b([1.0, 2.0, 1.5], 6))
+
+
+@pytest.mark.parametrize(
+    "work", [[1, 1, 1], [1, 1, 1, -1], [1, 1, 1, float("nan")], [1, 1, 1, float("inf")],
+             [True, 1, 1, 1], "1111", 3.0, [[1], [1], [1], [1]]],
+)  # fmt: skip
+def test_uneven_stages_refuse_bad_work(work):
+    with pytest.raises(ValueError, match=r"work: got .*; expected 4 finite numbers"):
+        pipeline.schedule(4, 8, work=work)
+
+
+def test_the_calibrated_mode_times_nanotrons_stages_by_the_schedule():
+    """On the Playbook's pipelined rows (nanotron's split), the calibrated step's bubble ratio is
+    the stretch of a PipeDream-Flush schedule written out apart, each stage's passes as long as
+    its work (:func:`dmlimits.measured.operations.stage_times`), over equal shares; the bound
+    keeps the closed form ``(N_PP - 1) / m`` and so does not move with the placement."""
+    from dmlimits.measured import operations, runs
+
+    cfgs = {}
+    for row in runs.dev_rows():
+        cfg = runs.interpret(row).config
+        if cfg is not None and cfg.pp > 1 and cfg.stages == "nanotron":
+            cfgs[(cfg.pp, cfg.micro_batches, cfg.shape.name)] = cfg
+    assert len(cfgs) >= 3
+    for cfg in cfgs.values():
+        times = operations.stage_times(cfg, "nanotron")
+        m = round(cfg.micro_batches)
+        apart = _one_f_one_b(list(times / times.mean()), m) / (m * (1 + pipeline.BACKWARD_SLOTS))
+        parts = runs.components(cfg)
+        assert parts["stage_bubble_ratio"] == pytest.approx(apart - 1, rel=1e-5)
+        # (One micro-batch runs the stages one after another: unevenness costs nothing.)
+        assert parts["stage_bubble_ratio"] >= parts["bubble_ratio"] == (cfg.pp - 1) / m
+        bound = runs.predict(cfg).step_time_s
+        with operations.placement("even"):
+            assert runs.components(cfg)["stage_bubble_ratio"] == parts["bubble_ratio"]
+            assert runs.predict(cfg).step_time_s == bound

@@ -457,15 +457,17 @@ def _check_bubbles_against_the_schedule(seen: dict[tuple[int, float, int], int])
     and the bubble, ``(N_PP - 1) / (v m)`` of the blocks' work: run-mfu's third step) lasts as
     long as the schedule simulated pass by pass (:func:`dmlimits.pipeline.schedule`:
     PipeDream-Flush, or Megatron-LM's interleaved order) whose last chunk also runs the output
-    layer and the loss, from the first pass to the last; and, in the calibrated mode's count
-    (every stage an equal share of them), the schedule whose chunks are all alike."""
+    layer and the loss, from the first pass to the last (the calibrated mode's placement of a
+    Megatron-LM split); and, with every stage an equal share of them, the schedule whose
+    chunks are all alike."""
 
     from dmlimits.measured import operations
 
     assert seen, "no pipelined run to check"
-    with operations.placement("last"):  # the last stage heavier, as Megatron-LM places it
+    assert operations.STAGES["head"] == "placed"
+    _check_pipelined_compute(seen)  # the last stage heavier, as Megatron-LM places it
+    with operations.placement("even"):  # every stage alike
         _check_pipelined_compute(seen)
-    _check_pipelined_compute(seen)  # the calibrated mode's: every stage alike
 
 
 def _check_pipelined_compute(seen: dict[tuple[int, float, int], int]) -> None:

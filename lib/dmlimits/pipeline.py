@@ -864,6 +864,8 @@ def _list_schedule(
 
 def _numbers(value: Any) -> bool:
     """Whether ``value`` is a sequence (or array) of real numbers, booleans excluded."""
+    if isinstance(value, str | bytes):
+        return False
     try:
         items = list(value)
     except TypeError:
@@ -921,6 +923,11 @@ def schedule(
     if order not in SCHEDULE_ORDERS:
         raise ValueError(f"order: got {order!r}; expected one of {', '.join(SCHEDULE_ORDERS)}")
     if work is not None:
+        if not isinstance(work, str | bytes | np.ndarray):
+            try:
+                work = list(work)  # a generator is read once
+            except TypeError:
+                pass
         shares = np.asarray(work, dtype=float) if _numbers(work) else None
         if (
             shares is None

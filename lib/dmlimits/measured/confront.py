@@ -660,10 +660,10 @@ def stages_compared(rows=None) -> dict[str, dict]:
 def stage_imbalance(rows=None) -> dict:
     """The busiest pipeline stage's compute over an equal share of the step's
     (:func:`dmlimits.measured.operations.busiest_stage_excess`) on the pipelined development
-    rows whose framework balances its stages (nanotron's), as nanotron splits them and as
-    Megatron-LM's default split would (where their layers divide evenly over the stages):
-    the row count, the least and greatest excess of each, and whether nanotron's busiest stage
-    is in the first half of every pipeline."""
+    rows whose framework splits its stages by compute cost (nanotron's), as nanotron splits
+    them and as Megatron-LM's default split would (where their layers divide evenly over the
+    stages): the row count, the least and greatest excess of each, and whether nanotron's
+    busiest stage is in the first half of every pipeline."""
     from . import operations
 
     nanotron, megatron, early = [], [], True
@@ -676,7 +676,7 @@ def stage_imbalance(rows=None) -> dict:
         if cfg.shape.layers % cfg.pp == 0:
             megatron.append(operations.busiest_stage_excess(cfg, "last"))
     if not nanotron:
-        raise ValueError("stage_imbalance: no pipelined row balances its stages")
+        raise ValueError("stage_imbalance: no pipelined row is split by nanotron")
     return {
         "rows": len(nanotron),
         "nanotron": (min(nanotron), max(nanotron)),

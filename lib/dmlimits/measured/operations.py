@@ -302,7 +302,7 @@ def device_values(cluster: str, values: dict[str, float]):
 
 #: Where :func:`parts` can put a pipeline's output layer and loss (:func:`placement`).
 PLACEMENTS = {
-    "even": "every stage an equal share of them (the calibrated mode's)",
+    "even": "every stage an equal share of them (the bound's)",
     "placed": "where each run's framework puts them: on the last stage beside an equal share "
     "of the blocks (Megatron-LM's default split), or as the framework's split weighs them, its "
     "uneven stages timed by the schedule (nanotron's; Megatron-Core's with the embedding and "
@@ -425,10 +425,12 @@ def parts(cfg: Config) -> dict[str, float]:
     by the matmul model (clock derate and kernel latency included); ``attention``, attention's
     core at its utilization (:func:`attention_utilization`); ``memory``, the memory-bound
     operations of its blocks (:func:`memory_ops_derivation` without the loss and the
-    optimizer); ``optimizer``, Adam's update.  The output layer's matmuls and the loss's
-    memory-bound operations are every stage's in equal shares, in ``linear`` and ``memory``
-    (the calibrated mode's, :data:`STAGES`); placed on the last stage (:func:`placement`),
-    they are its alone: ``head`` and ``loss`` (with one stage, the only stage runs them).
+    optimizer); ``optimizer``, Adam's update.  Placed on the last stage (Megatron-LM's default
+    split, in the calibrated mode's placement, :data:`STAGES`), the output layer's matmuls and
+    the loss's memory-bound operations are its alone: ``head`` and ``loss`` (with one stage,
+    the only stage runs them).  In equal shares (:func:`placement` ``"even"``), and where the
+    framework's split weighs them (its uneven stages timed by :func:`pipeline_stretch`), they
+    are every stage's alike, in ``linear`` and ``memory``.
     The optimizer's share is every stage's alike: the last stage's output layer is not counted
     apart there."""
     sh, c = cfg.shape, cfg.cluster
@@ -489,8 +491,9 @@ def nanotron_split(cfg: Config) -> tuple[tuple[int, ...], int]:
     (``get_block_compute_costs``): ``4 d^2 + 3 d d_ff`` a block (queries, keys, values and
     output counted at the model's width, grouped-query attention or not) and ``V d`` for the
     output layer.  The block that crosses a stage's share stays on that stage, so the split is
-    not even; the loss runs beside the output layer.  nanotron does not interleave: one chunk
-    a stage."""
+    not even.  The loss is counted beside the output layer, where nanotron puts it unless the
+    output layer crosses a stage's share before the last (a split that leaves stages empty),
+    when the loss goes to the next stage.  nanotron does not interleave: one chunk a stage."""
     sh, pp = cfg.shape, cfg.pp
     if cfg.vpp != 1:
         raise ValueError(f"nanotron_split: got vpp={cfg.vpp}; expected 1 (nanotron runs one "

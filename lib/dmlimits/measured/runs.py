@@ -15,8 +15,9 @@ This module extends the accounting just enough to meet them.  Per optimizer step
   1F1B pipeline adds to the step its bubble, ``(N_PP - 1) / (v m)`` of the blocks' time, with
   ``m`` micro-batches per pipeline and ``v`` chunks a GPU (the pipeline chapter).  Where the
   last stage also runs the output layer and the loss it sets the pace, and the step holds its
-  whole compute; the calibrated mode counts every stage an equal share of them
-  (:data:`dmlimits.measured.operations.STAGES`).
+  whole compute.  The bound counts every stage an equal share of them; the calibrated mode
+  places them where each run's framework does, and times a split that makes the stages uneven
+  by the schedule laid out pass by pass (:data:`dmlimits.measured.operations.STAGES`).
 * **Sharded data parallelism** over the ``g = N_DP N_CP`` ranks that hold the same parameters.
   A ring all-gather or reduce-scatter of a buffer makes each rank send ``(g - 1) / g`` of it.
   ZeRO-1 and ZeRO-2 reduce-scatter the gradients and all-gather the updated parameters once a
@@ -698,8 +699,8 @@ class Config:
     # the memory count reads it.
     stage_keeps_gathered: bool = False
     # How the framework splits the pipeline's blocks and where it runs the output layer and
-    # loss (STAGE_PLACEMENTS).  Read only inside operations.placement("placed") (and by
-    # operations.stage_times); the calibrated mode counts equal shares always.
+    # loss (STAGE_PLACEMENTS).  Read by the calibrated mode's placement, operations.placement
+    # ("placed", the default), and by operations.stage_times; the bound counts equal stages.
     stages: str = "last"
 
     def __post_init__(self) -> None:
@@ -824,6 +825,7 @@ PARTS = (
     "head",
     "loss",
     "bubble_ratio",
+    "stage_bubble_ratio",
     "dp_bw",
     "dp_lat",
     "tp_bw",
@@ -889,14 +891,13 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
     attn = sh.attention_flop_per_token(cfg.seq_len, cfg.recompute)
     linear = sh.flop_per_token(cfg.seq_len, cfg.recompute) - attn
     out["compute"] = B * (linear / peak + attn / cfg.cluster.peak_16bit) / cfg.n_gpus
-    out["bubble_ratio"] = (cfg.pp - 1) / (cfg.vpp * m)
-    if (
-        cfg.pp > 1
-        and cfg.stages in ("nanotron", "layers")
-        and operations.STAGES["head"] == "placed"
-    ):
-        # Uneven stages as the framework splits them: the schedule's stretch over equal shares.
-        out["bubble_ratio"] = operations.pipeline_stretch(cfg) - 1
+    # The bound's bubble (run-mfu): equal stages.  The calibrated mode's, stage_bubble_ratio, is
+    # the same but where the framework's split makes the stages uneven and the output layer is
+    # placed as it puts it: the simulated schedule's stretch over equal shares.
+    out["bubble_ratio"] = out["stage_bubble_ratio"] = (cfg.pp - 1) / (cfg.vpp * m)
+    uneven = cfg.stages in ("nanotron", "layers") and operations.STAGES["head"] == "placed"
+    if cfg.pp > 1 and uneven:
+        out["stage_bubble_ratio"] = operations.pipeline_stretch(cfg) - 1
     out["micro_batches"] = m
     out["stage_layers"] = stage_layers
     out.update(operations.parts(cfg))
@@ -971,7 +972,8 @@ def combine(parts: dict, factors: Factors) -> dict:
     # The last stage sets the pace; the warm-up and cool-down wait on the other stages' blocks
     # (run-mfu's third step).  With equal stages t_head is 0; where a split weighs the output
     # layer, the bubble ratio is the simulated schedule's (operations.pipeline_stretch).
-    t_bubble = (t_comp + t_mem - t_head) * parts["bubble_ratio"]
+    ratio = parts["stage_bubble_ratio"] if factors.operations else parts["bubble_ratio"]
+    t_bubble = (t_comp + t_mem - t_head) * ratio
     lat = 1.0 if factors.latency else 0.0
     t_dp = parts["dp_bw"] / factors.collective + lat * parts["dp_lat"]
     t_tp = parts["tp_bw"] / factors.collective + lat * parts["tp_lat"]
@@ -1302,15 +1304,15 @@ SEQUENCE_PARALLEL_SOURCES = ("torchtitan", "ultra-scale playbook")
 KEEPS_GATHERED_SOURCES = ("torchtitan",)
 
 
-#: Sources whose framework balances its pipeline's stages by a compute cost that counts the
+#: Sources whose framework splits its pipeline's blocks by a compute cost that counts the
 #: output layer: nanotron, the Ultra-Scale Playbook's framework, which deals the blocks to the
-#: stages by cumulative cost (``build_model`` in ``nanotron/models/base.py``), the output
-#: layer's cost counted as ``V d`` beside a block's
-#: (:func:`dmlimits.measured.operations.nanotron_split`).  A row's ``stages`` column overrides
-#: the rule (NVIDIA's runs say how their recipes split the stages); every other
-#: source's runs are placed with Megatron-LM's default split, equal blocks a stage and the
-#: output layer and loss on the last.  Only :func:`dmlimits.measured.operations.parts` inside
-#: ``placement("placed")`` reads it.
+#: stages by cumulative cost, greedily (``build_model`` in ``nanotron/models/base.py``), the
+#: output layer's cost counted as ``V d`` beside a block's
+#: (:func:`dmlimits.measured.operations.nanotron_split`); its stages come out uneven all the
+#: same.  A row's ``stages`` column overrides the rule (NVIDIA's runs say how their recipes
+#: split the stages); every other source's runs are placed with Megatron-LM's default split,
+#: equal blocks a stage and the output layer and loss on the last.  Read by the calibrated
+#: mode's placement (:func:`dmlimits.measured.operations.parts`, ``placement("placed")``).
 STAGE_BALANCING_SOURCES = ("ultra-scale playbook",)
 
 
@@ -1437,8 +1439,8 @@ def interpret(row: dict) -> Interpretation:
     stages = _stages(row, source)
     if pp > 1:
         split = {
-            "last": "the output layer and the loss on the last pipeline stage, the blocks split "
-            "evenly (Megatron-LM's default; for torchtitan not checked)",
+            "last": "the output layer and the loss on the last pipeline stage beside an equal "
+            "share of the blocks (Megatron-LM's default; torchtitan's split not checked)",
             "nanotron": "pipeline stages as nanotron splits the blocks by its compute count, "
             "timed by the schedule pass by pass",
             "layers": "pipeline stages as Megatron-Core splits the blocks with the embedding and "
