@@ -357,3 +357,16 @@ def test_a_rows_stages_column():
                        "layout or empty, "
                        "got 'first'"):  # fmt: skip
         runs.interpret(row)
+
+
+def test_a_split_that_cannot_be_laid_out_names_why():
+    """A row whose framework's split the calibrated mode cannot lay out (nanotron interleaved,
+    Megatron-Core's slots that do not divide) is a row that cannot be modelled, with the reason,
+    not a crash."""
+    row = dict(next(r for r in runs.nemo_rows() if r["model"] == "LLAMA3_70B" and r["pp"] == "8"))
+    with pytest.raises(ValueError, match="nanotron_split: got vpp=5; expected 1"):
+        runs.interpret(dict(row, stages="nanotron"))
+    with pytest.raises(ValueError, match="80 layers and the embedding and the loss do not split"):
+        runs.interpret(dict(row, stages="layers"))
+    out = runs.predict_rows([dict(row, stages="layers")])
+    assert "do not split evenly" in out[0]["prediction_error"]

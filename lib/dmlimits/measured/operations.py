@@ -576,7 +576,7 @@ def stage_times(cfg: Config, split: str) -> np.ndarray:
 
 def busiest_stage_excess(cfg: Config, split: str) -> float:
     """How much more compute the busiest pipeline stage does than an equal share of the step's
-    (what the calibrated mode counts): ``max / mean - 1`` of :func:`stage_times`."""
+    (what the bound counts): ``max / mean - 1`` of :func:`stage_times`."""
     times = stage_times(cfg, split)
     return float(times.max() / times.mean() - 1)
 
@@ -587,9 +587,9 @@ def pipeline_stretch(cfg: Config) -> float:
     (:func:`dmlimits.pipeline.schedule`, 1F1B or Megatron-LM's interleaved order) with each
     chunk's passes as long as its work (:func:`stage_times`), its makespan over ``v m`` chunks'
     forward and backward passes of the mean chunk.  ``1 + (N_PP - 1) / (v m)`` where the chunks
-    are alike.  The chunks are weighed at the matmul model's times: the fitted matmul
-    efficiency, which divides the matmuls alone, would move the output layer's weight by a few
-    per cent of itself."""
+    are alike.  The chunks are weighed at the matmul model's times, not over the fitted matmul
+    efficiency (which divides the matmuls alone, so it would weigh the output layer, mostly
+    matmul, a little heavier against the blocks)."""
     work = _chunk_work(cfg, cfg.stages)
     shares = work / work.mean()
     m = round(cfg.micro_batches)

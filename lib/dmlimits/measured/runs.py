@@ -1316,6 +1316,21 @@ KEEPS_GATHERED_SOURCES = ("torchtitan",)
 STAGE_BALANCING_SOURCES = ("ultra-scale playbook",)
 
 
+def _check_split(cfg: Config) -> None:
+    """A ValueError, with the reason, where the calibrated mode cannot lay out the schedule of
+    ``cfg``'s uneven split (:func:`dmlimits.measured.operations.pipeline_stretch`)."""
+    from . import operations
+
+    operations.SPLITS[cfg.stages](cfg)  # raises where the layers do not split so
+    m = cfg.micro_batches
+    if abs(m - round(m)) > 1e-9 or (cfg.vpp > 1 and round(m) % cfg.pp):
+        raise ValueError(
+            f"{m:g} micro-batches a step cannot be laid out for the {cfg.stages} split over "
+            f"{cfg.pp} stages and {cfg.vpp} chunks a stage: expected a whole number"
+            + (", a multiple of the stages" if cfg.vpp > 1 else "")
+        )
+
+
 def _stages(row: dict, source: str) -> str:
     """Where the row's framework runs the pipeline's output layer and loss (:class:`Config`'s
     ``stages``): the row's ``stages`` column where it has one, else ``nanotron`` for
@@ -1478,6 +1493,8 @@ def interpret(row: dict) -> Interpretation:
         fp8_allgather="fp8 all-gather" in precision_text,
         stages=stages,
     )
+    if pp > 1 and stages in ("nanotron", "layers"):
+        _check_split(cfg)
     counting = THROUGHPUT_METRICS.get(metric)
     reported = None
     value_text = (row.get("value") or "").strip()
