@@ -370,3 +370,9 @@ def test_a_split_that_cannot_be_laid_out_names_why():
         runs.interpret(dict(row, stages="layers"))
     out = runs.predict_rows([dict(row, stages="layers")])
     assert "do not split evenly" in out[0]["prediction_error"]
+    # 405B's recipe split (126 + 2 slots over 8 x 8 chunks) with 8.5 micro-batches a step.
+    big = next(r for r in runs.nemo_rows() if r["model"] == "LLAMA3.1_405B")
+    tokens = float(big["global_batch_tokens"]) * 8.5 / runs.interpret(big).config.micro_batches
+    with pytest.raises(ValueError, match=r"8\.5 micro-batches a step cannot be laid out "
+                       r"for the layers split"):  # fmt: skip
+        runs.interpret(dict(big, global_batch_tokens=repr(tokens)))

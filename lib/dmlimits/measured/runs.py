@@ -1318,16 +1318,18 @@ STAGE_BALANCING_SOURCES = ("ultra-scale playbook",)
 
 def _check_split(cfg: Config) -> None:
     """A ValueError, with the reason, where the calibrated mode cannot lay out the schedule of
-    ``cfg``'s uneven split (:func:`dmlimits.measured.operations.pipeline_stretch`)."""
+    ``cfg``'s uneven split (:func:`dmlimits.measured.operations.pipeline_stretch`).  Such a row
+    is not modelled at all, the bound included: the calibrated mode is what a row is read for."""
     from . import operations
 
     operations.SPLITS[cfg.stages](cfg)  # raises where the layers do not split so
     m = cfg.micro_batches
-    if abs(m - round(m)) > 1e-9 or (cfg.vpp > 1 and round(m) % cfg.pp):
+    stalls = cfg.vpp > 1 and round(m) > cfg.pp and round(m) % cfg.pp  # Megatron-LM's order
+    if abs(m - round(m)) > 1e-9 or stalls:
         raise ValueError(
             f"{m:g} micro-batches a step cannot be laid out for the {cfg.stages} split over "
             f"{cfg.pp} stages and {cfg.vpp} chunks a stage: expected a whole number"
-            + (", a multiple of the stages" if cfg.vpp > 1 else "")
+            + (", at most the stages or a multiple of them" if cfg.vpp > 1 else "")
         )
 
 
@@ -1460,7 +1462,8 @@ def interpret(row: dict) -> Interpretation:
             "timed by the schedule pass by pass",
             "layers": "pipeline stages as Megatron-Core splits the blocks with the embedding and "
             "the loss counted as a layer each, timed by the schedule pass by pass",
-            "layout": "the recipe's pipeline layout counted as equal stages",
+            "layout": "the recipe's pipeline layout (assumed where the row's notes say so) "
+            "counted as equal stages",
         }[stages]
         if stages != "last" or torchtitan:
             assumed.append(split)
