@@ -376,3 +376,47 @@ def test_a_split_that_cannot_be_laid_out_names_why():
     with pytest.raises(ValueError, match=r"8\.5 micro-batches a step cannot be laid out "
                        r"for the layers split"):  # fmt: skip
         runs.interpret(dict(big, global_batch_tokens=repr(tokens)))
+
+
+def test_faster_hopper_attention_speeds_the_hopper_runs_alone():
+    """NVIDIA's runs with attention's core at FlashAttention-3's figure on the Hopper GPUs: the
+    H100 rows are predicted faster, every other row exactly as the calibrated mode predicts
+    it, the fit is the development rows' (not refitted), and the figures are restored after."""
+    from dmlimits.measured import confront
+
+    rows = runs.nemo_rows()
+    plain = confront.outside_split(rows=rows)
+    faster = confront.faster_hopper_attention(rows)
+    hopper = np.array(
+        [it.config.cluster.name == "h100" for it in plain["comparison"].interpretations]
+    )
+    assert hopper.any() and not hopper.all()
+    before, after = plain["comparison"].calibrated, faster["comparison"].calibrated
+    assert np.all(after[hopper] > before[hopper])
+    assert np.array_equal(after[~hopper], before[~hopper])
+    # At FlashAttention-2's own figure nothing moves.
+    same = confront.faster_hopper_attention(rows, published.value("flash3.h100_flash2_utilization"))
+    assert np.array_equal(same["comparison"].calibrated, before)
+    assert np.array_equal(confront.outside_split(rows=rows)["comparison"].calibrated, before)
+
+
+def test_an_fp8_runs_output_layer_stays_in_16_bit():
+    """FP8 runs: the blocks' matmuls at the FP8 peak, the output layer at the 16-bit rate (as
+    Megatron-Core and torchtitan keep it), in the calibrated mode's parts and in the bound."""
+    with operations.placement("last"):  # the output layer's time apart, on the last stage
+        bf16, fp8 = _config(precision="bf16"), _config(precision="fp8")
+        p16, p8 = operations.parts(bf16), operations.parts(fp8)
+        c = bf16.cluster
+        assert p8["head"] == p16["head"] > 0
+        assert p8["linear"] == pytest.approx(p16["linear"] * c.peak_16bit / c.peak_fp8)
+        assert p8["attention"] == p16["attention"]
+    sh = fp8.shape
+    attn = sh.attention_flop_per_token(fp8.seq_len)
+    head = sh.output_flop_per_token()
+    assert head == 6 * sh.d_model * sh.vocab  # forward and two backward matmuls, never recomputed
+    blocks = sh.flop_per_token(fp8.seq_len) - attn - head
+    expected = fp8.global_batch_tokens * (blocks / c.peak_fp8 + (attn + head) / c.peak_16bit)
+    assert runs.components(fp8)["compute"] == pytest.approx(expected / fp8.n_gpus)
+    assert runs.components(bf16)["compute"] == pytest.approx(
+        bf16.global_batch_tokens * sh.flop_per_token(bf16.seq_len) / c.peak_16bit / bf16.n_gpus
+    )

@@ -705,6 +705,25 @@ def attention_sensitivity(values: dict[str, float], outside_rows=None) -> dict[s
     }
 
 
+def faster_hopper_attention(rows, utilization: float | None = None) -> dict:
+    """:func:`outside_split` of ``rows`` with attention's core on the Hopper GPUs (those the model
+    runs at FlashAttention-2's H100 figure) at ``utilization`` of the 16-bit peak,
+    FlashAttention-3's published forward figure by default, and the development rows' fit
+    unchanged.  Not the calibrated mode: a test of how much of NVIDIA's H100 runs' error a
+    faster attention kernel than the development rows' could explain (their Transformer
+    Engine prefers cuDNN's fused attention on Hopper, for which the book has no published
+    training figure)."""
+    from . import operations
+
+    flash2 = published.value("flash3.h100_flash2_utilization")
+    faster = published.value("flash3.h100_utilization") if utilization is None else utilization
+    hopper = {name: faster for name, value in operations.ATTENTION_UTILIZATION.items()
+              if value == flash2}  # fmt: skip
+    fit = runs.calibrated()  # fitted outside the block, with the development rows' attention
+    with operations.attention_utilizations(hopper):
+        return outside_split(rows=rows, factors=fit)
+
+
 #: The columns' names of the two comparisons' tables.
 RULE_NAMES = {
     "operations": "operation by operation",

@@ -15,7 +15,13 @@ is the bytes they move through HBM.  The calibrated mode times both:
   when recomputed), for the activation gradient and for the weight gradient.  A small model's
   matmuls, or a large tensor-parallel degree's thin shards, run below the clock derate: the
   kernel latency is a larger share and the tiles fill less.
-  FP8 runs take the matmul model's time at the ratio of the 16-bit to the FP8 peak.
+  FP8 runs take the matmul model's time at the ratio of the 16-bit to the FP8 peak for their
+  blocks' matmuls; the output layer stays in 16-bit, as every framework of the project's FP8
+  rows runs it.  Megatron-Core's ``GPTModel`` builds it as ``tensor_parallel.ColumnParallelLinear``,
+  not a Transformer Engine module, which FP8's autocast leaves alone (NVIDIA/Megatron-LM in
+  November 2025, under NVIDIA's Megatron-Bridge runs); torchtitan's Float8 conversion skips the
+  module ``output`` (``module_filter_fn`` in ``torchtitan/float8.py`` in December 2024, its H100
+  runs; ``filter_fqns = ["output"]`` in ``llama3_8b.toml`` in June 2025, its H200 runs).
 * **Attention's core** at the utilization FlashAttention-2 reaches on the GPU: the upper end of
   its published range on the A100 (Dao 2023) and its published utilization on the H100 (Shah
   et al. 2024), which Hopper GPUs share (:data:`ATTENTION_UTILIZATION`).  The runs of the
@@ -312,7 +318,7 @@ PLACEMENTS = {
 #: The placement in force: the calibrated mode places the output layer and the loss where each
 #: run's framework does, because that is what the frameworks do.  Held out, the development
 #: rows are predicted better than in equal shares, and as well as with the last stage for
-#: every run on MFU (a little worse on step time; the chapter *Real runs*).
+#: every run on MFU and on step time (the chapter *Real runs*).
 STAGES = {"head": "placed"}
 
 
@@ -442,7 +448,8 @@ def parts(cfg: Config) -> dict[str, float]:
     matmuls = [*block_matmuls(cfg, b), (sh.d_model, sh.vocab / cfg.tp, b, 1.0)]
     times = _passes_time(scn, matmuls, [rb] * (len(matmuls) - 1) + [0])
     per_block, head = float(times[:-1].sum()), float(times[-1])
-    # The matmul model runs at the 16-bit peak; FP8 matmuls at the FP8 peak.
+    # The matmul model runs at the 16-bit peak; the blocks' FP8 matmuls at the FP8 peak, the
+    # output layer's in 16-bit (the module's docstring says which frameworks keep it so).
     speed = c.peak_16bit / c.peak(cfg.precision)
     linear = speed * m * sh.layers / cfg.pp * per_block
     attn = sh.attention_flop_per_token(cfg.seq_len, cfg.recompute)
@@ -471,7 +478,7 @@ def parts(cfg: Config) -> dict[str, float]:
         "attention": attention,
         "memory": blocks,
         "optimizer": with_opt - without,
-        "head": speed * m * head,
+        "head": m * head,
         "loss": without - blocks,
     }
     rule = STAGES["head"]

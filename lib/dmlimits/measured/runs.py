@@ -887,10 +887,12 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
     stage_layers = layers / cfg.pp
     out = dict.fromkeys(PARTS, 0.0)
     out["derate"] = cfg.cluster.derate
-    # FP8 runs use FP8 for the linear layers; attention's core stays in 16-bit.
+    # FP8 runs use FP8 for the blocks' linear layers; attention's core and the output layer
+    # stay in 16-bit (the frameworks that keep it so: dmlimits.measured.operations).
     attn = sh.attention_flop_per_token(cfg.seq_len, cfg.recompute)
-    linear = sh.flop_per_token(cfg.seq_len, cfg.recompute) - attn
-    out["compute"] = B * (linear / peak + attn / cfg.cluster.peak_16bit) / cfg.n_gpus
+    head = sh.output_flop_per_token(cfg.recompute)
+    linear = sh.flop_per_token(cfg.seq_len, cfg.recompute) - attn - head
+    out["compute"] = B * (linear / peak + (attn + head) / cfg.cluster.peak_16bit) / cfg.n_gpus
     # The bound's bubble (run-mfu): equal stages.  The calibrated mode's, stage_bubble_ratio, is
     # the same but where the framework's split makes the stages uneven and the output layer is
     # placed as it puts it: the simulated schedule's stretch over equal shares.

@@ -485,13 +485,10 @@ class Shape:
         """Training FLOP per token (hardware FLOP: recomputation counted)."""
         if recompute not in RECOMPUTE:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-        rb, ra = RECOMPUTE[recompute]
-        f = _flop_fn()
-        attn, (wqk, wv) = self.attention_params, self.attention_widths
+        rb, _ = RECOMPUTE[recompute]
 
         def count(layers, d_ff, vocab):
-            return float(f(layers, self.d_model, vocab, seq_len, rb, ra, attn,
-                           self._mlp_params(d_ff), wqk, wv))  # fmt: skip
+            return self._count(layers, d_ff, vocab, seq_len, recompute)
 
         if self.moe:
             # The derivation's count for each group of layers (vocab 0: no output projection),
@@ -512,6 +509,21 @@ class Shape:
     def attention_flop_per_token(self, seq_len: float, recompute: str = "none") -> float:
         """The part of :meth:`flop_per_token` that attention's scores and values cost."""
         return self.flop_per_token(seq_len, recompute) - self.flop_per_token(0, recompute)
+
+    def output_flop_per_token(self, recompute: str = "none") -> float:
+        """The part of :meth:`flop_per_token` that the output projection costs (the count with
+        no layers)."""
+        return self._count(0, self.d_ff, self.vocab, 0, recompute)
+
+    def _count(self, layers: float, d_ff: float, vocab: float, seq_len: float, recompute: str):
+        """The transformer chapter's FLOP count of ``layers`` blocks of MLP width ``d_ff`` and
+        an output projection over ``vocab`` words."""
+        if recompute not in RECOMPUTE:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+        rb, ra = RECOMPUTE[recompute]
+        attn, (wqk, wv) = self.attention_params, self.attention_widths
+        return float(_flop_fn()(layers, self.d_model, vocab, seq_len, rb, ra, attn,
+                                self._mlp_params(d_ff), wqk, wv))  # fmt: skip
 
     def model_flop_per_token(self, seq_len: float) -> float:
         """Model FLOP per token, the numerator of MFU."""
