@@ -252,7 +252,7 @@ def test_the_output_layer_and_the_loss_as_placed():
         spread = runs.combine(runs.components(one), f)["step"]
     assert spread == pytest.approx(runs.combine(runs.components(one), f)["step"])
     with pytest.raises(ValueError, match="stages must be one of last, nanotron, layers, layout, "
-                       "got 'first'"):  # fmt: skip
+                       "torchtitan, got 'first'"):  # fmt: skip
         dataclasses.replace(cfg, stages="first")
     with pytest.raises(ValueError, match="placement: got 'first'; expected one of even"):
         with operations.placement("first"):
@@ -296,6 +296,52 @@ def test_the_playbooks_pipelines_are_split_by_nanotron_and_megatrons_are_not():
             placed.setdefault(confront.family_label(row), set()).add(cfg.stages)
     assert placed["Ultra-Scale Playbook"] == {"nanotron"}
     assert placed["Megatron-LM"] == {"last"}
+    assert placed["torchtitan"] == {"torchtitan"}
+
+
+def test_torchtitans_split_by_hand():
+    """torchtitan's generate_split_points with no split points: the first chunk floor(L / T)
+    blocks, the middle ones one more while the remainder lasts, the last the rest and the
+    output layer; with blocks that divide evenly, Megatron-LM's split."""
+    cfg = _small(126, 8)
+    assert operations.torchtitan_split(cfg) == ((15,) + (16,) * 6 + (15,), 7)
+    interleaved = dataclasses.replace(cfg, vpp=2)
+    assert operations.torchtitan_split(interleaved) == ((7,) + (8,) * 14 + (7,), 15)
+    # A remainder larger than the middle chunks: the last chunk takes what is left over.
+    assert operations.torchtitan_split(_small(11, 4)) == ((2, 3, 3, 3), 3)
+    assert operations.torchtitan_split(_small(32, 4)) == operations.megatron_split(_small(32, 4))
+    for layers, pp, vpp in ((126, 8, 1), (126, 8, 2), (11, 4, 1), (61, 4, 3)):
+        blocks, head = operations.torchtitan_split(dataclasses.replace(_small(layers, pp), vpp=vpp))
+        assert sum(blocks) == layers and len(blocks) == pp * vpp and head == pp * vpp - 1
+        assert min(blocks) == blocks[0] and max(blocks) - min(blocks) <= 1 + layers % (pp * vpp)
+    with pytest.raises(ValueError, match="torchtitan_split: 8 model chunks for 4 layers"):
+        operations.torchtitan_split(_small(4, 8))
+
+
+def test_torchtitans_pipelined_rows_take_its_defaults():
+    """torchtitan's 405B rows give no micro-batches or chunks: its defaults at the benchmark's
+    commit are taken (as many micro-batches as stages; two chunks a stage when interleaved),
+    and said; the interleaved row is predicted faster than the 1F1B row at the same settings,
+    as it ran."""
+    rows = [r for r in runs.dev_rows() if "torchtitan" in r["source"] and r["pp"].strip() == "8"
+            and r["metric"] == "tokens_per_s_per_gpu"]  # fmt: skip
+    seen = {}
+    for row in rows:
+        it = runs.interpret(row)
+        cfg = it.config
+        assert cfg.stages == "torchtitan" and round(cfg.micro_batches) == cfg.pp == 8
+        interleaved = "interleaved" in row["notes"].lower()
+        assert cfg.vpp == (2 if interleaved else 1)
+        assert any("one a pipeline stage (torchtitan's default)" in a for a in it.assumed)
+        assert interleaved == any("two model chunks a stage" in a for a in it.assumed)
+        if "local batch 32" in row["notes"]:
+            seen[interleaved] = (float(row["value"]), runs.predict(cfg, runs.calibrated()))
+    assert set(seen) == {False, True}
+    (one_value, one), (inter_value, inter) = seen[False], seen[True]
+    assert inter_value > one_value and inter.tokens_per_s_per_gpu > one.tokens_per_s_per_gpu
+    # A row that gives its micro-batch keeps it.
+    given = dict(rows[0], mbs="2")
+    assert runs.interpret(given).config.mbs == 2
 
 
 def _small(layers, pp, d_ff=32, vocab=128):
@@ -354,8 +400,7 @@ def test_a_rows_stages_column():
     assert ("DeepSeekV3", "layout") in placed
     row = dict(next(r for r in runs.nemo_rows() if r["model"] == "LLAMA3_70B"), stages="first")
     with pytest.raises(ValueError, match="column stages must be one of last, nanotron, layers, "
-                       "layout or empty, "
-                       "got 'first'"):  # fmt: skip
+                       "layout, torchtitan or empty, got 'first'"):  # fmt: skip
         runs.interpret(row)
 
 

@@ -678,11 +678,11 @@ def test_each_source_is_predicted_by_a_fit_that_never_saw_it():
     per_row = result["per_row"]
     pooled = np.median(np.abs(per_row["held_out"] - per_row["reported"])) * 100
     assert pooled == pytest.approx(result["held_out_points"])
-    # Fitted without a source, the factors predict it no better than the fit that saw it, and
-    # some source worse: the in-sample error understates what a new framework should expect.
-    # (Pooled, the held-out median can come out a little lower: it mixes the fits.)
+    # Fitted without it, some source is predicted worse than by the fit that saw it: the
+    # in-sample error understates what a new framework should expect.  (A source can also come
+    # out better held out, the fit without it suiting it better than the pooled one; the
+    # chapter says which.)
     by_source = result["by_source"]
-    assert all(g["held_out_points"] >= g["in_sample_points"] - 1e-9 for g in by_source)
     assert any(g["held_out_points"] > g["in_sample_points"] + 0.1 for g in by_source)
 
 

@@ -554,10 +554,42 @@ def layer_slots_split(cfg: Config) -> tuple[tuple[int, ...], int]:
     return tuple(blocks), chunks - 1
 
 
+def torchtitan_split(cfg: Config) -> tuple[tuple[int, ...], int]:
+    """The blocks in each of the ``v N_PP`` model chunks and the chunk of the output layer as
+    torchtitan splits them when no split points are given (``generate_split_points`` in
+    ``torchtitan/parallelisms/pipelining_utils.py`` at 9dec370, the commit of its December
+    2024 benchmarks): the first chunk ``floor(L / (v N_PP))`` blocks, each middle chunk one
+    more while the remainder lasts, the last chunk the rest and the output layer and the loss.
+    Chunk ``k`` runs on stage ``k mod N_PP`` (``stage_ids_this_rank``, style ``loop``), and
+    its interleaved schedule is laid out in Megatron-LM's interleaved order, which PyTorch's
+    ``ScheduleInterleaved1F1B`` follows.  Where the blocks divide evenly this is Megatron-LM's
+    default split."""
+    chunks, layers = cfg.pp * cfg.vpp, cfg.shape.layers
+    if chunks > layers:
+        raise ValueError(
+            f"torchtitan_split: {chunks} model chunks for {layers} layers; expected at most "
+            "one chunk a layer"
+        )
+    base, extra = divmod(layers, chunks)
+    blocks = [base]
+    for _ in range(chunks - 2):
+        more = 1 if extra > 0 else 0
+        extra -= more
+        blocks.append(base + more)
+    if chunks > 1:
+        blocks.append(layers - sum(blocks))
+    return tuple(blocks), chunks - 1
+
+
 #: The splits :func:`stage_times` and :func:`pipeline_stretch` take, by
-#: :class:`~dmlimits.measured.runs.Config`'s ``stages``: Megatron-LM's default, nanotron's and
-#: Megatron-Core's with the embedding and the loss counted as layers.
-SPLITS = {"last": megatron_split, "nanotron": nanotron_split, "layers": layer_slots_split}
+#: :class:`~dmlimits.measured.runs.Config`'s ``stages``: Megatron-LM's default, nanotron's,
+#: Megatron-Core's with the embedding and the loss counted as layers, and torchtitan's.
+SPLITS = {
+    "last": megatron_split,
+    "nanotron": nanotron_split,
+    "layers": layer_slots_split,
+    "torchtitan": torchtitan_split,
+}
 
 
 def _chunk_work(cfg: Config, split: str) -> np.ndarray:

@@ -656,9 +656,12 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 #: (:class:`Config`'s ``stages``): ``last``, Megatron-LM's default (equal blocks a chunk, the
 #: output layer and loss on the last stage); ``nanotron``, nanotron's split by compute cost;
 #: ``layers``, Megatron-Core's with the embedding and the loss counted as a layer each;
-#: ``layout``, an explicit layout this book does not model, counted as equal shares
-#: (:data:`dmlimits.measured.operations.SPLITS`).
-STAGE_PLACEMENTS = ("last", "nanotron", "layers", "layout")
+#: ``layout``, an explicit layout this book does not model, counted as equal shares;
+#: ``torchtitan``, torchtitan's default split points (:data:`dmlimits.measured.operations.SPLITS`).
+STAGE_PLACEMENTS = ("last", "nanotron", "layers", "layout", "torchtitan")
+#: The splits whose stages the calibrated mode times by laying the schedule out pass by pass
+#: (:func:`dmlimits.measured.operations.pipeline_stretch`).
+UNEVEN_SPLITS = ("nanotron", "layers", "torchtitan")
 
 
 @dataclass(frozen=True)
@@ -897,7 +900,7 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
     # the same but where the framework's split makes the stages uneven and the output layer is
     # placed as it puts it: the simulated schedule's stretch over equal shares.
     out["bubble_ratio"] = out["stage_bubble_ratio"] = (cfg.pp - 1) / (cfg.vpp * m)
-    uneven = cfg.stages in ("nanotron", "layers") and operations.STAGES["head"] == "placed"
+    uneven = cfg.stages in UNEVEN_SPLITS and operations.STAGES["head"] == "placed"
     if cfg.pp > 1 and uneven:
         out["stage_bubble_ratio"] = operations.pipeline_stretch(cfg) - 1
     out["micro_batches"] = m
@@ -1306,16 +1309,19 @@ SEQUENCE_PARALLEL_SOURCES = ("torchtitan", "ultra-scale playbook")
 KEEPS_GATHERED_SOURCES = ("torchtitan",)
 
 
-#: Sources whose framework splits its pipeline's blocks by a compute cost that counts the
-#: output layer: nanotron, the Ultra-Scale Playbook's framework, which deals the blocks to the
-#: stages by cumulative cost, greedily (``build_model`` in ``nanotron/models/base.py``), the
-#: output layer's cost counted as ``V d`` beside a block's
-#: (:func:`dmlimits.measured.operations.nanotron_split`); its stages come out uneven all the
-#: same.  A row's ``stages`` column overrides the rule (NVIDIA's runs say how their recipes
-#: split the stages); every other source's runs are placed with Megatron-LM's default split,
-#: equal blocks a stage and the output layer and loss on the last.  Read by the calibrated
-#: mode's placement (:func:`dmlimits.measured.operations.parts`, ``placement("placed")``).
-STAGE_BALANCING_SOURCES = ("ultra-scale playbook",)
+#: Sources whose framework splits its pipeline's blocks otherwise than Megatron-LM's default,
+#: and how (:data:`STAGE_PLACEMENTS`).  nanotron, the Ultra-Scale Playbook's framework, deals
+#: the blocks to the stages by a compute cost that counts the output layer, greedily
+#: (``build_model`` in ``nanotron/models/base.py``;
+#: :func:`dmlimits.measured.operations.nanotron_split`); its stages come out uneven all the
+#: same.  torchtitan, given no split points, gives the first
+#: stage the fewest blocks and the middle ones the remainder
+#: (:func:`dmlimits.measured.operations.torchtitan_split`).  A row's ``stages`` column overrides
+#: the rule (NVIDIA's runs say how their recipes split the stages); every other source's runs
+#: are placed with Megatron-LM's default split, equal blocks a stage and the output layer and
+#: loss on the last.  Read by the calibrated mode's placement
+#: (:func:`dmlimits.measured.operations.parts`, ``placement("placed")``).
+SOURCE_SPLITS = {"ultra-scale playbook": "nanotron", "torchtitan": "torchtitan"}
 
 
 def _check_split(cfg: Config) -> None:
@@ -1337,8 +1343,8 @@ def _check_split(cfg: Config) -> None:
 
 def _stages(row: dict, source: str) -> str:
     """Where the row's framework runs the pipeline's output layer and loss (:class:`Config`'s
-    ``stages``): the row's ``stages`` column where it has one, else ``nanotron`` for
-    :data:`STAGE_BALANCING_SOURCES` and ``last`` (Megatron-LM's default split) for the rest."""
+    ``stages``): the row's ``stages`` column where it has one, else its source's split
+    (:data:`SOURCE_SPLITS`), else ``last`` (Megatron-LM's default split)."""
     text = (row.get("stages") or "").strip().lower()
     if text and text not in STAGE_PLACEMENTS:
         raise ValueError(
@@ -1348,7 +1354,7 @@ def _stages(row: dict, source: str) -> str:
     if text:
         return text
     lowered = source.lower()
-    return "nanotron" if any(key in lowered for key in STAGE_BALANCING_SOURCES) else "last"
+    return next((split for key, split in SOURCE_SPLITS.items() if key in lowered), "last")
 
 
 def _splits_sequence(source: str) -> bool:
@@ -1390,8 +1396,17 @@ def interpret(row: dict) -> Interpretation:
         seq = DEFAULT_SEQ
         assumed.append(f"sequence length {DEFAULT_SEQ} (torchtitan's default)")
     local = re.search(r"local batch (\d+)", notes)
+    torchtitan = "torchtitan" in source.lower()
     mbs = _int(row, "mbs")
-    if mbs is None:
+    if mbs is None and torchtitan and pp > 1 and local and int(local.group(1)) % pp == 0:
+        # torchtitan's pipeline_parallel_microbatches defaults to the pipeline degree
+        # (build_pipeline_schedule in torchtitan/parallelisms/pipelining_utils.py at 9dec370).
+        mbs = int(local.group(1)) // pp
+        assumed.append(
+            f"{pp} micro-batches of {mbs} sequence{'s' if mbs > 1 else ''} a step, one a "
+            "pipeline stage (torchtitan's default)"
+        )
+    elif mbs is None:
         mbs = 1
         assumed.append("micro-batches of one sequence")
     tokens = (row.get("global_batch_tokens") or "").strip()
@@ -1434,7 +1449,13 @@ def interpret(row: dict) -> Interpretation:
         recompute = "selective"
     else:
         recompute = "none"
-    vpp = _int(row, "vpp", 1) or 1
+    vpp = _int(row, "vpp")
+    if vpp is None and torchtitan and pp > 1 and "interleaved" in text:
+        # With no split points, torchtitan gives a looped schedule two model chunks a stage
+        # (generate_split_points at 9dec370).
+        vpp = 2
+        assumed.append("interleaved 1F1B with two model chunks a stage (torchtitan's default)")
+    vpp = vpp or 1
     sequence_parallel = "seqpar" in text or "seq-parallel" in text
     keeps_gathered = tp > 1 and _keeps_gathered(source)
     if tp > 1 and _splits_sequence(source):
@@ -1444,7 +1465,6 @@ def interpret(row: dict) -> Interpretation:
             + ("kept" if keeps_gathered else "gathered again in the backward pass")
             + " (the framework's way)"
         )
-    torchtitan = "torchtitan" in source.lower()
     if torchtitan and recompute == "selective":
         assumed.append(
             "selective recomputation by torchtitan's per-op policy: every other matmul's "
@@ -1459,15 +1479,18 @@ def interpret(row: dict) -> Interpretation:
     if pp > 1:
         split = {
             "last": "the output layer and the loss on the last pipeline stage beside an equal "
-            "share of the blocks (Megatron-LM's default; torchtitan's split not checked)",
+            "share of the blocks (Megatron-LM's default)",
             "nanotron": "pipeline stages as nanotron splits the blocks by its compute count, "
             "timed by the schedule pass by pass",
             "layers": "pipeline stages as Megatron-Core splits the blocks with the embedding and "
             "the loss counted as a layer each, timed by the schedule pass by pass",
             "layout": "the recipe's pipeline layout (assumed where the row's notes say so) "
             "counted as equal stages",
+            "torchtitan": "pipeline stages as torchtitan splits the blocks given no split "
+            "points (the first stage the fewest blocks, the output layer and the loss on "
+            "the last), timed by the schedule pass by pass",
         }[stages]
-        if stages != "last" or torchtitan:
+        if stages != "last":
             assumed.append(split)
     factor = _activation_factor(source)
     if factor != 1.0:
@@ -1498,7 +1521,7 @@ def interpret(row: dict) -> Interpretation:
         fp8_allgather="fp8 all-gather" in precision_text,
         stages=stages,
     )
-    if pp > 1 and stages in ("nanotron", "layers"):
+    if pp > 1 and stages in UNEVEN_SPLITS:
         _check_split(cfg)
     counting = THROUGHPUT_METRICS.get(metric)
     reported = None
