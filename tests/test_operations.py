@@ -310,6 +310,7 @@ def test_torchtitans_split_by_hand():
     # A remainder larger than the middle chunks: the last chunk takes what is left over.
     assert operations.torchtitan_split(_small(11, 4)) == ((2, 3, 3, 3), 3)
     assert operations.torchtitan_split(_small(32, 4)) == operations.megatron_split(_small(32, 4))
+    assert operations.torchtitan_split(_small(7, 2)) == ((3, 4), 1)  # two chunks: no middle
     for layers, pp, vpp in ((126, 8, 1), (126, 8, 2), (11, 4, 1), (61, 4, 3)):
         blocks, head = operations.torchtitan_split(dataclasses.replace(_small(layers, pp), vpp=vpp))
         assert sum(blocks) == layers and len(blocks) == pp * vpp and head == pp * vpp - 1
@@ -432,15 +433,17 @@ def test_faster_hopper_attention_speeds_the_hopper_runs_alone():
     rows = runs.nemo_rows()
     plain = confront.outside_split(rows=rows)
     faster = confront.faster_hopper_attention(rows)
-    hopper = np.array(
-        [it.config.cluster.name == "h100" for it in plain["comparison"].interpretations]
-    )
+    flash2 = published.value("flash3.h100_flash2_utilization")
+    hopper = np.array([
+        operations.ATTENTION_UTILIZATION[it.config.cluster.name] == flash2
+        for it in plain["comparison"].interpretations
+    ])  # fmt: skip
     assert hopper.any() and not hopper.all()
     before, after = plain["comparison"].calibrated, faster["comparison"].calibrated
     assert np.all(after[hopper] > before[hopper])
     assert np.array_equal(after[~hopper], before[~hopper])
     # At FlashAttention-2's own figure nothing moves.
-    same = confront.faster_hopper_attention(rows, published.value("flash3.h100_flash2_utilization"))
+    same = confront.faster_hopper_attention(rows, flash2)
     assert np.array_equal(same["comparison"].calibrated, before)
     assert np.array_equal(confront.outside_split(rows=rows)["comparison"].calibrated, before)
 
@@ -462,6 +465,24 @@ def test_an_fp8_runs_output_layer_stays_in_16_bit():
     blocks = sh.flop_per_token(fp8.seq_len) - attn - head
     expected = fp8.global_batch_tokens * (blocks / c.peak_fp8 + (attn + head) / c.peak_16bit)
     assert runs.components(fp8)["compute"] == pytest.approx(expected / fp8.n_gpus)
-    assert runs.components(bf16)["compute"] == pytest.approx(
-        bf16.global_batch_tokens * sh.flop_per_token(bf16.seq_len) / c.peak_16bit / bf16.n_gpus
-    )
+    # A 16-bit run's bound is the count over the 16-bit peak, to the last bit as before.
+    linear = sh.flop_per_token(bf16.seq_len) - attn
+    before = bf16.global_batch_tokens * (linear / c.peak_16bit + attn / c.peak_16bit)
+    assert runs.components(bf16)["compute"] == before / bf16.n_gpus
+
+
+def test_fp8_all_gathers_keep_the_embedding_and_output_layer_in_16_bit():
+    """torchtitan's FP8 all-gather converts the blocks' linear layers alone: of the gathered
+    bytes, the blocks' parameters travel at one byte and the embedding and the output layer at
+    the 16-bit word, so the saving is half the gather's bytes times the blocks' share."""
+    cfg = _config(precision="fp8", sharding="fsdp", fp8_allgather=True, n=16)
+    plain = dataclasses.replace(cfg, fp8_allgather=False)
+    saved = runs.components(plain)["dp_bw"] - runs.components(cfg)["dp_bw"]
+    g = cfg.dp * cfg.cp
+    bw, _ = runs._group_bandwidth(cfg, g, cfg.tp)
+    nag, _ = runs.ZERO_COUNTS[runs.SHARDING[cfg.sharding]]
+    w = runs.WORD_BYTES
+    gather = float(runs._fns()["dp"](nag, 0, g, cfg.params_held, cfg.tp, cfg.pp, w)) / bw
+    blocks = cfg.shape.block_params / cfg.params_held
+    assert 0 < blocks < 1
+    assert saved == pytest.approx(gather * (w - runs.FP8_BYTES) / w * blocks)

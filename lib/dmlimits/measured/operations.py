@@ -18,10 +18,11 @@ is the bytes they move through HBM.  The calibrated mode times both:
   FP8 runs take the matmul model's time at the ratio of the 16-bit to the FP8 peak for their
   blocks' matmuls; the output layer stays in 16-bit, as every framework of the project's FP8
   rows runs it.  Megatron-Core's ``GPTModel`` builds it as ``tensor_parallel.ColumnParallelLinear``,
-  not a Transformer Engine module, which FP8's autocast leaves alone (NVIDIA/Megatron-LM in
-  November 2025, under NVIDIA's Megatron-Bridge runs); torchtitan's Float8 conversion skips the
-  module ``output`` (``module_filter_fn`` in ``torchtitan/float8.py`` in December 2024, its H100
-  runs; ``filter_fqns = ["output"]`` in ``llama3_8b.toml`` in June 2025, its H200 runs).
+  not a Transformer Engine module, which FP8's autocast leaves alone (NVIDIA/Megatron-LM at
+  92c8482, the commit Megatron-Bridge 00b7660be0 pins, under NVIDIA's runs); torchtitan's Float8
+  conversion skips the module ``output`` (``module_filter_fn`` in ``torchtitan/float8.py`` at
+  9dec370, its December 2024 H100 runs; ``filter_fqns = ["output"]`` in ``llama3_8b.toml`` at
+  e7c0cae, its June 2025 H200 runs).
 * **Attention's core** at the utilization FlashAttention-2 reaches on the GPU: the upper end of
   its published range on the A100 (Dao 2023) and its published utilization on the H100 (Shah
   et al. 2024), which Hopper GPUs share (:data:`ATTENTION_UTILIZATION`).  The runs of the
@@ -559,7 +560,8 @@ def torchtitan_split(cfg: Config) -> tuple[tuple[int, ...], int]:
     torchtitan splits them when no split points are given (``generate_split_points`` in
     ``torchtitan/parallelisms/pipelining_utils.py`` at 9dec370, the commit of its December
     2024 benchmarks): the first chunk ``floor(L / (v N_PP))`` blocks, each middle chunk one
-    more while the remainder lasts, the last chunk the rest and the output layer and the loss.
+    more while the remainder lasts, the last chunk the rest and the output layer and the loss
+    (the first chunk's embedding, a lookup, is not counted).
     Chunk ``k`` runs on stage ``k mod N_PP`` (``stage_ids_this_rank``, style ``loop``), and
     its interleaved schedule is laid out in Megatron-LM's interleaved order, which PyTorch's
     ``ScheduleInterleaved1F1B`` follows.  Where the blocks divide evenly this is Megatron-LM's

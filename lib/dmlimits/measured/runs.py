@@ -6,18 +6,20 @@ size.  Measured runs (Fernandez et al. 2024, and the published runs in ``publish
 shard parameters (ZeRO, FSDP), train transformers at a fixed batch, and overlap imperfectly.
 This module extends the accounting just enough to meet them.  Per optimizer step and GPU:
 
-* **Compute.**  In the bound, ``B F_tok / (N_GPU F_p eta_mm)``: the batch's training FLOP
+* **Compute.** In the bound, ``B F_tok / (N_GPU F_p eta_mm)``: the batch's training FLOP
   (:mod:`dmlimits.measured.transformer`, recomputation counted) over the cluster's peak at the
-  run's precision, derated by a matmul efficiency ``eta_mm``.  The calibrated mode times the
-  step's operations one by one instead (:mod:`dmlimits.measured.operations`): each matmul by the
-  book's matmul model, over ``eta_mm``; attention's core at FlashAttention's published
-  utilization; the memory-bound operations and the optimizer step from HBM bandwidth.  The
-  1F1B pipeline adds to the step its bubble, ``(N_PP - 1) / (v m)`` of the blocks' time, with
-  ``m`` micro-batches per pipeline and ``v`` chunks a GPU (the pipeline chapter).  Where the
-  last stage also runs the output layer and the loss it sets the pace, and the step holds its
-  whole compute.  The bound counts every stage an equal share of them; the calibrated mode
-  places them where each run's framework does, and times a split that makes the stages uneven
-  by the schedule laid out pass by pass (:data:`dmlimits.measured.operations.STAGES`).
+  run's precision, derated by a matmul efficiency ``eta_mm``; in an FP8 run only the blocks'
+  linear layers run at the FP8 peak, attention's core and the output layer at the 16-bit one. The
+  calibrated mode times the step's operations one by one instead
+  (:mod:`dmlimits.measured.operations`): each matmul by the book's matmul model, over ``eta_mm``;
+  attention's core at FlashAttention's published utilization; the memory-bound operations and the
+  optimizer step from HBM bandwidth. The 1F1B pipeline adds to the step its bubble,
+  ``(N_PP - 1) / (v m)`` of the blocks' time, with ``m`` micro-batches per pipeline and ``v``
+  chunks a GPU (the pipeline chapter). Where the last stage also runs the output layer and the
+  loss it sets the pace, and the step holds its whole compute. The bound counts every stage an
+  equal share of them; the calibrated mode places them where each run's framework does, and times
+  a split that makes the stages uneven by the schedule laid out pass by pass
+  (:data:`dmlimits.measured.operations.STAGES`).
 * **Sharded data parallelism** over the ``g = N_DP N_CP`` ranks that hold the same parameters.
   A ring all-gather or reduce-scatter of a buffer makes each rank send ``(g - 1) / g`` of it.
   ZeRO-1 and ZeRO-2 reduce-scatter the gradients and all-gather the updated parameters once a
@@ -652,6 +654,8 @@ SHARDING = {
     "hsdp": 3,
 }
 PRECISIONS = ("bf16", "fp16", "fp8")
+#: Bytes of an FP8 word.
+FP8_BYTES = 1.0
 #: How a framework splits a pipeline's blocks and places its output layer and loss
 #: (:class:`Config`'s ``stages``): ``last``, Megatron-LM's default (equal blocks a chunk, the
 #: output layer and loss on the last stage); ``nanotron``, nanotron's split by compute cost;
@@ -893,9 +897,13 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
     # FP8 runs use FP8 for the blocks' linear layers; attention's core and the output layer
     # stay in 16-bit (the frameworks that keep it so: dmlimits.measured.operations).
     attn = sh.attention_flop_per_token(cfg.seq_len, cfg.recompute)
-    head = sh.output_flop_per_token(cfg.recompute)
-    linear = sh.flop_per_token(cfg.seq_len, cfg.recompute) - attn - head
-    out["compute"] = B * (linear / peak + (attn + head) / cfg.cluster.peak_16bit) / cfg.n_gpus
+    if cfg.precision == "fp8":
+        head = sh.output_flop_per_token(cfg.recompute)
+        linear = sh.flop_per_token(cfg.seq_len, cfg.recompute) - attn - head
+        out["compute"] = B * (linear / peak + (attn + head) / cfg.cluster.peak_16bit) / cfg.n_gpus
+    else:
+        linear = sh.flop_per_token(cfg.seq_len, cfg.recompute) - attn
+        out["compute"] = B * (linear / peak + attn / cfg.cluster.peak_16bit) / cfg.n_gpus
     # The bound's bubble (run-mfu): equal stages.  The calibrated mode's, stage_bubble_ratio, is
     # the same but where the framework's split makes the stages uneven and the output layer is
     # placed as it puts it: the simulated schedule's stretch over equal shares.
@@ -911,7 +919,12 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
     g = cfg.dp * cfg.cp
     stage = SHARDING[cfg.sharding]
     nag, nrs = ZERO_COUNTS[stage]
-    w_ag = 1.0 if cfg.fp8_allgather else w
+    w_ag = w
+    if cfg.fp8_allgather:
+        # FP8 all-gathers (torchtitan's) cover the converted linear layers alone: the embedding
+        # and the output layer travel in 16-bit.  Bytes a parameter, averaged over the gather.
+        embed = sh.params - sh.block_params
+        w_ag = ((cfg.params_held - embed) * FP8_BYTES + embed * w) / cfg.params_held
     params = cfg.params_held
     if g > 1 and cfg.sharding == "hsdp":
         h = cfg.shard_group
