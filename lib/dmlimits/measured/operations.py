@@ -183,8 +183,8 @@ def memory_ops_derivation() -> Derivation:
                 "the loss moves its bytes for each of them too, and the optimizer updates the "
                 "GPU's share of the optimizer state once a step. (So the calibrated mode "
                 "counts the loss under Megatron-LM's default split; where the framework's "
-                "split weighs the output layer, it gives every stage an equal share of the "
-                "loss and times the uneven stages by the schedule.)",
+                "split makes the stages uneven otherwise, it gives every stage an equal share "
+                "of the loss and times the uneven stages by the schedule.)",
                 e1,
             ),
             Step(
@@ -311,9 +311,9 @@ def device_values(cluster: str, values: dict[str, float]):
 PLACEMENTS = {
     "even": "every stage an equal share of them (the bound's)",
     "placed": "where each run's framework puts them: on the last stage beside an equal share "
-    "of the blocks (Megatron-LM's default split), or as the framework's split weighs them, its "
-    "uneven stages timed by the schedule (nanotron's; Megatron-Core's with the embedding and "
-    "the loss counted as layers: the configuration's ``stages``)",
+    "of the blocks (Megatron-LM's default split), or as the framework's split deals them and "
+    "the blocks, its uneven stages timed by the schedule (nanotron's; Megatron-Core's with the "
+    "embedding and the loss counted as layers; torchtitan's: the configuration's ``stages``)",
     "last": "on the last stage, for every run",
 }
 #: The placement in force: the calibrated mode places the output layer and the loss where each
@@ -437,8 +437,8 @@ def parts(cfg: Config) -> dict[str, float]:
     split, in the calibrated mode's placement, :data:`STAGES`), the output layer's matmuls and
     the loss's memory-bound operations are its alone: ``head`` and ``loss`` (with one stage,
     the only stage runs them).  In equal shares (:func:`placement` ``"even"``), and where the
-    framework's split weighs them (its uneven stages timed by :func:`pipeline_stretch`), they
-    are every stage's alike, in ``linear`` and ``memory``.
+    framework's split makes the stages uneven otherwise (its stages timed by
+    :func:`pipeline_stretch`), they are every stage's alike, in ``linear`` and ``memory``.
     The optimizer's share is every stage's alike: the last stage's output layer is not counted
     apart there."""
     sh, c = cfg.shape, cfg.cluster
@@ -483,8 +483,8 @@ def parts(cfg: Config) -> dict[str, float]:
         "loss": without - blocks,
     }
     rule = STAGES["head"]
-    # Equal shares, and as placed where the split weighs the output layer: its uneven stages
-    # are timed by the schedule instead (pipeline_stretch).
+    # Equal shares, and as placed where the split makes the stages uneven otherwise: its
+    # stages are timed by the schedule instead (pipeline_stretch).
     if rule == "even" or (rule == "placed" and cfg.stages != "last"):
         out["linear"] += out.pop("head") / cfg.pp
         out["memory"] += out.pop("loss") / cfg.pp

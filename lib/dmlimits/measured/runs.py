@@ -406,10 +406,11 @@ def mfu_derivation() -> Derivation:
                 "on the other stages' blocks, $(N_{\\mathrm{PP}} - 1) / (v m)$ of their "
                 "compute (1F1B, or Megatron-LM's interleaved 1F1B with $v$ chunks a GPU). "
                 "The calibrated mode places them where each run's framework does: on the last "
-                "stage under Megatron-LM's default split. Where the framework's split weighs "
-                "them (nanotron's; Megatron-Core's counting the embedding and the loss as "
-                "layers) the stages are uneven in other ways, and it lays the schedule out pass "
-                "by pass with each stage's work instead.",
+                "stage under Megatron-LM's default split. Where the framework's split makes "
+                "the stages uneven otherwise (nanotron's and Megatron-Core's counting the "
+                "embedding and the loss as layers, which weigh them; torchtitan's default "
+                "split points), it lays the schedule out pass by pass with each stage's work "
+                "instead.",
                 e3,
                 using=bubble,
             ),
@@ -988,8 +989,8 @@ def combine(parts: dict, factors: Factors) -> dict:
         t_comp = parts["compute"] / (factors.matmul * derate)
         t_head = t_mem = t_opt = 0.0 * t_comp
     # The last stage sets the pace; the warm-up and cool-down wait on the other stages' blocks
-    # (run-mfu's third step).  With equal stages t_head is 0; where a split weighs the output
-    # layer, the bubble ratio is the simulated schedule's (operations.pipeline_stretch).
+    # (run-mfu's third step).  With equal stages t_head is 0; where a split makes the stages
+    # uneven otherwise, the bubble ratio is the simulated schedule's (pipeline_stretch).
     ratio = parts["stage_bubble_ratio"] if factors.operations else parts["bubble_ratio"]
     t_bubble = (t_comp + t_mem - t_head) * ratio
     lat = 1.0 if factors.latency else 0.0
