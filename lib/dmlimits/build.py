@@ -321,12 +321,15 @@ class Progress:
             self._write(f"  {bar(self.finished / len(self.cells))} {line}")
 
 
-def _ipc_kernel_manager(socket_dir: Path, reads: Path | None = None):
+def _ipc_kernel_manager(socket_dir: Path, reads: Path | None = None, forks: Any = None):
     """Kernels talk to papermill over local IPC sockets (in ``socket_dir``, a short path under
     the system's temporary folder: socket paths are limited in length) rather than TCP.  With
-    ``reads``, the kernel lists there the assumptions it reads (:mod:`dmlimits.chapter_reads`)."""
+    ``reads``, the kernel lists there the assumptions it reads (:mod:`dmlimits.chapter_reads`).
+    With ``forks`` (a started :class:`dmlimits.kernel_fork.ForkServer`), the kernel is forked
+    from it rather than started as a new interpreter."""
     from jupyter_client.manager import AsyncKernelManager
 
+    from . import kernel_fork
     from .scenario import READS_ENV
 
     class IpcKernelManager(AsyncKernelManager):
@@ -340,7 +343,30 @@ def _ipc_kernel_manager(socket_dir: Path, reads: Path | None = None):
                 raise RuntimeError("the build was interrupted: no kernel is started")
             if reads is not None:
                 kw["env"] = {**(kw.get("env") or os.environ), READS_ENV: str(reads)}
+            if forks is not None and kernel_fork.forkable(kernel_cmd):
+                self._fork_from(forks)
             return await super()._async_launch_kernel(kernel_cmd, **kw)
+
+        def _fork_from(self, forks: Any) -> None:
+            """Make the provisioner fork its kernel from ``forks`` (as jupyter_client's local
+            provisioner records a kernel it started), or start it itself when that fails."""
+            provisioner = self.provisioner
+            started_here = type(provisioner).launch_kernel
+
+            async def launch(cmd: list[str], **kwargs: Any) -> Any:
+                cwd = str(kwargs.get("cwd") or Path.cwd())
+                # As jupyter_client's launch_kernel sets it: a kernel with a parent prints no
+                # banner, and exits when its parent (here the fork server) is gone.
+                env = {**(kwargs.get("env") or os.environ), "JPY_PARENT_PID": str(os.getpid())}
+                proc = forks.launch(cmd, env, cwd)
+                if proc is None:
+                    return await started_here(provisioner, cmd, **kwargs)
+                provisioner.process, provisioner.pid = proc, proc.pid
+                provisioner.pgid = proc.pid  # the child is the leader of its own session
+                provisioner.cwd = cwd
+                return provisioner.connection_info
+
+            provisioner.launch_kernel = launch
 
         _launch_kernel = _async_launch_kernel
 
@@ -511,7 +537,7 @@ def _cache_store(cache: Path | None, key: str, executed: Path) -> None:
 
 def _execute_one(
     root: Path, stage: Path, name: str, params: dict, socket_dir: Path,
-    progress: Progress | None = None, reads: Path | None = None,
+    progress: Progress | None = None, reads: Path | None = None, forks: Any = None,
 ) -> Timing:  # fmt: skip
     import jupytext
     import papermill as pm
@@ -550,7 +576,7 @@ def _execute_one(
             # The notebook is written once, when it ends or fails; writing it after every cell
             # as well cost about a second a chapter (bench/bench_build.py's chapters).
             request_save_on_cell_execute=False,
-            kernel_manager_class=_ipc_kernel_manager(socket_dir, reads),
+            kernel_manager_class=_ipc_kernel_manager(socket_dir, reads, forks),
             **hooks,
         )
     finally:
@@ -695,10 +721,13 @@ def execute_notebooks(
     socket_dir = Path(tempfile.mkdtemp(prefix="dmlimits-kernels-"))
     reads = {n: socket_dir / f"{i}.reads" for i, n in enumerate(todo) if n in watched}
     progress = Progress({n: code_cells(root / f"{n}.md") for n in todo})
+    forks = _fork_server()
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         futures = {
-            pool.submit(_execute_one, root, stage, n, params, socket_dir, progress, reads.get(n)): n
+            pool.submit(
+                _execute_one, root, stage, n, params, socket_dir, progress, reads.get(n), forks
+            ): n
             for n in todo
         }
         for done, future in enumerate(as_completed(futures), start=1):
@@ -724,9 +753,26 @@ def execute_notebooks(
     finally:
         shutil.rmtree(socket_dir, ignore_errors=True)
     pool.shutdown(wait=True)
+    if forks is not None:
+        forks.close()
     if failures:
         raise BuildError("\n\n".join(failures))
     return sorted(timings, key=lambda t: names.index(t.notebook))
+
+
+def _fork_server() -> Any:
+    """A started fork server for the chapters' kernels (:mod:`dmlimits.kernel_fork`), or
+    ``None`` when it is switched off or cannot be started (each kernel is then started as its
+    own process)."""
+    from . import kernel_fork
+
+    if not kernel_fork.enabled():
+        return None
+    forks = kernel_fork.ForkServer()
+    if not forks.start():
+        _say("could not start the kernels' fork server: each kernel starts on its own")
+        return None
+    return forks
 
 
 def keep_formulas(work: Path) -> None:

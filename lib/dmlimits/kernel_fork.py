@@ -1,0 +1,257 @@
+"""Start the chapters' kernels by forking one process that has already imported what every
+kernel imports, instead of starting a Python interpreter for each.
+
+A kernel started as its own process spends about two seconds of a core before it runs the
+chapter's first line: the interpreter starts, then imports ipykernel, numpy, sympy and
+matplotlib (measured on the project's machine; ``bench/bench_build.py`` shows the chapters'
+times with and without this, :data:`FORK_ENV`).  A build runs up to eighteen kernels, so the
+build starts one *fork server* (``python -m dmlimits.kernel_fork``) that imports those
+third-party modules once and then forks a child for each kernel; the child becomes the kernel
+as ``python -m ipykernel_launcher`` would, with the kernel's own command line, environment and
+working directory.
+
+Nothing of this library is imported before the fork, so a chapter imports it in its own
+kernel as it would in a fresh process (what it reads of the scenario is recorded from the
+import on: :func:`dmlimits.scenario.record_reads`).  The child is otherwise a fresh kernel:
+its own session and process group (jupyter_client's ``start_new_session``), standard input
+from ``/dev/null``, standard output and error those of the build, default signal handlers.
+
+The protocol is one JSON line per kernel on the server's standard input (the kernel's command,
+environment and working directory), answered by the child's process id on a pipe.  The server
+ignores SIGCHLD, so its children are reaped as they exit, and a process that no longer exists
+is a kernel that has exited (:class:`ForkedKernel`).  When the server cannot be started or
+answers nothing, the build starts its kernels the usual way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+#: This environment variable set to ``off`` makes the build start each kernel as its own
+#: process (what the tests' nbval does, and a build did before).
+FORK_ENV = "DMLIMITS_KERNEL_FORK"
+#: What every chapter's kernel imports before its first line runs, imported once by the fork
+#: server.  Third-party modules only: never this library (see the module's docstring).
+PRELOAD = (
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "IPython.display",
+    "numpy",
+    "sympy",
+    "matplotlib.pyplot",
+    "yaml",
+)
+# Not matplotlib_inline's backend: importing it hooks matplotlib into the running IPython
+# shell, and there is none before the fork; pyplot imports it with the kernel's first figure.
+#: The kernel command the server knows how to run: ``python -m ipykernel_launcher ...``.
+LAUNCHER = "ipykernel_launcher"
+
+
+def enabled() -> bool:
+    """Whether the build forks its kernels (:data:`FORK_ENV` is not ``off``)."""
+    return os.environ.get(FORK_ENV, "on").strip().lower() != "off"
+
+
+def forkable(argv: list[str]) -> bool:
+    """Whether a kernel command is one the server runs: ``<python> -m ipykernel_launcher``
+    with this interpreter."""
+    return (
+        len(argv) >= 3
+        and os.path.realpath(argv[0]) == os.path.realpath(sys.executable)
+        and argv[1:3] == ["-m", LAUNCHER]
+    )
+
+
+class ForkedKernel:
+    """What jupyter_client's local provisioner needs of a kernel's process (``subprocess.Popen``'s
+    ``pid``, ``poll``, ``wait``, ``send_signal``, ``terminate``, ``kill``), for a kernel the fork
+    server started.  The server reaps it when it exits, so a process id that no longer exists
+    is a kernel that has exited; its exit status is not known and is reported as 0."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                self.returncode = 0
+            except PermissionError:  # another user's process took the id: ours has exited
+                self.returncode = 0
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"kernel {self.pid}", timeout or 0.0)
+            time.sleep(0.02)
+        return self.returncode  # type: ignore[return-value]
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                self.returncode = 0
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+    """The build's side of a fork server: :meth:`start` it, :meth:`launch` kernels from any
+    thread, :meth:`close` it when the chapters have run (the kernels it started are not
+    stopped by that: their managers shut them down)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._answers: Any = None
+
+    def start(self) -> bool:
+        """Start the server; False (and nothing started) when it cannot be."""
+        read, write = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(write)],
+                stdin=subprocess.PIPE,
+                pass_fds=(write,),
+                start_new_session=True,  # Ctrl-C reaches the build, which stops the server
+                text=True,
+                # ipykernel reads it when imported (IPKernelApp.parent_handle's default); a
+                # kernel started by jupyter_client has it, set to the pid of the process that
+                # launched it (jupyter_client.launcher.launch_kernel).
+                env={**os.environ, "JPY_PARENT_PID": str(os.getpid())},
+            )
+        except OSError:
+            os.close(read)
+            return False
+        finally:
+            os.close(write)
+        self._answers = os.fdopen(read, "r")
+        return True
+
+    def launch(self, argv: list[str], env: dict[str, str], cwd: str) -> ForkedKernel | None:
+        """Fork a kernel running ``argv`` (a command :func:`forkable` accepts) with ``env`` in
+        ``cwd``; ``None`` when the server is gone (the caller starts the kernel itself)."""
+        request = json.dumps({"argv": argv, "env": env, "cwd": cwd})
+        with self._lock:
+            proc = self._proc
+            if proc is None or proc.poll() is not None or proc.stdin is None:
+                return None
+            try:
+                proc.stdin.write(request + "\n")
+                proc.stdin.flush()
+                answer = self._answers.readline()
+            except (OSError, ValueError):
+                return None
+        try:
+            return ForkedKernel(int(answer))
+        except ValueError:  # the server exited before answering
+            return None
+
+    def close(self) -> None:
+        """Let the server exit (its standard input closed) and wait for it briefly."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+            if proc is None:
+                return
+            try:
+                if proc.stdin is not None:
+                    proc.stdin.close()
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+            if self._answers is not None:
+                self._answers.close()
+
+
+def _become_kernel(request: dict[str, Any], answers: int) -> None:
+    """In the forked child: become the kernel of ``request``, as ``python -m
+    ipykernel_launcher`` with its environment and working directory would; never returns."""
+    code = 1
+    try:
+        os.close(answers)
+        os.setsid()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        sys.stdin = open(0, closefd=False)  # the old one buffers the requests that follow
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        argv = request["argv"]
+        import importlib.util
+
+        sys.argv = [importlib.util.find_spec(LAUNCHER).origin, *argv[3:]]  # as python -m sets it
+        # The package was imported to run this module; the chapter imports it afresh.
+        for name in [m for m in sys.modules if m == "dmlimits" or m.startswith("dmlimits.")]:
+            del sys.modules[name]
+        from ipykernel import kernelapp
+
+        code = 0
+        kernelapp.launch_new_instance(argv=argv[3:])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            import atexit
+
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve(answers: int) -> None:
+    """The server: import :data:`PRELOAD`, then fork a kernel for each request line on standard
+    input and write its process id to the file descriptor ``answers``; exit at end of input."""
+    # The working directory python -m put first on the path: a kernel's is its own
+    # (ipykernel_launcher removes it, IPython adds the kernel's).
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]
+    # What ipykernel sets before a kernel imports matplotlib (IPKernelApp.init_gui_pylab),
+    # so that the import below reads the backend a kernel's import would.
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped as they exit
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the build stops the server, not Ctrl-C
+    out = os.fdopen(answers, "w")
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _become_kernel(request, answers)  # closes ``answers``; never returns
+        out.write(f"{pid}\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))

@@ -1,0 +1,138 @@
+"""The chapters' kernels forked from one server (dmlimits.kernel_fork) are the kernels a build
+would otherwise start one by one: same environment, path, arguments, working directory and
+matplotlib set-up, interruptible, and gone once shut down.  Whole builds with it (their outputs
+compared by nbval, their interrupts by tests/test_build_runs.py) are tested elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+
+import psutil
+import pytest
+from dmlimits import build, kernel_fork
+
+# What the kernel reports about itself: everything a chapter could see of how it was started.
+PROBE = """
+import json, os, sys
+import matplotlib, matplotlib.pyplot as plt
+fig = plt.figure()
+print(json.dumps({
+    "pid": os.getpid(), "ppid": os.getppid(), "env": dict(os.environ), "path": sys.path,
+    "argv0": sys.argv[0], "cwd": os.getcwd(), "backend": matplotlib.get_backend(),
+    "rc": {k: str(v) for k, v in matplotlib.rcParams.items()},
+    "session_leader": os.getsid(0) == os.getpid(),
+    "library_loaded": sorted(m for m in sys.modules if m.split(".")[0] == "dmlimits"),
+    "inline_hooked": "matplotlib_inline.backend_inline" in sys.modules,
+}))
+"""
+
+
+async def _run(manager_class, code: str, cwd: str, interrupt_after: float | None = None):
+    """Start a kernel with ``manager_class``, run ``code``, return (stdout, error name, the
+    kernel's process id, whether that process is gone after shutdown)."""
+    km = manager_class(kernel_name="python3")
+    await km.start_kernel(cwd=cwd)
+    pid = km.provisioner.pid
+    kc = km.client()
+    kc.start_channels()
+    try:
+        await kc.wait_for_ready(timeout=60)
+        msg_id = kc.execute(code)
+        if interrupt_after is not None:
+            await asyncio.sleep(interrupt_after)
+            await km.interrupt_kernel()
+        out, error = [], None
+        while True:
+            msg = await kc.get_iopub_msg(timeout=60)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                out.append(content["text"])
+            elif kind == "error":
+                error = content["ename"]
+            elif kind == "status" and content["execution_state"] == "idle":
+                break
+    finally:
+        kc.stop_channels()
+        await km.shutdown_kernel()
+    gone = not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    return "".join(out), error, pid, gone
+
+
+@pytest.fixture
+def forks():
+    server = kernel_fork.ForkServer()
+    assert server.start()
+    yield server
+    server.close()
+
+
+def test_a_forked_kernel_is_the_kernel_a_build_would_start(tmp_path, forks):
+    sockets = tmp_path / "s"
+    sockets.mkdir()
+    forked = build._ipc_kernel_manager(sockets, None, forks)
+    alone = build._ipc_kernel_manager(sockets, None, None)
+    a, err_a, pid_a, gone_a = asyncio.run(_run(forked, PROBE, str(tmp_path)))
+    b, err_b, pid_b, gone_b = asyncio.run(_run(alone, PROBE, str(tmp_path)))
+    assert err_a is None and err_b is None
+    a, b = json.loads(a), json.loads(b)
+    # The forked kernel is the server's child, the other one this process's.
+    assert a["ppid"] == forks._proc.pid and b["ppid"] == os.getpid()
+    assert a["pid"] == pid_a and b["pid"] == pid_b
+    for key in ("path", "argv0", "cwd", "backend", "rc", "session_leader", "library_loaded"):
+        assert a[key] == b[key], key
+    assert a["session_leader"] is True
+    assert a["library_loaded"] == []  # the server never imports this library
+    assert a["inline_hooked"] and b["inline_hooked"]  # the figure loaded the inline backend
+    env_a, env_b = dict(a["env"]), dict(b["env"])
+    assert env_a.pop("JPY_PARENT_PID") == env_b.pop("JPY_PARENT_PID") == str(os.getpid())
+    assert env_a == env_b
+    assert gone_a and gone_b
+
+
+def test_a_forked_kernel_can_be_interrupted(tmp_path, forks):
+    sockets = tmp_path / "s"
+    sockets.mkdir()
+    forked = build._ipc_kernel_manager(sockets, None, forks)
+    started = time.monotonic()
+    _, error, _, gone = asyncio.run(
+        _run(forked, "import time\ntime.sleep(60)", str(tmp_path), interrupt_after=1.0)
+    )
+    assert error == "KeyboardInterrupt"
+    assert time.monotonic() - started < 30
+    assert gone
+
+
+def test_the_server_exits_when_closed_and_is_then_not_used(forks):
+    proc = forks._proc
+    assert proc is not None and proc.poll() is None
+    forks.close()
+    assert proc.poll() is not None
+    cmd = [sys.executable, "-m", kernel_fork.LAUNCHER, "-f", "x.json"]
+    assert forks.launch(cmd, dict(os.environ), os.getcwd()) is None  # the caller starts it
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["/usr/bin/python3-not-this-one", "-m", "ipykernel_launcher", "-f", "c.json"],
+        [sys.executable, "-m", "other_kernel", "-f", "c.json"],
+        [sys.executable, "-m"],
+    ],
+)
+def test_only_this_interpreters_ipykernel_is_forked(argv):
+    assert not kernel_fork.forkable(argv)
+    assert kernel_fork.forkable([sys.executable, "-m", "ipykernel_launcher", "-f", "c.json"])
+
+
+def test_the_fork_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv(kernel_fork.FORK_ENV, "off")
+    assert not kernel_fork.enabled()
+    assert build._fork_server() is None
+    monkeypatch.setenv(kernel_fork.FORK_ENV, "on")
+    assert kernel_fork.enabled()
