@@ -127,3 +127,18 @@ def test_the_headline_figure_has_a_logarithmic_compute_axis(h100):
     px = ax.transData.transform(np.column_stack([x, np.full_like(x, 0.5)]))[:, 0]
     assert px.max() - px.min() > 0.5 * ax.bbox.width
     plt.close(fig)
+
+
+def test_the_comparison_with_the_authors_is_swept_up_front(monkeypatch):
+    """Every sweep the reproduction chapter's comparison with the authors reads, their year
+    included, is one a build sweeps up front on every core (scenarios_swept, then
+    scenarios_swept_next), not in the chapter's kernel."""
+    scn = sc.resolve("h100")
+    first = {search._key(s) for s in whole_run.scenarios_swept(scn)}
+    following = whole_run.scenarios_swept_next(scn)
+    asked: list[str] = []
+    real = search.sweep
+    monkeypatch.setattr(search, "sweep", lambda s: asked.append(search._key(s)) or real(s))
+    whole_run.reference_exceptions(list(sc.compared(sc.PAPER_PRESETS, scn).values()))
+    assert following  # some settings differ from the authors': their year is swept again
+    assert set(asked) - first == {search._key(s) for s in following}

@@ -787,31 +787,38 @@ def keep_formulas(work: Path) -> None:
 def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
     """Sweep every scenario the chapters read, once, on every core, into the disk cache that
     the notebooks' kernels then read (``_build/cache/sweeps`` unless the environment names
-    another folder, or ``off``)."""
+    another folder, or ``off``): those of :func:`dmlimits.whole_run.scenarios_swept`, then
+    those that depend on their results (:func:`dmlimits.whole_run.scenarios_swept_next`)."""
     from . import search, whole_run
 
     os.environ.setdefault(search.CACHE_ENV, str(work / "cache" / "sweeps"))
     if search.cache_path(scn) is None:
         _say("sweep cache off: every notebook sweeps what it needs")
         return
-    needed = whole_run.scenarios_swept(scn)
-    todo = [s for s in needed if not search.cache_path(s).is_file()]
-    if not todo:
-        _say(f"all {len(needed)} sweeps the chapters read are cached")
-        return
-    _say(
-        f"sweeping {len(todo)} of the {len(needed)} scenarios the chapters read, on {jobs} core(s)"
-    )
     started = time.perf_counter()
-    count = [0]
+    swept = needed = 0
+    for round_of in (whole_run.scenarios_swept, whole_run.scenarios_swept_next):
+        scns = round_of(scn)
+        needed += len(scns)
+        todo = [s for s in scns if not search.cache_path(s).is_file()]
+        if not todo:
+            continue
+        _say(f"sweeping {len(todo)} of the {len(scns)} scenarios the chapters read"
+             + (" first" if round_of is whole_run.scenarios_swept else " next")
+             + f", on {jobs} core(s)")  # fmt: skip
+        count = [0]
 
-    def progress(_scn: Scenario, _seconds: float) -> None:
-        count[0] += 1
-        if count[0] % max(1, len(todo) // 4) == 0 or count[0] == len(todo):
-            _say(f"  {bar(count[0] / len(todo))} {count[0]}/{len(todo)} swept")
+        def progress(_scn: Scenario, _seconds: float, todo: list = todo, count: list = count):
+            count[0] += 1
+            if count[0] % max(1, len(todo) // 4) == 0 or count[0] == len(todo):
+                _say(f"  {bar(count[0] / len(todo))} {count[0]}/{len(todo)} swept")
 
-    search.sweep_many(todo, jobs=jobs, progress=progress)
-    _say(f"  swept in {time.perf_counter() - started:.1f} s")
+        search.sweep_many(todo, jobs=jobs, progress=progress)
+        swept += len(todo)
+    if swept:
+        _say(f"  swept in {time.perf_counter() - started:.1f} s")
+    else:
+        _say(f"all {needed} sweeps the chapters read are cached")
 
 
 #: The environment variable that tells the build the public repository's URL (the publishing

@@ -469,10 +469,7 @@ def reference_exceptions(scns: list[Scenario]) -> dict[str, Any]:
     how many of those agree once only the year is the authors' (their search notebook's
     3.154e7 s): a run that finishes between the two budgets is in time for one and late for
     the other."""
-    from .scenario import resolve_overrides
-
     out = {"points": 0, "differ": 0, "explained_by_year": 0, "settings": []}
-    year = {"training.year_seconds": AUTHORS_EXACT["training.year_seconds"]}
     for scn in scns:
         rows = search.reference_comparison(scn)
         out["points"] += len(rows)
@@ -481,9 +478,38 @@ def reference_exceptions(scns: list[Scenario]) -> dict[str, Any]:
             continue
         out["differ"] += len(bad)
         out["settings"].append(search.reference_setting(scn))
-        again = search.reference_comparison(resolve_overrides(scn, year))
+        again = search.reference_comparison(authors_year(scn))
         fixed = {r["training_flop"] for r in again if r["same_configuration"]}
         out["explained_by_year"] += sum(r["training_flop"] in fixed for r in bad)
+    return out
+
+
+def authors_year(scn: Scenario) -> Scenario:
+    """``scn`` with the authors' search year (:data:`AUTHORS_EXACT`), as
+    :func:`reference_exceptions` sweeps it again."""
+    from .scenario import resolve_overrides
+
+    return resolve_overrides(
+        scn, {"training.year_seconds": AUTHORS_EXACT["training.year_seconds"]}
+    )  # fmt: skip
+
+
+def scenarios_swept_next(scn: Scenario) -> list[Scenario]:
+    """The sweeps the chapters of a book built for ``scn`` read that depend on the results of
+    those of :func:`scenarios_swept` (so a build sweeps them second, on every core): each
+    paper setting whose configurations differ anywhere from the authors' is swept again with
+    the authors' year (:func:`reference_exceptions`).  A setting whose comparison cannot be
+    made is left to its chapter, which says why."""
+    from .scenario import PAPER_PRESETS, compared
+
+    out = []
+    for preset in compared(PAPER_PRESETS, scn).values():
+        try:
+            rows = search.reference_comparison(preset)
+        except ValueError:
+            continue
+        if not all(r["same_configuration"] for r in rows):
+            out.append(authors_year(preset))
     return out
 
 
