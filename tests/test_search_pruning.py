@@ -143,8 +143,9 @@ def h100():
     ],
 )
 def test_the_bound_never_exceeds_a_candidates_best_placement(preset):
-    """The pruning's lower bound (:func:`dmlimits.search._lower_bound`) is at most each
-    candidate's fastest step over its placements, for every candidate of clusters from a few
+    """The pruning's lower bounds (:func:`dmlimits.search._compute_bound`, then
+    :func:`dmlimits.search._lower_bound`) are at most each candidate's fastest step over its
+    placements, for every candidate of clusters from a few
     GPUs to the ones the sweep chose; on a network of one level, where each candidate has one
     placement, it is that step, to the last bit (a family the bound left out would show)."""
     scn = sc.resolve(preset)
@@ -166,6 +167,10 @@ def test_the_bound_never_exceeds_a_candidates_best_placement(preset):
             best = search._evaluate(ch, c, search._rows(costs, rows), columns, t_mm, bubble)
             fastest = best["t"].min(axis=1)
             assert (bound <= fastest).all(), (pt.compute, n_gpu)
+            # The first, coarser bound (compute alone) is below the second.
+            compute = search._compute_bound(ch, c, t_mm, bubble)
+            assert (compute <= bound).all(), (pt.compute, n_gpu)
+            assert (compute < bound).any(), (pt.compute, n_gpu)  # the network counts somewhere
             if factors is None:
                 assert np.array_equal(bound, fastest), (pt.compute, n_gpu)
             checked += len(bound)

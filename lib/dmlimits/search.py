@@ -16,9 +16,11 @@ Three things make it fast without changing a result (tests/test_search_pruning.p
 candidates of every model still searching are costed together, one pass of array operations
 per doubling of the clusters (:func:`optimal_many`, :func:`best_on_many`); each parallelism's
 cost is computed once per distinct combination of the degrees it depends on
-(``_FAMILY_KEYS``); and a lower bound on each candidate's step time over its placements
-(each parallelism's least time on each level, ``_lower_bound``) prunes the candidates that
-cannot beat what those of least bound achieve (:data:`PRUNE_ENV`).
+(``_FAMILY_KEYS``); and two lower bounds on each candidate's step time over its placements
+prune the candidates that cannot beat what those of least bound achieve (:data:`PRUNE_ENV`):
+first its compute alone (``_compute_bound``), before any parallelism is costed, so that the
+costs are computed for fewer candidates; then each parallelism's least time on each level
+(``_lower_bound``).
 """
 
 from __future__ import annotations
@@ -504,13 +506,14 @@ def _placement_table(scn: Scenario, n_gpu: int) -> np.ndarray | None:
 
 
 #: The search prunes, before costing their placements, the candidates whose lower bound on the
-#: step time (``_lower_bound``) exceeds a step time another candidate of the same cluster
-#: achieves; this environment variable set to ``off`` makes it cost every candidate.  Pruning
-#: changes no result (tests/test_search_pruning.py compares every preset's sweep both ways).
+#: step time (``_compute_bound``, then ``_lower_bound``) exceeds a step time another candidate
+#: of the same cluster achieves; this environment variable set to ``off`` makes it cost every
+#: candidate.  Pruning changes no result (tests/test_search_pruning.py compares every preset's
+#: sweep both ways).
 PRUNE_ENV = "DMLIMITS_SEARCH_PRUNE"
 #: Candidates of each cluster costed first, those of least bound: the fastest of them sets the
 #: step time that the others' bounds must not exceed.  Of 8, 16, 32 and 64 seeds, 32 costs the
-#: fewest candidates over the paper's sixteen presets.
+#: fewest candidates over the paper's sixteen presets (measured with the second bound alone).
 SEEDS = 32
 
 
@@ -611,6 +614,32 @@ def _lower_bound(
     return np.where(np.isnan(t), np.inf, t)
 
 
+def _compute_bound(
+    ch: Choices, c: dict[str, np.ndarray], t_mm: np.ndarray, bubble: np.ndarray
+) -> np.ndarray:  # fmt: skip
+    """A lower bound on each candidate's step time: the step time with no time on the
+    network and no latency (the step time only grows with each, search-step-time)."""
+    zero = np.zeros(len(t_mm))
+    levels = {k: (zero, zero) for k in ("dp", "tp_model", "tp_ff", "pp_ep")}
+    t, _ = _step(ch, c, levels, zero, zero, t_mm, bubble)
+    return np.where(np.isnan(t), np.inf, t)
+
+
+def _least_per_segment(bound: np.ndarray, segment: np.ndarray, n_pairs: int) -> np.ndarray:
+    """The rows of the :data:`SEEDS` least ``bound`` in each segment (each pair's
+    candidates)."""
+    order = np.lexsort((bound, segment))
+    first = np.searchsorted(segment[order], np.arange(n_pairs))
+    rank = np.arange(len(order)) - first[segment[order]]
+    return order[rank < SEEDS]
+
+
+def _achieve(achieved: np.ndarray, segments: np.ndarray, ev: dict[str, Any]) -> None:
+    """Lower each pair's ``achieved`` step time to the fastest of the candidates ``ev``
+    evaluated (``segments``: their pairs)."""
+    np.minimum.at(achieved, segments, ev["t"].min(axis=1))
+
+
 def _evaluate(
     ch: Choices, c: dict[str, np.ndarray], tables: dict[str, _Table],
     columns: dict[str, np.ndarray], t_mm: np.ndarray, bubble: np.ndarray,
@@ -706,28 +735,37 @@ def _best_in_group(
     factors, columns = placed
     t_mm, bubble = _compute_times(scn, c)
     segment = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(t_mm))))
-    costs = _costs(scn, c, factors, ch)  # every family's cost on every level-0 option
-    kept = np.arange(len(t_mm))
-    if pruning() and len(t_mm) > len(starts):
-        # A lower bound on every candidate's step time over its placements
-        # (:func:`_lower_bound`).  The candidates of least bound in each segment are costed
-        # first on every placement; no candidate whose bound exceeds the step time they
-        # achieve can be the fastest, nor tie with it.
-        bound = _lower_bound(ch, c, costs, t_mm, bubble)
-        order = np.lexsort((bound, segment))
-        first = np.searchsorted(segment[order], np.arange(len(starts)))
-        rank = np.arange(len(order)) - first[segment[order]]
-        seeds = order[rank < SEEDS]
-        seeded = _evaluate(
-            ch, _take(c, seeds), _rows(costs, seeds), columns, t_mm[seeds],
-            bubble[seeds],
-        )  # fmt: skip
-        achieved = np.full(len(starts), np.inf)
-        np.minimum.at(achieved, segment[seeds], seeded["t"].min(axis=1))
+    n_pairs = len(starts)
+    if pruning() and len(t_mm) > n_pairs:
+        # Two lower bounds on every candidate's step time over its placements, each put to
+        # the test by the candidates of least bound in each segment, costed first on every
+        # placement: no candidate whose bound exceeds a step time they achieve can be the
+        # fastest, nor tie with it.  First the compute alone (no time on the network,
+        # ``_compute_bound``), which needs no parallelism's cost, so that the costs are
+        # computed for the candidates it leaves; then each family's least time on each level
+        # (``_lower_bound``).
+        achieved = np.full(n_pairs, np.inf)
+        bound = _compute_bound(ch, c, t_mm, bubble)
+        seeds = _least_per_segment(bound, segment, n_pairs)
+        sub = _take(c, seeds)
+        _achieve(achieved, segment[seeds], _evaluate(
+            ch, sub, _rows(_costs(scn, sub, factors, ch), np.arange(len(seeds))), columns,
+            t_mm[seeds], bubble[seeds],
+        ))  # fmt: skip
         keep = np.flatnonzero(bound <= achieved[segment])
         c, t_mm, bubble, segment = _take(c, keep), t_mm[keep], bubble[keep], segment[keep]
-        kept = keep
-        starts = np.searchsorted(segment, np.arange(len(starts)))
+        costs = _costs(scn, c, factors, ch)  # every family's cost on every level-0 option
+        bound = _lower_bound(ch, c, costs, t_mm, bubble)
+        seeds = _least_per_segment(bound, segment, n_pairs)
+        _achieve(achieved, segment[seeds], _evaluate(
+            ch, _take(c, seeds), _rows(costs, seeds), columns, t_mm[seeds], bubble[seeds],
+        ))  # fmt: skip
+        kept = np.flatnonzero(bound <= achieved[segment])
+        c, t_mm, bubble, segment = _take(c, kept), t_mm[kept], bubble[kept], segment[kept]
+        starts = np.searchsorted(segment, np.arange(n_pairs))
+    else:
+        costs = _costs(scn, c, factors, ch)
+        kept = np.arange(len(t_mm))
     ev = _evaluate(ch, c, _rows(costs, kept), columns, t_mm, bubble)
     t, total = ev["t"], ev["total"]
     # Each pair's fastest; among equally fast ones the least network time, then the first.
