@@ -129,13 +129,36 @@ def stop_children(grace: float = 1.0, settle: float = 0.3) -> int:
         for child in children:
             with contextlib.suppress(psutil.Error):
                 child.terminate()
-        _, alive = psutil.wait_procs(children, timeout=grace)
+        alive = _wait_ended(children, grace)
         for child in alive:
             with contextlib.suppress(psutil.Error):
                 child.kill()
-        psutil.wait_procs(alive, timeout=grace)
+        _wait_ended(alive, grace)
         quiet_since = time.monotonic()
     return stopped
+
+
+def _wait_ended(procs: list, timeout: float) -> list:
+    """Wait up to ``timeout`` seconds for ``procs`` (psutil processes) to end; return those
+    still running.  A zombie has ended: a kernel forked by the kernels' fork server
+    (:mod:`dmlimits.kernel_fork`) is not this process's child, and once the server has gone
+    nothing here can reap it (psutil.wait_procs would wait the whole timeout for it)."""
+    import psutil
+
+    def running(p: Any) -> bool:
+        try:
+            return p.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:  # gone (and reaped), or not ours to ask
+            return False
+
+    deadline = time.monotonic() + timeout
+    alive = list(procs)
+    while True:
+        psutil.wait_procs(alive, timeout=0)  # reaps this process's children that have ended
+        alive = [p for p in alive if running(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)
 
 
 @contextlib.contextmanager
