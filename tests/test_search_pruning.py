@@ -1,9 +1,11 @@
 """Issue #16: the search's speed-ups change no result.
 
-Pruning (a lower bound on each candidate's step time, :data:`dmlimits.search.PRUNE_ENV`) and
-batching (the candidates of many models and clusters costed in one pass,
-:func:`dmlimits.search.best_on_many`) are checked against the search without them: every
-preset's whole sweep, value for value, and a single pair's answer against the batch's.
+Pruning (lower bounds on each candidate's step time, :data:`dmlimits.search.PRUNE_ENV`),
+trusting its own arrays (the cost modules' argument checks skipped inside the search,
+:func:`dmlimits.checks.trusted_arguments`) and batching (the candidates of many models and
+clusters costed in one pass, :func:`dmlimits.search.best_on_many`) are checked against the
+search without them: every preset's whole sweep, value for value, and a single pair's answer
+against the batch's.
 """
 
 from __future__ import annotations
@@ -44,13 +46,18 @@ CHANGED = {
 )
 def test_pruning_changes_no_result(preset, monkeypatch):
     """Every model of the preset's sweep: the same cluster, configuration and times, to the
-    last bit, with pruning on and off; and pruning costed fewer candidates."""
+    last bit, with pruning on and off (and, when off, every argument of the cost functions
+    checked, as outside the search); and pruning costed fewer candidates."""
+    import contextlib
+
     scn = sc.resolve(*CHANGED[preset]) if preset in CHANGED else sc.resolve(preset)
     pts, ch = search.points(scn), search.Choices.of(scn)
     counted = {}
     found = {}
     for mode in ("on", "off"):
         monkeypatch.setenv(search.PRUNE_ENV, mode)
+        if mode == "off":
+            monkeypatch.setattr(search, "trusted_arguments", contextlib.nullcontext)
         assert search.pruning() is (mode == "on")
         before = search.COUNTS["candidates"]
         found[mode] = search.optimal_many(scn, pts, ch)
@@ -196,3 +203,35 @@ def test_clusters_beyond_64_bits_are_listed(exponent):
         columns = [c[k].tolist() for k in ("tp_model", "tp_ff", "dp", "pp", "ep")]
         for row in zip(*columns, strict=True):
             assert math.prod(row) == n_gpu, row
+
+
+def test_only_the_search_trusts_its_arguments():
+    """Outside :func:`dmlimits.checks.trusted_arguments` a bad argument is refused with its
+    name; inside it is taken as given; the block ends (even by an exception) with the checks
+    back on, and it never reaches another thread."""
+    import threading
+
+    from dmlimits import checks
+    from dmlimits import tensor_parallel as tpm
+
+    scn = sc.resolve("h100")
+
+    def bad():  # a degree of 3 does not divide d_model = 8
+        return tpm.tp_family_time(scn, "tp_model", 8, 32, 100.0, 3, 1, 3, 1)
+
+    with pytest.raises(ValueError, match="tp_model: got 3"):
+        bad()
+    seen = []
+    with checks.trusted_arguments():
+        bad()  # no error: the search's own arrays are not checked again
+        worker = threading.Thread(target=lambda: seen.append(checks.checking()))
+        worker.start()
+        worker.join()
+        assert not checks.checking()
+    assert seen == [True]
+    assert checks.checking()
+    with pytest.raises(RuntimeError), checks.trusted_arguments():
+        raise RuntimeError
+    assert checks.checking()
+    with pytest.raises(ValueError, match="tp_model: got 3"):
+        bad()

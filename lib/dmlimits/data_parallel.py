@@ -42,6 +42,7 @@ from . import formula_cache, lazy, model, published
 from . import symbols as s
 from . import units as u
 from .checks import as_output as _out
+from .checks import checking
 from .checks import require_scenario as _check_scenario
 from .collectives import CommTime
 from .derivation import Derivation, Step, Substitution, derivation, register
@@ -500,6 +501,8 @@ def _array(name: str, value: Any, *, whole: bool, minimum: float) -> np.ndarray:
         raise ValueError(
             f"{name}: got {value!r:.80}; expected {what} of at least {minimum:g}"
         ) from None
+    if not checking():
+        return arr
     ok = np.isfinite(arr) & (arr >= minimum)
     if whole:
         ok &= np.mod(np.where(np.isfinite(arr), arr, 0.0), 1.0) == 0

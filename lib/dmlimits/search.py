@@ -41,7 +41,7 @@ from . import expert_parallel as epm
 from . import pipeline as ppm
 from . import step as stepm
 from . import tensor_parallel as tpm
-from .checks import require_scenario
+from .checks import require_scenario, trusted_arguments
 from .scenario import Scenario
 
 #: The order of the five degrees in the placement tables.
@@ -693,7 +693,8 @@ def best_on_many(
     for k, (_pt, n_gpu) in enumerate(items):
         groups.setdefault(used_node(node, n_gpu) if node else 0, []).append(k)
     for ks in groups.values():
-        found = _best_in_group(scn, [items[k] for k in ks], ch, only)
+        with trusted_arguments():  # the arrays the search builds are checked where they are
+            found = _best_in_group(scn, [items[k] for k in ks], ch, only)
         for k, f in zip(ks, found, strict=True):
             out[k] = f
     return out

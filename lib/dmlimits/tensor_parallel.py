@@ -45,6 +45,7 @@ from . import matmul as mm
 from . import symbols as s
 from . import units as u
 from .checks import as_output as _out
+from .checks import checking
 from .checks import require_scenario as _check_scenario
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .matmul import b, word
@@ -622,6 +623,8 @@ def _numbers(name: str, value: Any, *, whole: bool) -> np.ndarray:
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
         raise ValueError(f"{name}: got {value!r:.80}; expected {what}") from None
+    if not checking():
+        return arr
     ok = np.isfinite(arr) & (arr > 0)
     if whole:
         ok &= (arr >= 1) & (np.mod(np.where(np.isfinite(arr), arr, 0.0), 1.0) == 0)
@@ -632,6 +635,8 @@ def _numbers(name: str, value: Any, *, whole: bool) -> np.ndarray:
 
 
 def _divides(width_name: str, width: np.ndarray, degree_name: str, degree: np.ndarray) -> None:
+    if not checking():
+        return
     w, d = np.broadcast_arrays(width, degree)
     bad = np.mod(w, d) != 0
     if np.any(bad):
@@ -888,7 +893,9 @@ def tp_family_time(
     group, width = (pm, df) if family == "tp_model" else (pf, dm)
     i = _numbers("intra", intra, whole=True)
     o = _numbers("inter", inter, whole=True)
-    if np.any(np.broadcast_to(i * o, np.broadcast_shapes(i.shape, group.shape)) != group):
+    if checking() and np.any(
+        np.broadcast_to(i * o, np.broadcast_shapes(i.shape, group.shape)) != group
+    ):
         raise ValueError(f"intra * inter: expected the {family} degree in every element")
     t = coll.allreduce_time_split(
         scn, width, i, o, seq=PASSES, par=tok, n_gpu=pm * pf, overlap_levels=overlap_levels
