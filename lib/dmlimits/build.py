@@ -151,14 +151,22 @@ def _wait_ended(procs: list, timeout: float) -> list:
         except psutil.Error:  # gone (and reaped), or not ours to ask
             return False
 
+    def own(p: Any) -> bool:
+        try:
+            return p.ppid() == os.getpid()
+        except psutil.Error:
+            return False
+
     deadline = time.monotonic() + timeout
     alive = list(procs)
     while True:
-        psutil.wait_procs(alive, timeout=0)  # reaps this process's children that have ended
         alive = [p for p in alive if running(p)]
         if not alive or time.monotonic() >= deadline:
-            return alive
+            break
         time.sleep(0.02)
+    # Reap this process's children that have ended, or they would be listed again.
+    psutil.wait_procs([p for p in procs if p not in alive and own(p)], timeout=1.0)
+    return alive
 
 
 @contextlib.contextmanager
