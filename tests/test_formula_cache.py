@@ -326,3 +326,50 @@ def test_a_kept_builder_imports_nothing_outside_its_modules_closure():
         "print(json.dumps(outside))\n"
     )
     assert _uncached(code) == {}
+
+
+#: The numeric functions other than the matmul model's that the search and every chapter's
+#: kernel use, kept as lambdified source since issue #16 (each process derived them again).
+KEPT_NUMERIC = [
+    ("pipeline", w) for w in ("bubble", "microbatches", "boundary", "crossings", "flush")
+] + [
+    ("expert_parallel", w)
+    for w in (
+        "bytes_intra", "bytes_inter", "bandwidth", "latency", "latency_expected", "crossing",
+        "crossing_latency", "ratio", "layer_compute", "ep_only",
+    )
+]  # fmt: skip
+
+
+def _same_outputs(written, read) -> None:
+    rng = np.random.default_rng(11)
+    n = read.__code__.co_argcount
+    args = [np.floor(10 ** rng.uniform(0, 2, 200)) for _ in range(n)]
+    with np.errstate(all="ignore"):  # some draws divide by zero: the same infinities both ways
+        a, b = written(*args), read(*args)
+    for x, y in zip(np.atleast_1d(a) if not isinstance(a, tuple) else a,
+                    np.atleast_1d(b) if not isinstance(b, tuple) else b, strict=True):  # fmt: skip
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize(("module", "what"), KEPT_NUMERIC)
+def test_a_kept_numeric_function_computes_as_built(folder, module, what):
+    """Each kept function, read back in another process's place, gives the same floats, bit
+    for bit, as the one lambdified from its derivation."""
+    builder = importlib.import_module(f"dmlimits.{module}")._numeric.__wrapped__
+    written = builder(what)
+    before = fc.COUNTS["read"]
+    read = builder(what)
+    assert fc.COUNTS["read"] == before + 1, "not read back"
+    _same_outputs(written, read)
+
+
+def test_the_models_kept_definitions_compute_as_built(folder):
+    written = model._numeric_defs.__wrapped__()
+    before = fc.COUNTS["read"]
+    read = model._numeric_defs.__wrapped__()
+    assert fc.COUNTS["read"] == before + 6 + 1 + len(read["batch"]), "not all read back"
+    for name, fn in written.items():
+        pairs = fn.items() if isinstance(fn, dict) else [(name, fn)]
+        for key, f in pairs:
+            _same_outputs(f, read[name][key] if isinstance(fn, dict) else read[name])

@@ -704,38 +704,40 @@ _BW_ARGS = (s.d_model, n_tok, n_ep0, n_ep1, n_if, N, word, c.bw0, c.bw1)
 _LAT_ARGS = (n_ep0, n_ep1, n_if, c.lat0, c.lat1)
 
 
+def _numeric_build(what: str) -> tuple[tuple, Any]:
+    """The arguments and the expression of the numeric function ``what`` (numpy's)."""
+    if what in ("bytes_intra", "bytes_inter"):
+        return (s.d_model, n_tok, n_ep0, n_ep1, N, word), _cost_formulas()[what][0]
+    if what in ("bandwidth",):
+        return _BW_ARGS, _cost_formulas()[what][0]
+    if what in ("latency", "latency_expected"):
+        return _LAT_ARGS, _cost_formulas()[what][0]
+    if what == "crossing":
+        return (*_BW_ARGS, crosses_nodes), _crossing_bandwidth()
+    if what == "crossing_latency":
+        return (n_if, c.lat_level), CROSSING_LATENCY
+    if what == "ratio":
+        args = (s.d_ff, n_ep0, n_ep1, word, s.peak_flops, s.eff_util, c.bw0, c.bw1)
+        # Numerically, FLOP are plain numbers: the model chapter's pass counts, as values.
+        return args, model.PASS_COUNTS.apply(_cost_formulas()["ratio_to_compute"][0])
+    if what == "layer_compute":
+        args = (s.d_model, s.d_ff, n_tok, N, s.peak_flops, s.eff_util)
+        return args, model.PASS_COUNTS.apply(_cost_formulas()["layer_compute"][0])
+    if what == "ep_only":
+        return (s.n_layers, pp.n_pp, pp.interleave), _cost_formulas()["ep_only_interfaces"][0]
+    raise KeyError(what)
+
+
 @cache
 def _numeric(what: str):
+    """The numeric function ``what``, lambdified from its derivation; those with numpy's
+    functions alone are kept between processes (:func:`dmlimits.formula_cache.lambdified`: a
+    process that reads one derives nothing)."""
     if what == "degree":
         return sp.lambdify((s.n_gpu, s.n_experts), EP_DEGREE, [{"gcd": np.gcd}, "numpy"])
     if what == "probabilities":
         return sp.lambdify((n_ep0, n_ep1), (P_SELF.subs(n_ep, n_ep0 * n_ep1), P_NODE, P_NET))
-    if what in ("bytes_intra", "bytes_inter"):
-        args = (s.d_model, n_tok, n_ep0, n_ep1, N, word)
-        return sp.lambdify(args, _cost_formulas()[what][0], "numpy")
-    if what in ("bandwidth",):
-        return sp.lambdify(_BW_ARGS, _cost_formulas()[what][0], "numpy")
-    if what in ("latency", "latency_expected"):
-        return sp.lambdify(_LAT_ARGS, _cost_formulas()[what][0], "numpy")
-    if what == "crossing":
-        args = (*_BW_ARGS, crosses_nodes)
-        return sp.lambdify(args, _crossing_bandwidth(), "numpy")
-    if what == "crossing_latency":
-        return sp.lambdify((n_if, c.lat_level), CROSSING_LATENCY, "numpy")
-    if what == "ratio":
-        args = (s.d_ff, n_ep0, n_ep1, word, s.peak_flops, s.eff_util, c.bw0, c.bw1)
-        # Numerically, FLOP are plain numbers: the model chapter's pass counts, as values.
-        expr = model.PASS_COUNTS.apply(_cost_formulas()["ratio_to_compute"][0])
-        return sp.lambdify(args, expr, "numpy")
-    if what == "layer_compute":
-        args = (s.d_model, s.d_ff, n_tok, N, s.peak_flops, s.eff_util)
-        expr = model.PASS_COUNTS.apply(_cost_formulas()["layer_compute"][0])
-        return sp.lambdify(args, expr, "numpy")
-    if what == "ep_only":
-        return sp.lambdify(
-            (s.n_layers, pp.n_pp, pp.interleave), _cost_formulas()["ep_only_interfaces"][0], "numpy"
-        )
-    raise KeyError(what)
+    return formula_cache.lambdified(f"expert_parallel.{what}", lambda: _numeric_build(what))
 
 
 class Probabilities(NamedTuple):

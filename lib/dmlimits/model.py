@@ -451,41 +451,52 @@ class Shapes:
         return len(self.d_model)
 
 
+def _numeric_build(what: str) -> tuple[list, sp.Expr]:
+    """The arguments and the expression of the definition ``what`` (``batch <law>`` for a
+    batch law)."""
+    if what == "params":
+        return [s.d_model, s.d_ff, s.n_layers, s.n_experts], PARAMS.mapping[s.n_params]
+    if what == "compute":
+        return [s.n_params, s.n_experts, s.tokens_per_param], compute_of_a_run().result.rhs
+    if what.startswith("batch "):
+        batch_args = [
+            s.compute,
+            s.n_experts,
+            s.batch_anchor,
+            s.compute_anchor,
+            s.batch_exp,
+            s.deepseek_coef,
+            s.deepseek_exp,
+            one_flop,
+        ]
+        return batch_args, BATCH_LAWS[what.removeprefix("batch ")]
+    if what == "depth":
+        return [s.d_model, s.d_ff, s.depth_coef, s.depth_exp], DEPTH_LAW.mapping[s.n_layers]
+    if what == "step_budget":
+        return [s.train_time, s.n_steps], STEP_BUDGET
+    if what == "layer_budget":
+        return [s.train_time, s.n_steps, s.n_layers], LAYER_BUDGET
+    if what == "min_gpus":
+        return [s.compute, s.train_time, s.peak_flops, s.eff_util], MIN_GPUS
+    if what == "experts":
+        args = [s.d_model, s.d_ff, s.ff_ratio, s.sparse_ref_experts, s.sparse_ref_width]
+        return args, SPARSITY_LAW.mapping[s.n_experts]
+    raise KeyError(what)
+
+
 @cache
 def _numeric_defs() -> dict[str, object]:
-    """Lambdified definitions: parameters, compute and batch laws from the symbolic ones."""
-    params = PARAMS.mapping[s.n_params]
-    compute = compute_of_a_run().result.rhs
-    args_p = [s.d_model, s.d_ff, s.n_layers, s.n_experts]
-    args_c = [s.n_params, s.n_experts, s.tokens_per_param]
-    batch_args = [
-        s.compute,
-        s.n_experts,
-        s.batch_anchor,
-        s.compute_anchor,
-        s.batch_exp,
-        s.deepseek_coef,
-        s.deepseek_exp,
-        one_flop,
-    ]
-    return {
-        "params": sp.lambdify(args_p, params, "numpy"),
-        "compute": sp.lambdify(args_c, compute, "numpy"),
-        "batch": {law: sp.lambdify(batch_args, expr, "numpy") for law, expr in BATCH_LAWS.items()},
-        "depth": sp.lambdify(
-            [s.d_model, s.d_ff, s.depth_coef, s.depth_exp], DEPTH_LAW.mapping[s.n_layers], "numpy"
-        ),
-        "step_budget": sp.lambdify([s.train_time, s.n_steps], STEP_BUDGET, "numpy"),
-        "layer_budget": sp.lambdify([s.train_time, s.n_steps, s.n_layers], LAYER_BUDGET, "numpy"),
-        "min_gpus": sp.lambdify(
-            [s.compute, s.train_time, s.peak_flops, s.eff_util], MIN_GPUS, "numpy"
-        ),
-        "experts": sp.lambdify(
-            [s.d_model, s.d_ff, s.ff_ratio, s.sparse_ref_experts, s.sparse_ref_width],
-            SPARSITY_LAW.mapping[s.n_experts],
-            "numpy",
-        ),
-    }
+    """Lambdified definitions: parameters, compute and batch laws from the symbolic ones, kept
+    between processes (:func:`dmlimits.formula_cache.lambdified`: a process that reads them
+    derives nothing)."""
+
+    def kept(what: str) -> object:
+        return formula_cache.lambdified(f"model.{what}", lambda: _numeric_build(what))
+
+    names = ("params", "compute", "depth", "step_budget", "layer_budget", "min_gpus", "experts")
+    out: dict[str, object] = {name: kept(name) for name in names}
+    out["batch"] = {law: kept(f"batch {law}") for law in BATCH_LAWS}
+    return out
 
 
 def batch_tokens(

@@ -483,20 +483,27 @@ def check_zero_bubble(n_pp: Any, m: Any, v: Any = 1) -> None:
 
 
 # --- Numeric functions, lambdified from the expressions above -------------------------------
-@cache
-def _numeric(what: str):
+def _numeric_build(what: str) -> tuple[tuple, sp.Expr]:
+    """The arguments and the expression of the numeric function ``what``."""
     if what == "bubble":
-        return sp.lambdify((n_pp, n_micro, interleave), bubble_expression(), "numpy")
+        return (n_pp, n_micro, interleave), bubble_expression()
     if what == "microbatches":
         rhs = microbatches_for_bubble_derivation().steps[3].expr.rhs
-        return sp.lambdify((n_pp, bubble_max, interleave), rhs, "numpy")
+        return (n_pp, bubble_max, interleave), rhs
     if what == "boundary":
-        return sp.lambdify((s.d_model, n_tok, word), BOUNDARY_BYTES, "numpy")
+        return (s.d_model, n_tok, word), BOUNDARY_BYTES
     if what == "crossings":
-        return sp.lambdify((n_pp, interleave), CROSSINGS, "numpy")
+        return (n_pp, interleave), CROSSINGS
     if what == "flush":
-        return sp.lambdify((t_busy, bubble), flush_time_derivation().result.rhs, "numpy")
+        return (t_busy, bubble), flush_time_derivation().result.rhs
     raise KeyError(what)
+
+
+@cache
+def _numeric(what: str):
+    """The numeric function ``what``, lambdified from its derivation, kept between processes
+    (:func:`dmlimits.formula_cache.lambdified`: a process that reads it derives nothing)."""
+    return formula_cache.lambdified(f"pipeline.{what}", lambda: _numeric_build(what))
 
 
 def bubble_fraction(n_pp: Any, m: Any, v: Any = 1, zero_bubble: bool = False) -> np.ndarray | float:
