@@ -834,9 +834,9 @@ def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
         todo = [s for s in scns if not search.cache_path(s).is_file()]
         if not todo:
             continue
-        _say(f"sweeping {len(todo)} of the {len(scns)} scenarios the chapters read"
-             + (" first" if round_of is whole_run.scenarios_swept else " next")
-             + f", on {jobs} core(s)")  # fmt: skip
+        order = "first" if round_of is whole_run.scenarios_swept else "next"
+        _say(f"sweeping {len(todo)} of the {len(scns)} scenarios the chapters read {order}, "
+             f"on {jobs} core(s)")  # fmt: skip
         count = [0]
 
         def progress(_scn: Scenario, _seconds: float, todo: list = todo, count: list = count):

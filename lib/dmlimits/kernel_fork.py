@@ -3,8 +3,9 @@ kernel imports, instead of starting a Python interpreter for each.
 
 A kernel started as its own process spends about two seconds of a core before it runs the
 chapter's first line: the interpreter starts, then imports ipykernel, numpy, sympy and
-matplotlib (measured on the project's machine; ``bench/bench_build.py`` shows the chapters'
-times with and without this, :data:`FORK_ENV`).  A build runs up to eighteen kernels, so the
+matplotlib (measured on the project's machine).  Forked, each chapter took about a second less
+(``bench/bench_build.py``'s chapter times, before and after; :data:`FORK_ENV` switches it off
+to compare).  A build runs up to eighteen kernels, so the
 build starts one *fork server* (``python -m dmlimits.kernel_fork``) that imports those
 third-party modules once and then forks a child for each kernel; the child becomes the kernel
 as ``python -m ipykernel_launcher`` would, with the kernel's own command line, environment and

@@ -12,7 +12,7 @@ trains the model within the training time (Erdil & Schneider-Joseph 2024).
 The per-level costs of a candidate depend only on that parallelism's own level-0 factor, so
 each is computed once per option and the placements are gathered from those tables.
 
-Three things make it fast without changing a result (tests/test_search_pruning.py): the
+Four things make it fast without changing a result (tests/test_search_pruning.py): the
 candidates of every model still searching are costed together, one pass of array operations
 per doubling of the clusters (:func:`optimal_many`, :func:`best_on_many`); each parallelism's
 cost is computed once per distinct combination of the degrees it depends on
@@ -20,7 +20,8 @@ cost is computed once per distinct combination of the degrees it depends on
 prune the candidates that cannot beat what those of least bound achieve (:data:`PRUNE_ENV`):
 first its compute alone (``_compute_bound``), before any parallelism is costed, so that the
 costs are computed for fewer candidates; then each parallelism's least time on each level
-(``_lower_bound``).
+(``_lower_bound``); and the cost modules take the arrays the search built as given, without
+checking each element again (:func:`dmlimits.checks.trusted_arguments`).
 """
 
 from __future__ import annotations

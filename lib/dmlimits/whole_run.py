@@ -489,9 +489,7 @@ def authors_year(scn: Scenario) -> Scenario:
     :func:`reference_exceptions` sweeps it again."""
     from .scenario import resolve_overrides
 
-    return resolve_overrides(
-        scn, {"training.year_seconds": AUTHORS_EXACT["training.year_seconds"]}
-    )  # fmt: skip
+    return resolve_overrides(scn, {"training.year_seconds": AUTHORS_EXACT["training.year_seconds"]})
 
 
 def scenarios_swept_next(scn: Scenario) -> list[Scenario]:
