@@ -14,10 +14,15 @@ import time
 import psutil
 import pytest
 from dmlimits import build, kernel_fork
+from dmlimits import scenario as sc
 
-# What the kernel reports about itself: everything a chapter could see of how it was started.
+# What the kernel reports about itself: everything a chapter could see of how it was started,
+# once it has imported the library, as every chapter's first cell does (a forked kernel has it
+# already: the server imports it).
 PROBE = """
 import json, os, sys
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "dmlimits")
+from dmlimits import figures, glue, scenario
 import matplotlib, matplotlib.pyplot as plt
 fig = plt.figure()
 print(json.dumps({
@@ -25,7 +30,7 @@ print(json.dumps({
     "argv0": sys.argv[0], "cwd": os.getcwd(), "backend": matplotlib.get_backend(),
     "rc": {k: str(v) for k, v in matplotlib.rcParams.items()},
     "session_leader": os.getsid(0) == os.getpid(),
-    "library_loaded": sorted(m for m in sys.modules if m.split(".")[0] == "dmlimits"),
+    "library_loaded": loaded,
     "inline_hooked": "matplotlib_inline.backend_inline" in sys.modules,
 }))
 """
@@ -84,15 +89,42 @@ def test_a_forked_kernel_is_the_kernel_a_build_would_start(tmp_path, forks):
     # The forked kernel is the server's child, the other one this process's.
     assert a["ppid"] == forks._proc.pid and b["ppid"] == os.getpid()
     assert a["pid"] == pid_a and b["pid"] == pid_b
-    for key in ("path", "argv0", "cwd", "backend", "rc", "session_leader", "library_loaded"):
+    for key in ("path", "argv0", "cwd", "backend", "rc", "session_leader", "inline_hooked"):
         assert a[key] == b[key], key
     assert a["session_leader"] is True
-    assert a["library_loaded"] == []  # the server never imports this library
-    assert a["inline_hooked"] and b["inline_hooked"]  # the figure loaded the inline backend
+    assert a["backend"].lower() == "agg"  # the library's figures draw without a screen
+    # The server imported the library (all of it but the build's side); a kernel started on
+    # its own imports it in the chapter's first cell.
+    assert b["library_loaded"] == []
+    assert {"dmlimits.search", "dmlimits.measured.runs"} <= set(a["library_loaded"])
+    assert not set(kernel_fork.LIBRARY_SKIP) & set(a["library_loaded"])
     env_a, env_b = dict(a["env"]), dict(b["env"])
     assert env_a.pop("JPY_PARENT_PID") == env_b.pop("JPY_PARENT_PID") == str(os.getpid())
     assert env_a == env_b
     assert gone_a and gone_b
+
+
+def test_a_forked_kernel_records_what_its_chapter_reads(tmp_path, forks):
+    """The server imported the library before any kernel asked to record; the forked kernel
+    still lists what its code reads of a scenario, as a kernel started on its own lists it
+    from the library's import (dmlimits.chapter_reads relies on the list)."""
+    sockets = tmp_path / "s"
+    sockets.mkdir()
+    code = (
+        "from dmlimits import scenario as sc\n"
+        "scn = sc.resolve('h100', overrides={'training.months': 6})\n"
+        "print(scn['training.months'], scn['network.latency'])"
+    )
+    lists = {}
+    for name, server in (("forked", forks), ("alone", None)):
+        reads = tmp_path / f"{name}.reads"
+        manager = build._ipc_kernel_manager(sockets, reads, server)
+        out, err, _pid, _gone = asyncio.run(_run(manager, code, str(tmp_path)))
+        assert err is None
+        assert [float(x) for x in out.split()] == [6.0, sc.resolve("h100")["network.latency"]]
+        lists[name] = sc.read_keys(reads)
+    assert lists["forked"] == lists["alone"]
+    assert {"training.months", "network.latency"} <= lists["forked"]
 
 
 def test_a_forked_kernel_can_be_interrupted(tmp_path, forks):

@@ -701,12 +701,14 @@ def remember_seconds(work: Path, timings: list[Timing]) -> None:
 
 def execute_notebooks(
     root: Path, stage: Path, names: list[str], params: dict, jobs: int,
-    scn: Scenario | None = None,
+    scn: Scenario | None = None, forks: Any = None,
 ) -> list[Timing]:  # fmt: skip
     """Execute every notebook into ``stage``.  A notebook whose execution the cache holds
     (:func:`notebook_key`) is copied from it instead of executed again; so is, given the
     build's scenario ``scn``, one executed for another scenario that agrees on every
-    assumption it read (:mod:`dmlimits.chapter_reads`)."""
+    assumption it read (:mod:`dmlimits.chapter_reads`).  The kernels are forked from
+    ``forks`` (a started :class:`dmlimits.kernel_fork.ForkServer`, which the caller closes),
+    else from a server started here when one is needed."""
     from . import chapter_reads
 
     total = len(names)
@@ -752,7 +754,9 @@ def execute_notebooks(
     socket_dir = Path(tempfile.mkdtemp(prefix="dmlimits-kernels-"))
     reads = {n: socket_dir / f"{i}.reads" for i, n in enumerate(todo) if n in watched}
     progress = Progress({n: code_cells(root / f"{n}.md") for n in todo})
-    forks = _fork_server()
+    own_server = forks is None
+    if own_server:
+        forks = _fork_server()
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         futures = {
@@ -784,7 +788,7 @@ def execute_notebooks(
     finally:
         shutil.rmtree(socket_dir, ignore_errors=True)
     pool.shutdown(wait=True)
-    if forks is not None:
+    if own_server and forks is not None:
         forks.close()
     if failures:
         raise BuildError("\n\n".join(failures))
@@ -815,6 +819,15 @@ def keep_formulas(work: Path) -> None:
     os.environ.setdefault(formula_cache.CACHE_ENV, str(work / "cache" / "formulas"))
 
 
+def keep_sweeps(work: Path) -> None:
+    """Keep the sweeps on disk, where every process of the build reads them:
+    ``_build/cache/sweeps`` unless the environment names another folder, or ``off``
+    (:data:`dmlimits.search.CACHE_ENV`)."""
+    from . import search
+
+    os.environ.setdefault(search.CACHE_ENV, str(work / "cache" / "sweeps"))
+
+
 def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
     """Sweep every scenario the chapters read, once, on every core, into the disk cache that
     the notebooks' kernels then read (``_build/cache/sweeps`` unless the environment names
@@ -822,7 +835,7 @@ def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
     those that depend on their results (:func:`dmlimits.whole_run.scenarios_swept_next`)."""
     from . import search, whole_run
 
-    os.environ.setdefault(search.CACHE_ENV, str(work / "cache" / "sweeps"))
+    keep_sweeps(work)
     if search.cache_path(scn) is None:
         _say("sweep cache off: every notebook sweeps what it needs")
         return
@@ -1175,8 +1188,16 @@ def _build(
         params = notebook_parameters(scn)
         jobs = jobs or max(1, min(len(names), os.cpu_count() or 1))
         keep_formulas(work)
-        sweep_up_front(scn, work, jobs)
-        timings = execute_notebooks(root, stage, names, params, jobs, scn)
+        keep_sweeps(work)
+        # Started before the sweeps, in the environment the kernels get, so that its imports
+        # are done by the time the first chapter runs.
+        forks = _fork_server()
+        try:
+            sweep_up_front(scn, work, jobs)
+            timings = execute_notebooks(root, stage, names, params, jobs, scn, forks)
+        finally:
+            if forks is not None:
+                forks.close()
         html_started = time.perf_counter()
         build_html(root, stage, names)
         html_seconds = time.perf_counter() - html_started

@@ -11,11 +11,17 @@ third-party modules once and then forks a child for each kernel; the child becom
 as ``python -m ipykernel_launcher`` would, with the kernel's own command line, environment and
 working directory.
 
-Nothing of this library is imported before the fork, so a chapter imports it in its own
-kernel as it would in a fresh process (what it reads of the scenario is recorded from the
-import on: :func:`dmlimits.scenario.record_reads`).  The child is otherwise a fresh kernel:
-its own session and process group (jupyter_client's ``start_new_session``), standard input
-from ``/dev/null``, standard output and error those of the build, default signal handlers.
+The server also imports this library (:data:`LIBRARY_SKIP` aside), with the kernels'
+environment (the formula cache it reads at import), so that no chapter imports it again or
+reads the kept formulas again: about half a second of each kernel.  What a chapter reads of
+the scenario is still recorded from its first line: the child starts recording as the
+library's import would in a fresh kernel (:func:`dmlimits.scenario.record_reads`, from the
+kernel's own environment), and only scenarios resolved while recording are watched, which
+the server never resolves.  Should the library fail to import in the server (a chapter's
+kernel would then show the error), the server drops it and each chapter imports it itself.
+The child is otherwise a fresh kernel: its own session and process group (jupyter_client's
+``start_new_session``), standard input from ``/dev/null``, standard output and error those of
+the build, default signal handlers.
 
 The protocol is one JSON line per kernel on the server's standard input (the kernel's command,
 environment and working directory), answered by the child's process id on a pipe.  The server
@@ -39,7 +45,7 @@ from typing import Any
 #: process (what the tests' nbval does, and a build did before).
 FORK_ENV = "DMLIMITS_KERNEL_FORK"
 #: What every chapter's kernel imports before its first line runs, imported once by the fork
-#: server.  Third-party modules only: never this library (see the module's docstring).
+#: server (then every module of this library but :data:`LIBRARY_SKIP`).
 PRELOAD = (
     "ipykernel.kernelapp",
     "ipykernel.ipkernel",
@@ -51,6 +57,10 @@ PRELOAD = (
 )
 # Not matplotlib_inline's backend: importing it hooks matplotlib into the running IPython
 # shell, and there is none before the fork; pyplot imports it with the kernel's first figure.
+#: The library's modules the server does not import: the build's side (the build, this module,
+#: the command line) and the Sphinx extension, which no chapter imports.
+LIBRARY_SKIP = ("dmlimits.__main__", "dmlimits.build", "dmlimits.cli", "dmlimits.kernel_fork",
+                "dmlimits.sphinxext")  # fmt: skip
 #: The kernel command the server knows how to run: ``python -m ipykernel_launcher ...``.
 LAUNCHER = "ipykernel_launcher"
 
@@ -203,9 +213,11 @@ def _become_kernel(request: dict[str, Any], answers: int) -> None:
         import importlib.util
 
         sys.argv = [importlib.util.find_spec(LAUNCHER).origin, *argv[3:]]  # as python -m sets it
-        # The package was imported to run this module; the chapter imports it afresh.
-        for name in [m for m in sys.modules if m == "dmlimits" or m.startswith("dmlimits.")]:
-            del sys.modules[name]
+        # The library's import in a fresh kernel starts recording what the chapter reads when
+        # the kernel's environment asks for it; the server imported it before there was one.
+        scenario = sys.modules.get("dmlimits.scenario")
+        if scenario is not None:
+            scenario.record_reads(os.environ.get(scenario.READS_ENV))
         from ipykernel import kernelapp
 
         code = 0
@@ -228,9 +240,27 @@ def _become_kernel(request: dict[str, Any], answers: int) -> None:
             os._exit(code)
 
 
+def _import_library() -> None:
+    """Import every module of this library but :data:`LIBRARY_SKIP`; on any error, drop what
+    was imported of it, so that each chapter imports it (and shows the error) itself."""
+    import importlib
+    import pkgutil
+
+    try:
+        import dmlimits
+
+        for info in pkgutil.walk_packages(dmlimits.__path__, "dmlimits."):
+            if info.name not in LIBRARY_SKIP:
+                importlib.import_module(info.name)
+    except Exception:
+        for name in [m for m in sys.modules if m.split(".")[0] == "dmlimits"]:
+            del sys.modules[name]  # the package too: it holds its submodules as attributes
+
+
 def serve(answers: int) -> None:
-    """The server: import :data:`PRELOAD`, then fork a kernel for each request line on standard
-    input and write its process id to the file descriptor ``answers``; exit at end of input."""
+    """The server: import :data:`PRELOAD` and the library, then fork a kernel for each request
+    line on standard input and write its process id to the file descriptor ``answers``; exit at
+    end of input."""
     # The working directory python -m put first on the path: a kernel's is its own
     # (ipykernel_launcher removes it, IPython adds the kernel's).
     if sys.path and sys.path[0] in ("", os.getcwd()):
@@ -242,6 +272,7 @@ def serve(answers: int) -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    _import_library()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped as they exit
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the build stops the server, not Ctrl-C
     out = os.fdopen(answers, "w")
