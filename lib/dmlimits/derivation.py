@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import sympy as sp
 
@@ -133,13 +134,77 @@ def _holds(eq: sp.Basic) -> bool:
     return _is_zero(residual, _ZERO_TRANSFORMS[1:])
 
 
+#: Points at which :func:`_values` evaluates two expressions, and the digits it evaluates with.
+_SAMPLES = 2
+_DIGITS = 30
+
+
+def _sample_value(symbol: sp.Symbol, rng: Any) -> sp.Number:
+    """A value in the symbol's domain (its sign and integrality); a symbol without them takes a
+    positive one, where every identity that holds for all its values holds too.  A float, not
+    a rational: sympy would factor the integers of a rational raised to a fractional power."""
+    if symbol.is_integer:
+        value = sp.Integer(int(rng.integers(2, 10)))
+    else:
+        value = sp.Float(float(rng.uniform(1.0, 4.0)), _DIGITS)
+    return -value if symbol.is_negative or symbol.is_nonpositive else value
+
+
+def _values(exprs: tuple[sp.Expr, ...]) -> list[tuple[sp.Float, ...]] | None:
+    """The values of ``exprs`` at :data:`_SAMPLES` points drawn from a fixed seed (each symbol
+    in its own domain), evaluated to :data:`_DIGITS` digits; ``None`` when a value is not a
+    finite real number (a function without a definition, a pole, a logarithm of a negative
+    number) or cannot be evaluated."""
+    import numpy as np
+
+    symbols = sorted(set().union(*(e.free_symbols for e in exprs)), key=sp.default_sort_key)
+    rng = np.random.default_rng(20241)
+    out = []
+    for _ in range(_SAMPLES):
+        point = {x: _sample_value(x, rng) for x in symbols}
+        try:
+            row = tuple(sp.N(e.xreplace(point), _DIGITS) for e in exprs)
+        except (TypeError, ValueError, ZeroDivisionError, ArithmeticError):
+            return None
+        if not all(v.is_real and v.is_finite and v.is_Number for v in row):
+            return None
+        out.append(row)
+    return out
+
+
+def _unlike(a: sp.Float, b: sp.Float) -> bool:
+    """Two values that differ by far more than their evaluation could err."""
+    return abs(a - b) > sp.Float(10) ** (10 - _DIGITS) * (abs(a) + abs(b) + 1)
+
+
+def _differs(prev: sp.Expr, new: sp.Expr, *, scaled: bool) -> bool:
+    """True only when ``new`` is certainly not identically ``prev`` (with ``scaled``: not
+    ``prev`` times any constant): their values at the same point are not so related.  False
+    means nothing either way.  It spares :func:`_same` the symbolic attempts that fail slowly
+    (a premise compared with each equation it cites, most of them other relations, took
+    seconds of ``simplify`` a derivation); an equality is still only ever proved
+    symbolically."""
+    found = _values((prev, new))
+    if found is None:
+        return False
+    if not scaled:
+        return any(_unlike(a, b) for a, b in found)
+    # new = c prev for one constant c: b1 a2 = b2 a1 at any two points.
+    (a1, b1), (a2, b2) = found[0], found[1]
+    return _unlike(b1 * a2, b2 * a1)
+
+
 def _same(prev: sp.Basic, new: sp.Basic) -> bool:
     """Two expressions are equal, or two equations state the same relation."""
     if isinstance(prev, sp.Equality) != isinstance(new, sp.Equality):
         return False
     if not isinstance(new, sp.Equality):
+        if _differs(prev, new, scaled=False):
+            return False
         return _is_zero(new - prev)
     rp, rn = _residual(prev), _residual(new)
+    if _differs(rp, rn, scaled=True):  # neither equal, nor opposite, nor proportional
+        return False
     if _is_zero(rn - rp) or _is_zero(rn + rp):
         return True
     # The same relation scaled by a nonzero constant factor (e.g. both sides doubled).
