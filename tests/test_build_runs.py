@@ -197,6 +197,28 @@ def test_a_signal_stops_the_build_and_cleans_up(built_book, tmp_path, signum, co
     assert digest(HTML) == before
 
 
+@pytest.mark.parametrize("when", ["scenario:", "sweep"])
+def test_a_signal_before_the_notebooks_stops_the_fork_server_too(built_book, tmp_path, when):
+    """Ctrl-C as the build starts (its first line, before it handles signals itself) or as it
+    sweeps, while the kernels' fork server (started before the sweeps) may still be importing:
+    the build stops with Ctrl-C's exit code, the server with it, and nothing is left."""
+    import signal
+    import time
+    import uuid
+
+    mark = uuid.uuid4().hex
+    out = tmp_path / "html"
+    proc, _ = _start_build(out, mark, wait_for=when)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=10)
+    assert time.monotonic() - sent < 10
+    assert proc.returncode == 130, proc.stderr.read()
+    assert _left_behind(mark) == []
+    assert not [s for s in stages() if f"-{proc.pid}-" in s.name]
+    assert not out.exists()
+
+
 def test_a_second_build_into_the_same_folder_refuses(tmp_path):
     import signal
     import uuid

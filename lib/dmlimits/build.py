@@ -701,14 +701,15 @@ def remember_seconds(work: Path, timings: list[Timing]) -> None:
 
 def execute_notebooks(
     root: Path, stage: Path, names: list[str], params: dict, jobs: int,
-    scn: Scenario | None = None, forks: Any = None,
+    scn: Scenario | None = None, forks: Any = "own",
 ) -> list[Timing]:  # fmt: skip
     """Execute every notebook into ``stage``.  A notebook whose execution the cache holds
     (:func:`notebook_key`) is copied from it instead of executed again; so is, given the
     build's scenario ``scn``, one executed for another scenario that agrees on every
     assumption it read (:mod:`dmlimits.chapter_reads`).  The kernels are forked from
-    ``forks`` (a started :class:`dmlimits.kernel_fork.ForkServer`, which the caller closes),
-    else from a server started here when one is needed."""
+    ``forks``, a started :class:`dmlimits.kernel_fork.ForkServer` that the caller closes
+    (``None``: each kernel starts on its own), or, with ``"own"``, from a server started here
+    when a notebook is to be executed."""
     from . import chapter_reads
 
     total = len(names)
@@ -754,7 +755,7 @@ def execute_notebooks(
     socket_dir = Path(tempfile.mkdtemp(prefix="dmlimits-kernels-"))
     reads = {n: socket_dir / f"{i}.reads" for i, n in enumerate(todo) if n in watched}
     progress = Progress({n: code_cells(root / f"{n}.md") for n in todo})
-    own_server = forks is None
+    own_server = isinstance(forks, str) and forks == "own"
     if own_server:
         forks = _fork_server()
     pool = ThreadPoolExecutor(max_workers=jobs)
@@ -1197,7 +1198,8 @@ def _build(
             timings = execute_notebooks(root, stage, names, params, jobs, scn, forks)
         finally:
             if forks is not None:
-                forks.close()
+                # Interrupted, the server may still be importing: stop it without waiting.
+                forks.close(timeout=5.0 if sys.exc_info()[0] is None else 0.0)
         html_started = time.perf_counter()
         build_html(root, stage, names)
         html_seconds = time.perf_counter() - html_started

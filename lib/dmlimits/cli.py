@@ -481,6 +481,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader piped the output into head: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:  # Ctrl-C before a build stops itself (or in another command)
+        print("interrupted: nothing was built or changed", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -176,8 +176,9 @@ class ForkServer:
         except ValueError:  # the server exited before answering
             return None
 
-    def close(self) -> None:
-        """Let the server exit (its standard input closed) and wait for it briefly."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Let the server exit (its standard input closed), waiting up to ``timeout`` seconds
+        before killing it."""
         with self._lock:
             proc, self._proc = self._proc, None
             if proc is None:
@@ -185,7 +186,7 @@ class ForkServer:
             try:
                 if proc.stdin is not None:
                     proc.stdin.close()
-                proc.wait(timeout=5)
+                proc.wait(timeout=timeout)
             except (OSError, subprocess.TimeoutExpired):
                 proc.kill()
                 proc.wait()
