@@ -100,6 +100,7 @@ def test_numbered_references_read_each_page_once(tmp_path, monkeypatch):
     domain shares one copy a page, and the references still number as Sphinx numbers them."""
     from sphinx.application import Sphinx
     from sphinx.environment import BuildEnvironment
+    from sphinx.util.docutils import docutils_namespace
 
     src = tmp_path / "src"
     src.mkdir()
@@ -117,12 +118,62 @@ def test_numbered_references_read_each_page_once(tmp_path, monkeypatch):
     monkeypatch.setattr(
         BuildEnvironment, "get_doctree", lambda env, name: reads.append(name) or own(env, name)
     )
-    app = Sphinx(src, src, tmp_path / "html", tmp_path / "doctrees", "html",
-                 status=None, warning=None, warningiserror=True)  # fmt: skip
-    app.build()
+    with docutils_namespace():  # Sphinx's nodes registered for this application only
+        app = Sphinx(src, src, tmp_path / "html", tmp_path / "doctrees", "html",
+                     status=None, warning=None, warningiserror=True)  # fmt: skip
+        app.build()
     # Six references from each page to tables on two pages: each page read once for them.
     # (Sphinx reads each page once more to write it, and the index for the tree of pages.)
     assert reads.count("other") <= 3 and reads.count("index") <= 3, reads
     for page in ("index", "other"):
         html = (tmp_path / "html" / f"{page}.html").read_text()
         assert all(f"Table {n}" in html for n in (1, 2, 3)), page
+
+
+def test_an_updated_search_index_is_the_one_a_full_build_writes(tmp_path, monkeypatch):
+    """Built again from its state, Sphinx writes only the changed page and updates the search
+    index; a word that only that page had (and no longer has) is gone from it, and the index is
+    byte for byte the one a build of every page writes (dmlimits.sphinxext)."""
+    import json
+    import time
+
+    from sphinx.application import Sphinx
+    from sphinx.search import IndexBuilder
+    from sphinx.util.docutils import docutils_namespace
+
+    # Sphinx's own methods and the mark of the patch, as they were, after the test.
+    for name in ("load", "prune", "freeze", "dmlimits_updates_as_built_afresh"):
+        monkeypatch.setattr(IndexBuilder, name, getattr(IndexBuilder, name, False), raising=False)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "conf.py").write_text("extensions = ['dmlimits.sphinxext']\n")
+    (src / "index.rst").write_text(
+        "Index\n=====\n\nCommon words.\n\n.. toctree::\n\n   other\n   third\n"
+    )
+    (src / "third.rst").write_text(
+        "Third\n=====\n\n.. index:: gradient, Zeta\n\n"
+        ".. glossary::\n\n   Bubble\n      Idle time.\n"
+    )
+    other = src / "other.rst"
+    other.write_text("Other\n=====\n\nCommon words and a zanzibarian rarity.\n")
+
+    def build(out: str, every_page: bool) -> tuple[str, dict]:
+        with docutils_namespace():  # each application registers Sphinx's nodes afresh
+            app = Sphinx(
+                src, src, tmp_path / out, tmp_path / f"{out}-doctrees", "html",
+                status=None, warning=None, warningiserror=True, freshenv=every_page,
+            )  # fmt: skip
+            app.build(force_all=every_page)
+        text = (tmp_path / out / "searchindex.js").read_text()
+        return text, json.loads(text[text.index("(") + 1 : text.rindex(")")])
+
+    _, first = build("kept", every_page=True)
+    assert "zanzibarian" in first["terms"]
+    time.sleep(0.01)
+    other.write_text("Other\n=====\n\nCommon words, changed.\n")
+    updated, index = build("kept", every_page=False)
+    assert "zanzibarian" not in index["terms"]
+    assert index["indexentries"] == first["indexentries"]  # the unwritten pages', kept
+    assert {"gradient", "zeta", "bubble"} <= set(index["indexentries"])
+    full, _ = build("full", every_page=True)
+    assert updated == full

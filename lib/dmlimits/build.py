@@ -1100,20 +1100,6 @@ def _remove_late_assets(html: Path) -> None:
         (html / "_static" / name).unlink(missing_ok=True)
 
 
-def _remove_pages(html: Path) -> None:
-    """Make Sphinx write every page again from its kept doctrees (reading only the changed
-    sources): remove the pages, the search index and the static files the pages name without a
-    checksum (:func:`_remove_late_assets`).  Written pages are what fills the search index:
-    Sphinx keeps the index entries of pages it does not write in memory only, and leaves words
-    no page has any more in an index it updates, so both differ from a build of every page.
-    Should a page not be written, Sphinx warns that the index is incomplete, and the strict
-    build fails."""
-    _remove_late_assets(html)
-    for page in html.rglob("*.html"):
-        page.unlink()
-    (html / "searchindex.js").unlink(missing_ok=True)
-
-
 def build_html(root: Path, stage: Path, names: list[str]) -> None:
     """Build the staged book's HTML into ``stage/_build/html``: from the kept Sphinx state of
     the same sources when there is one (only the chapters whose outputs changed are read and
@@ -1133,8 +1119,8 @@ def build_html(root: Path, stage: Path, names: list[str]) -> None:
         if fresh:
             _say("no kept Sphinx state for these sources: every page is read and written")
         elif written:
-            _say(f"Sphinx's kept state: {written} changed file(s) to read, every page to write")
-            _remove_pages(src / "_build" / "html")
+            _say(f"Sphinx's kept state: {written} changed file(s) to read and write again")
+            _remove_late_assets(src / "_build" / "html")
         else:
             _say("Sphinx's kept state: no source changed, no page to write")
         _jupyter_book(src, every_page=False)

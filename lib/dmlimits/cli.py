@@ -110,7 +110,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
+    import signal
+
     from .build import BuildError, BuildInterrupted, build, check_repository
+
+    # Ctrl-C stops a build from its first line, even when it was started with SIGINT ignored
+    # (as a background job or a test runner's worker starts it): the build stops itself on
+    # SIGINT once it runs (build.stop_on_signals), and main() turns an earlier one into 130.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     scn = resolve(args.scenario, args.sets)  # validated before anything runs
     check_repository()

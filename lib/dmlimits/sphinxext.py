@@ -19,6 +19,16 @@
   127 references cost seven seconds of each build's HTML.  The standard domain here reads each
   page's doctree once per pickled version and shares it between the references, which only
   look up the target's node.
+* **An updated search index is the one a build of every page writes.**  Built again from a
+  kept state, Sphinx writes only the pages whose sources changed and updates the search index
+  it wrote before, with two differences from an index built afresh, both made good here:
+
+  - it drops the rewritten pages from every word's list of pages, then adds them back for the
+    words they still have, so a word that only they had is left with an empty list; such
+    words are removed;
+  - it does not read back the index entries (the glossary's terms, the API's objects) of the
+    pages it does not write, and leaves them out; they are read back, and the pages' entries
+    are listed in the order of their names, as a build of every page lists them.
 """
 
 from __future__ import annotations
@@ -110,7 +120,50 @@ def _numref_domain():
     return NumrefSharingDomain
 
 
+def _update_search_index_as_built_afresh() -> None:
+    """Patch Sphinx's search index so that an updated index equals one built afresh (see the
+    module's docstring); applied once per process."""
+    import io
+
+    from sphinx.search import IndexBuilder
+
+    if getattr(IndexBuilder, "dmlimits_updates_as_built_afresh", False):
+        return
+    load, prune, freeze = IndexBuilder.load, IndexBuilder.prune, IndexBuilder.freeze
+
+    def load_with_entries(self, stream, format) -> None:
+        text = stream.read()
+        load(self, io.StringIO(text) if isinstance(text, str) else io.BytesIO(text), format)
+        fmt = self.formats[format] if isinstance(format, str) else format
+        frozen = fmt.loads(text)
+        names = frozen["docnames"]
+        entries: dict[str, list[tuple[str, str, str]]] = {}
+        for entry, refs in frozen.get("indexentries", {}).items():
+            for page, target, main in refs:
+                entries.setdefault(names[page], []).append((entry, target, "main" if main else ""))
+        for page, listed in entries.items():
+            self._index_entries.setdefault(page, listed)
+
+    def prune_and_forget(self, docnames) -> None:
+        prune(self, docnames)
+        for mapping in (self._mapping, self._title_mapping):
+            for word in [w for w, pages in mapping.items() if not pages]:
+                del mapping[word]
+
+    def freeze_in_page_order(self):
+        ordered = sorted(self._index_entries.items())
+        self._index_entries.clear()
+        self._index_entries.update(ordered)
+        return freeze(self)
+
+    IndexBuilder.load = load_with_entries
+    IndexBuilder.prune = prune_and_forget
+    IndexBuilder.freeze = freeze_in_page_order
+    IndexBuilder.dmlimits_updates_as_built_afresh = True
+
+
 def setup(app):
+    _update_search_index_as_built_afresh()
     app.add_domain(_numref_domain(), override=True)
     app.connect("build-finished", _copy_mathjax)
     # Early: html-page-context stops at the first handler that returns a template name.
