@@ -134,6 +134,7 @@ class ForkServer:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._answers: Any = None
+        self._launched = 0  # kernels forked
 
     def start(self) -> bool:
         """Start the server; False (and nothing started) when it cannot be."""
@@ -170,20 +171,22 @@ class ForkServer:
                 proc.stdin.write(request + "\n")
                 proc.stdin.flush()
                 answer = self._answers.readline()
-            except (OSError, ValueError):
+                pid = int(answer)
+            except (OSError, ValueError):  # ValueError: the server exited before answering
                 return None
-        try:
-            return ForkedKernel(int(answer))
-        except ValueError:  # the server exited before answering
-            return None
+            self._launched += 1
+        return ForkedKernel(pid)
 
     def close(self, timeout: float = 5.0) -> None:
         """Let the server exit (its standard input closed), waiting up to ``timeout`` seconds
-        before killing it."""
+        before killing it; a server that forked no kernel is stopped without waiting (it may
+        still be importing: a build with every chapter cached waited about a second for it)."""
         with self._lock:
             proc, self._proc = self._proc, None
             if proc is None:
                 return
+            if not self._launched:
+                timeout = 0.0
             try:
                 if proc.stdin is not None:
                     proc.stdin.close()
