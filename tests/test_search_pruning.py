@@ -235,3 +235,29 @@ def test_only_the_search_trusts_its_arguments():
     assert checks.checking()
     with pytest.raises(ValueError, match="tp_model: got 3"):
         bad()
+
+
+@pytest.mark.parametrize("preset", ["h100", "h100-sparse"])
+def test_equal_codes_stand_for_equal_columns(preset):
+    """Each cost is computed once per code of its group (:data:`dmlimits.search._GROUPS`) and
+    gathered back to every candidate of that code: so every candidate of a code must have the
+    same pair and the same values of the group's columns.  The codes are given as the
+    configurations are listed (``_codes``) and offset pair by pair (``_candidates``); the
+    distinct codes are found without sorting (``_distinct_codes``), in np.unique's order."""
+    scn = sc.resolve(preset)
+    ch = search.Choices.of(scn)
+    chosen = {r["training_flop"]: r["n_gpu"] for r in search.sweep(scn) if r["feasible"]}
+    pts = [pt for pt in search.points(scn) if pt.compute in chosen][::4]
+    items = [(pt, n) for pt in pts for n in {pt.experts * 8, int(chosen[pt.compute])}]
+    c, _, _ = search._candidates(scn, items, ch, None)
+    distinct = {}
+    for group, columns in search._GROUPS.items():
+        codes = c["code_" + group]
+        first, back = search._distinct_codes(codes)
+        uniq, inverse = np.unique(codes, return_inverse=True)
+        assert np.array_equal(codes[first], uniq) and np.array_equal(back, inverse.ravel())
+        for name in ("segment", *columns):
+            assert np.array_equal(c[name], c[name][first][back]), (group, name)
+        distinct[group] = len(first)
+    # The codes do share work: far fewer distinct combinations than candidates.
+    assert max(distinct.values()) < len(c["dp"]) / 2, (distinct, len(c["dp"]))

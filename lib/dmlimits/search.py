@@ -12,16 +12,19 @@ trains the model within the training time (Erdil & Schneider-Joseph 2024).
 The per-level costs of a candidate depend only on that parallelism's own level-0 factor, so
 each is computed once per option and the placements are gathered from those tables.
 
-Four things make it fast without changing a result (tests/test_search_pruning.py): the
-candidates of every model still searching are costed together, one pass of array operations
-per doubling of the clusters (:func:`optimal_many`, :func:`best_on_many`); each parallelism's
-cost is computed once per distinct combination of the degrees it depends on
-(``_FAMILY_KEYS``); and two lower bounds on each candidate's step time over its placements
-prune the candidates that cannot beat what those of least bound achieve (:data:`PRUNE_ENV`):
-first its compute alone (``_compute_bound``), before any parallelism is costed, so that the
-costs are computed for fewer candidates; then each parallelism's least time on each level
-(``_lower_bound``); and the cost modules take the arrays the search built as given, without
-checking each element again (:func:`dmlimits.checks.trusted_arguments`).
+Four things make it fast without changing a result (tests/test_search_pruning.py):
+
+* the candidates of every model still searching are costed together, one pass of array
+  operations per doubling of the clusters (:func:`optimal_many`, :func:`best_on_many`);
+* each parallelism's cost, and the matmuls', is computed once per distinct combination of the
+  degrees it depends on (``_GROUPS``), found without sorting from codes given as the
+  configurations are listed (``_codes``);
+* two lower bounds on each candidate's step time over its placements prune the candidates
+  that cannot beat what those of least bound achieve (:data:`PRUNE_ENV`): first its compute
+  alone (``_compute_bound``), before any parallelism is costed, so that the costs are computed
+  for fewer candidates; then each parallelism's least time on each level (``_lower_bound``);
+* the cost modules take the arrays the search built as given, without checking each element
+  again (:func:`dmlimits.checks.trusted_arguments`).
 """
 
 from __future__ import annotations
@@ -259,7 +262,8 @@ def _layouts(
     f_all = np.fromiter(itertools.chain.from_iterable(split_lists), dtype=np.int64)
     s_all = np.array(list(itertools.chain.from_iterable(schedule_lists)), dtype=np.int64)
     tp, dp, pp = np.array(pairs, dtype=np.int64).T
-    f_ = f_all[split_at[pair] + local // n_sched[pair]]
+    split = split_at[pair] + local // n_sched[pair]  # which (pair, 2D split): see _codes
+    f_ = f_all[split]
     sched = s_all[sched_at[pair] + local % n_sched[pair]]
     out = {
         "tp_model": tp[pair] // f_, "tp_ff": f_, "dp": dp[pair], "pp": pp[pair],
@@ -268,24 +272,85 @@ def _layouts(
     }  # fmt: skip
     out["v"] = np.where((out["zero_bubble"] == 0) & (out["pp"] > 1), pt.layers // out["pp"], 1)
     out["nanobatch"] = pt.batch / (out["dp"] * out["m"] * pt.experts)
+    out.update(_codes(out, split, pt.d_ff))
     for column in out.values():
         column.flags.writeable = False
     return out
 
 
-def _matmul_time(scn: Scenario, c: dict[str, np.ndarray]) -> np.ndarray:
+#: The columns of a configuration each cost depends on, besides its (model, cluster) pair:
+#: the matmuls on the 2D split and the tokens of a microbatch; the data-parallel all-reduce on
+#: its degree; the tensor-parallel all-reduces on the 2D split, the tokens of a replica and the
+#: layers of a stage; the pipeline and expert transfers on the stages and each stage's chunks.
+#: Each is computed once per distinct combination and gathered back (:func:`_codes`).
+_GROUPS = {
+    "mm": ("tp_model", "tp_ff", "nanobatch"),
+    "dp": ("dp",),
+    "tp": ("dp", "tp_model", "tp_ff", "pp"),
+    "pp_ep": ("pp", "v"),
+}
+#: The code columns of a configuration, one per group.
+CODES = tuple(f"code_{g}" for g in _GROUPS)
+
+
+def _codes(c: dict[str, np.ndarray], split: np.ndarray, d_ff: int) -> dict[str, np.ndarray]:
+    """For each group of :data:`_GROUPS`, a code per configuration of one (model, cluster)
+    pair: small non-negative integers, equal where the group's columns are equal (two codes
+    may also stand for the same values: they are then costed twice, alike).
+
+    They come from how the configurations are listed: a (tensor, data, pipeline) degree triple
+    and one of its 2D splits (``split``, numbered in the order listed) fix the tensor-parallel
+    group's columns; a pipeline degree and whether its stages are split into chunks fix the
+    pipeline's; the matmuls' are the 2D split and the data-parallel degree times the
+    microbatches (the tokens of a microbatch), coded with :func:`numpy.unique` on arrays of a
+    few thousand rows.  A search then finds the distinct combinations of many pairs' codes
+    without sorting (:func:`_distinct_codes`)."""
+    _, dp_code = np.unique(c["dp"], return_inverse=True)
+    _, pp_code = np.unique(c["pp"], return_inverse=True)
+    chunked = (c["v"] != 1).astype(np.int64)
+    _, split_code = np.unique(c["tp_model"] * (d_ff + 1) + c["tp_ff"], return_inverse=True)
+    tokens_values, tokens_code = np.unique(c["dp"] * c["m"], return_inverse=True)
+    _, mm_code = np.unique(split_code * len(tokens_values) + tokens_code, return_inverse=True)
+    return {
+        "code_mm": mm_code.ravel(), "code_dp": dp_code.ravel(), "code_tp": split,
+        "code_pp_ep": 2 * pp_code.ravel() + chunked,
+    }  # fmt: skip
+
+
+def _distinct_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A row of each distinct code and each row's index among those rows: the ``first`` and
+    ``inverse`` of :func:`numpy.unique` (in the same ascending order of code), found in time
+    linear in the rows and the largest code, without sorting.  Any row of a code stands for
+    it, as every row of a code has the same values (:func:`_codes`)."""
+    n = len(codes)
+    space = int(codes.max()) + 1 if n else 0
+    present = np.zeros(space, dtype=bool)
+    present[codes] = True
+    ids = np.flatnonzero(present)
+    index = np.empty(space, dtype=np.int64)
+    index[ids] = np.arange(len(ids))
+    row = np.empty(space, dtype=np.int64)
+    row[codes] = np.arange(n)
+    return row[ids], index[codes]
+
+
+def _matmul_time(scn: Scenario, c: _Rows) -> np.ndarray:
     """Seconds of a step's matmuls on one GPU: six per layer per microbatch (two weight
     matrices, three kinds each), for its layers and experts."""
-    u, back = _unique(c, ("tp_model", "tp_ff", "nanobatch", "d_model", "d_ff"))
-    a = u["d_model"] / u["tp_model"]
-    f = u["d_ff"] / u["tp_ff"]
+    first, back = _distinct_codes(c["code_mm"])
+    u = _take({k: c[k] for k in ("tp_model", "tp_ff", "nanobatch", "segment")}, first)
+    pairs = c.pairs  # (c is a _Rows)
+    a = pairs["d_model"][u["segment"]] / u["tp_model"]
+    f = pairs["d_ff"][u["segment"]] / u["tp_ff"]
     b = u["nanobatch"]
     six = sum(
         matmul.matmul_time(scn, x1, x2, b, kind)
         for kind in matmul.KINDS
         for x1, x2 in ((f, a), (a, f))
     )[back]
-    return (c["layers"] / c["pp"]) * (c["experts"] / c["ep"]) * c["m"] * six
+    segment = c["segment"]
+    layers, experts = pairs["layers"][segment], pairs["experts"][segment]
+    return (layers / c["pp"]) * (experts / c["ep"]) * c["m"] * six
 
 
 # --- Costs per parallelism, for every level-0 factor ----------------------------------------
@@ -321,40 +386,6 @@ def _one_level(scn: Scenario, level: int) -> Scenario:
     if scn["network.topology"] != "two-level":
         return scn
     return Scenario(name=scn.name, values={**scn.values, key: math.inf})
-
-
-def _unique(c: dict[str, np.ndarray], keys: tuple[str, ...]) -> tuple[dict, np.ndarray]:
-    """The distinct candidates as far as ``keys`` go, and for each candidate its index among
-    them (a row-wise np.unique sorts far more slowly than a key built from each column's
-    codes)."""
-    key = np.zeros(len(c[keys[0]]), dtype=np.int64)
-    for k in keys:
-        values, codes = np.unique(c[k], return_inverse=True)
-        key = key * len(values) + codes.ravel()
-    _, first, back = np.unique(key, return_index=True, return_inverse=True)
-    return {k: c[k][first] for k in keys}, back.ravel()
-
-
-#: The degrees each family's cost depends on, besides its (model, cluster) pair: the
-#: data-parallel all-reduce on its degree; the tensor-parallel all-reduces on the 2D split, the
-#: tokens of a replica and the layers of a stage; the pipeline and expert transfers on the
-#: stages and each stage's chunks.
-_FAMILY_KEYS = {"dp": ("dp",), "tp": ("dp", "tp_model", "tp_ff", "pp"), "pp_ep": ("pp", "v")}
-
-
-def _distinct(
-    c: dict[str, np.ndarray], codes: dict[str, tuple[np.ndarray, int]], keys: tuple[str, ...]
-) -> tuple[np.ndarray, np.ndarray]:
-    """The first row of each distinct (pair, ``keys``) combination, and each row's index among
-    them: a family's cost is computed once per combination and gathered back."""
-    # One small code per column, combined into one integer key (a row-wise np.unique sorts
-    # far more slowly).
-    key = c["segment"].copy()
-    for k in keys:
-        code, n = codes[k]
-        key = key * n + code
-    _, first, back = np.unique(key, return_index=True, return_inverse=True)
-    return first, back.ravel()
 
 
 def _family_times(
@@ -424,15 +455,11 @@ def _costs(
     scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None, ch: Choices
 ) -> dict[str, tuple[_Table, np.ndarray]]:
     """Each parallelism's table, one row per distinct combination of what it depends on
-    (``_FAMILY_KEYS``), and each candidate's row in it."""
-    codes = {}
-    for k in {k for keys in _FAMILY_KEYS.values() for k in keys}:
-        values, code = np.unique(c[k], return_inverse=True)
-        codes[k] = (code.ravel(), len(values))
+    (:data:`_GROUPS`), and each candidate's row in it."""
     flat = scn["network.topology"] != "two-level"
     out = {}
-    for family, keys in _FAMILY_KEYS.items():
-        first, back = _distinct(c, codes, keys)
+    for family in ("dp", "tp", "pp_ep"):
+        first, back = _distinct_codes(c["code_" + family])
         u = _take(c, first)
         # One level (a flat or unlimited network): no level-1 links, nothing to cost on them.
         levels = (0,) if flat else (0, 1)
@@ -523,18 +550,37 @@ def pruning() -> bool:
     return os.environ.get(PRUNE_ENV, "on").strip().lower() != "off"
 
 
-#: The columns of a model of the sweep that every candidate of a batch carries, so that the
-#: candidates of several (model, cluster) pairs are costed in one pass of array operations.
+#: The columns of a model of the sweep that the candidates of a batch read through their pair,
+#: so that the candidates of several (model, cluster) pairs are costed in one pass of array
+#: operations.
 _POINT_COLUMNS = ("d_model", "d_ff", "layers", "experts", "batch")
+
+
+class _Rows(dict):
+    """The candidates of a batch, one array per column and one value per candidate, and the
+    columns of their (model, cluster) pairs (:data:`_POINT_COLUMNS`, ``params``, ``n_gpu``),
+    one value per pair: ``rows[name]`` gathers a pair's column through ``segment`` when it is
+    asked for, so that it is not copied for every candidate and at every cut."""
+
+    def __init__(self, columns: dict[str, np.ndarray], pairs: dict[str, np.ndarray]) -> None:
+        super().__init__(columns)
+        self.pairs = pairs
+
+    def __missing__(self, key: str) -> np.ndarray:
+        if key in self.pairs:
+            return self.pairs[key][self["segment"]]
+        raise KeyError(key)
 
 
 def _candidates(
     scn: Scenario, items: list[tuple[Point, int]], ch: Choices, only: dict[str, int] | None
 ) -> tuple[dict[str, np.ndarray], list[int], np.ndarray] | None:
-    """Every candidate of every (model, cluster) pair, concatenated with the pair's columns;
-    the pairs that have candidates, and the first row of each one's segment."""
+    """Every candidate of every (model, cluster) pair, concatenated, with the pairs' columns
+    (:class:`_Rows`); the pairs that have candidates, and the first row of each one's
+    segment."""
     parts: list[dict[str, np.ndarray]] = []
     owners: list[int] = []
+    kept: list[tuple[Point, int]] = []
     for k, (pt, n_gpu) in enumerate(items):
         c = _base(scn, pt, n_gpu, ch)
         if c is not None and only:
@@ -542,24 +588,32 @@ def _candidates(
             c = {key: v[keep] for key, v in c.items()} if keep.any() else None
         if c is None:
             continue
-        c = dict(c)  # the columns below are this batch's own
-        rows = len(c["dp"])
-        for name in _POINT_COLUMNS:
-            c[name] = np.full(rows, getattr(pt, name), dtype=np.int64)
-        c["params"] = np.full(rows, pt.params)
-        c["n_gpu"] = np.full(rows, float(n_gpu))
-        c["segment"] = np.full(rows, len(parts), dtype=np.int64)  # which pair
         parts.append(c)
         owners.append(k)
+        kept.append((pt, n_gpu))
     if not parts:
         return None
     sizes = np.array([len(p["dp"]) for p in parts])
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}, owners, starts
+    columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    columns["segment"] = np.repeat(np.arange(len(parts)), sizes)  # which pair
+    # Each pair's codes (_codes) after those of the pairs before it: distinct across pairs.
+    for name in CODES:
+        spans = np.array([int(p[name].max()) + 1 for p in parts])
+        columns[name] += np.repeat(np.cumsum(spans) - spans, sizes)
+    pairs = {
+        name: np.array([getattr(pt, name) for pt, _ in kept], dtype=np.int64)
+        for name in _POINT_COLUMNS
+    }
+    pairs["params"] = np.array([pt.params for pt, _ in kept])
+    pairs["n_gpu"] = np.array([float(n) for _, n in kept])
+    return _Rows(columns, pairs), owners, starts
 
 
 def _take(c: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
-    return {k: v[rows] for k, v in c.items()}
+    """The candidates ``rows`` of ``c`` (with their pairs' columns, for :class:`_Rows`)."""
+    taken = {k: v[rows] for k, v in c.items()}
+    return _Rows(taken, c.pairs) if isinstance(c, _Rows) else taken
 
 
 def _pipe_latency(ch: Choices, c: dict[str, np.ndarray], tp_model, tp_ff, pp_ep) -> np.ndarray:
@@ -627,12 +681,17 @@ def _compute_bound(
 
 
 def _least_per_segment(bound: np.ndarray, segment: np.ndarray, n_pairs: int) -> np.ndarray:
-    """The rows of the :data:`SEEDS` least ``bound`` in each segment (each pair's
-    candidates)."""
-    order = np.lexsort((bound, segment))
-    first = np.searchsorted(segment[order], np.arange(n_pairs))
-    rank = np.arange(len(order)) - first[segment[order]]
-    return order[rank < SEEDS]
+    """The rows of :data:`SEEDS` least ``bound`` in each segment (each pair's candidates, in
+    one run of rows; among equal bounds, any), found by partition rather than by sorting."""
+    ends = np.searchsorted(segment, np.arange(1, n_pairs + 1))
+    rows, start = [], 0
+    for end in ends.tolist():
+        if end - start <= SEEDS:
+            rows.append(np.arange(start, end))
+        else:
+            rows.append(start + np.argpartition(bound[start:end], SEEDS - 1)[:SEEDS])
+        start = end
+    return np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
 
 
 def _achieve(achieved: np.ndarray, segments: np.ndarray, ev: dict[str, Any]) -> None:
