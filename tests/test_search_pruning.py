@@ -242,7 +242,7 @@ def test_equal_codes_stand_for_equal_columns(preset):
     """Each cost is computed once per code of its group (:data:`dmlimits.search._GROUPS`) and
     gathered back to every candidate of that code: so every candidate of a code must have the
     same pair and the same values of the group's columns.  The codes are given as the
-    configurations are listed (``_codes``) and offset pair by pair (``_candidates``); the
+    configurations are listed (``_layouts``) and offset pair by pair (``_candidates``); the
     distinct codes are found without sorting (``_distinct_codes``), in np.unique's order."""
     scn = sc.resolve(preset)
     ch = search.Choices.of(scn)

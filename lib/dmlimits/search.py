@@ -18,7 +18,7 @@ Four things make it fast without changing a result (tests/test_search_pruning.py
   operations per doubling of the clusters (:func:`optimal_many`, :func:`best_on_many`);
 * each parallelism's cost, and the matmuls', is computed once per distinct combination of the
   degrees it depends on (``_GROUPS``), found without sorting from codes given as the
-  configurations are listed (``_codes``);
+  configurations are listed;
 * two lower bounds on each candidate's step time over its placements prune the candidates
   that cannot beat what those of least bound achieve (:data:`PRUNE_ENV`): first its compute
   alone (``_compute_bound``), before any parallelism is costed, so that the costs are computed
@@ -262,9 +262,10 @@ def _layouts(
     f_all = np.fromiter(itertools.chain.from_iterable(split_lists), dtype=np.int64)
     s_all = np.array(list(itertools.chain.from_iterable(schedule_lists)), dtype=np.int64)
     tp, dp, pp = np.array(pairs, dtype=np.int64).T
-    split = split_at[pair] + local // n_sched[pair]  # which (pair, 2D split): see _codes
+    split = split_at[pair] + local // n_sched[pair]  # which (pair, 2D split)
     f_ = f_all[split]
-    sched = s_all[sched_at[pair] + local % n_sched[pair]]
+    schedule = sched_at[pair] + local % n_sched[pair]  # which (pair, schedule)
+    sched = s_all[schedule]
     out = {
         "tp_model": tp[pair] // f_, "tp_ff": f_, "dp": dp[pair], "pp": pp[pair],
         "ep": np.full(len(pair), ep, dtype=np.int64), "m": sched[:, 0],
@@ -272,7 +273,22 @@ def _layouts(
     }  # fmt: skip
     out["v"] = np.where((out["zero_bubble"] == 0) & (out["pp"] > 1), pt.layers // out["pp"], 1)
     out["nanobatch"] = pt.batch / (out["dp"] * out["m"] * pt.experts)
-    out.update(_codes(out, split, pt.d_ff))
+    # The codes of _GROUPS, from the pairs, their splits and their schedules (a few hundred
+    # each): the candidates' codes are gathered from them.
+    of_split = np.repeat(np.arange(len(pairs)), n_split)
+    _, split_code = np.unique(
+        (tp[of_split] // f_all) * (pt.d_ff + 1) + f_all, return_inverse=True
+    )  # fmt: skip
+    tokens, tokens_code = np.unique(
+        dp[np.repeat(np.arange(len(pairs)), n_sched)] * s_all[:, 0], return_inverse=True
+    )  # fmt: skip
+    _, pp_code = np.unique(pp, return_inverse=True)
+    out.update(
+        code_mm=split_code.ravel()[split] * len(tokens) + tokens_code.ravel()[schedule],
+        code_dp=np.searchsorted(np.array(fitting, dtype=np.int64), dp)[pair],
+        code_tp=split,
+        code_pp_ep=2 * pp_code.ravel()[pair] + (out["v"] != 1),
+    )
     for column in out.values():
         column.flags.writeable = False
     return out
@@ -282,7 +298,17 @@ def _layouts(
 #: the matmuls on the 2D split and the tokens of a microbatch; the data-parallel all-reduce on
 #: its degree; the tensor-parallel all-reduces on the 2D split, the tokens of a replica and the
 #: layers of a stage; the pipeline and expert transfers on the stages and each stage's chunks.
-#: Each is computed once per distinct combination and gathered back (:func:`_codes`).
+#: Each is computed once per distinct combination and gathered back.
+#:
+#: The codes come from how the configurations are listed (:func:`_layouts`): small
+#: non-negative integers per (model, cluster) pair, equal where the group's columns are equal
+#: (two codes may also stand for the same values: they are then costed twice, alike).  A
+#: (tensor, data, pipeline) degree triple and one of its 2D splits fix the tensor-parallel
+#: group's columns; a pipeline degree and whether its stages are split into chunks fix the
+#: pipeline's; the data-parallel degree is one of those that fit; the matmuls' are the 2D
+#: split and the data-parallel degree times the microbatches (the tokens of a microbatch).  A
+#: search then finds the distinct combinations of many pairs' codes without sorting
+#: (:func:`_distinct_codes`).
 _GROUPS = {
     "mm": ("tp_model", "tp_ff", "nanobatch"),
     "dp": ("dp",),
@@ -293,35 +319,11 @@ _GROUPS = {
 CODES = tuple(f"code_{g}" for g in _GROUPS)
 
 
-def _codes(c: dict[str, np.ndarray], split: np.ndarray, d_ff: int) -> dict[str, np.ndarray]:
-    """For each group of :data:`_GROUPS`, a code per configuration of one (model, cluster)
-    pair: small non-negative integers, equal where the group's columns are equal (two codes
-    may also stand for the same values: they are then costed twice, alike).
-
-    They come from how the configurations are listed: a (tensor, data, pipeline) degree triple
-    and one of its 2D splits (``split``, numbered in the order listed) fix the tensor-parallel
-    group's columns; a pipeline degree and whether its stages are split into chunks fix the
-    pipeline's; the matmuls' are the 2D split and the data-parallel degree times the
-    microbatches (the tokens of a microbatch), coded with :func:`numpy.unique` on arrays of a
-    few thousand rows.  A search then finds the distinct combinations of many pairs' codes
-    without sorting (:func:`_distinct_codes`)."""
-    _, dp_code = np.unique(c["dp"], return_inverse=True)
-    _, pp_code = np.unique(c["pp"], return_inverse=True)
-    chunked = (c["v"] != 1).astype(np.int64)
-    _, split_code = np.unique(c["tp_model"] * (d_ff + 1) + c["tp_ff"], return_inverse=True)
-    tokens_values, tokens_code = np.unique(c["dp"] * c["m"], return_inverse=True)
-    _, mm_code = np.unique(split_code * len(tokens_values) + tokens_code, return_inverse=True)
-    return {
-        "code_mm": mm_code.ravel(), "code_dp": dp_code.ravel(), "code_tp": split,
-        "code_pp_ep": 2 * pp_code.ravel() + chunked,
-    }  # fmt: skip
-
-
 def _distinct_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A row of each distinct code and each row's index among those rows: the ``first`` and
     ``inverse`` of :func:`numpy.unique` (in the same ascending order of code), found in time
     linear in the rows and the largest code, without sorting.  Any row of a code stands for
-    it, as every row of a code has the same values (:func:`_codes`)."""
+    it, as every row of a code has the same values (:data:`_GROUPS`)."""
     n = len(codes)
     space = int(codes.max()) + 1 if n else 0
     present = np.zeros(space, dtype=bool)
@@ -597,7 +599,7 @@ def _candidates(
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
     columns["segment"] = np.repeat(np.arange(len(parts)), sizes)  # which pair
-    # Each pair's codes (_codes) after those of the pairs before it: distinct across pairs.
+    # Each pair's codes (_GROUPS) after those of the pairs before it: distinct across pairs.
     for name in CODES:
         spans = np.array([int(p[name].max()) + 1 for p in parts])
         columns[name] += np.repeat(np.cumsum(spans) - spans, sizes)
