@@ -226,12 +226,13 @@ def _layouts(
     ]  # fmt: skip
     if not tps:
         return None
-    # Python integers in object arrays: a cluster, and so what is left of it once the tensor
-    # degree is taken, can exceed 64 bits.  The degrees of a pair found fit in 64 bits (the
-    # tensor degree divides the layer widths, the data degree the batch, the pipeline degree
-    # the layers), so the pairs become int64 arrays below.
-    tp_col = np.array(tps, dtype=object)[:, None]
-    dp_row = np.array(fitting, dtype=object)[None, :]
+    # A cluster, and so what is left of it once the tensor degree is taken, can exceed 64
+    # bits: then Python integers in object arrays.  The degrees of a pair found fit in 64 bits
+    # (the tensor degree divides the layer widths, the data degree the batch, the pipeline
+    # degree the layers), so the pairs become int64 arrays below.
+    kind = np.int64 if rest < 2**62 else object
+    tp_col = np.array(tps, dtype=kind)[:, None]
+    dp_row = np.array(fitting, dtype=kind)[None, :]
     per_tp = rest // tp_col
     ok = (per_tp % dp_row == 0).astype(bool)
     pp_all = np.where(ok, per_tp // dp_row, 1)
@@ -260,7 +261,10 @@ def _layouts(
     split_at = np.cumsum(n_split) - n_split
     sched_at = np.cumsum(n_sched) - n_sched
     f_all = np.fromiter(itertools.chain.from_iterable(split_lists), dtype=np.int64)
-    s_all = np.array(list(itertools.chain.from_iterable(schedule_lists)), dtype=np.int64)
+    s_all = np.fromiter(
+        itertools.chain.from_iterable(itertools.chain.from_iterable(schedule_lists)),
+        dtype=np.int64,
+    ).reshape(-1, 2)
     tp, dp, pp = np.array(pairs, dtype=np.int64).T
     split = split_at[pair] + local // n_sched[pair]  # which (pair, 2D split)
     f_ = f_all[split]
