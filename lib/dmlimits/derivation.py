@@ -384,9 +384,18 @@ _BUILDERS: dict[str, object] = {}
 
 
 def register(builder):
-    """Decorator for a zero-argument function returning a :class:`Derivation`."""
-    _BUILDERS[builder.__module__ + "." + builder.__name__] = builder
-    return builder
+    """Decorator for a zero-argument function returning a :class:`Derivation`: the function
+    builds it once a process and returns that derivation again when called again.
+
+    A derivation is immutable (its steps are sympy objects; :meth:`Derivation.verify` only
+    notes that it is proved), and a chapter asks for the same one several times, directly and
+    through the derivations that cite it: the data-parallel chapter built the all-reduce's
+    four times and the compute ratio's three, a second of sympy each time."""
+    import functools
+
+    kept = functools.cache(builder)
+    _BUILDERS[builder.__module__ + "." + builder.__name__] = kept
+    return kept
 
 
 def import_library() -> None:
