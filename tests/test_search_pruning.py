@@ -261,3 +261,18 @@ def test_equal_codes_stand_for_equal_columns(preset):
         distinct[group] = len(first)
     # The codes do share work: far fewer distinct combinations than candidates.
     assert max(distinct.values()) < len(c["dp"]) / 2, (distinct, len(c["dp"]))
+
+
+def test_evaluating_in_blocks_changes_no_result(monkeypatch):
+    """The last pass evaluates the candidates a block at a time (:data:`dmlimits.search.BLOCK`
+    candidate-placements): blocks of a few dozen candidates give every result of one block of
+    them all, to the last bit."""
+    scn = sc.resolve("h100")
+    pts, ch = search.points(scn)[::3], search.Choices.of(scn)
+    monkeypatch.setattr(search, "BLOCK", 10**12)  # one block: every candidate at once
+    whole = search.optimal_many(scn, pts, ch)
+    monkeypatch.setattr(search, "BLOCK", 1000)
+    blocked = search.optimal_many(scn, pts, ch)
+    assert any(r["feasible"] for r in whole)
+    for pt, a, b in zip(pts, whole, blocked, strict=True):
+        assert _same(a, b), (pt.compute, a, b)
