@@ -512,3 +512,36 @@ def test_figures_draw_for_every_topology(scn):
     ):
         assert fig.axes and all(ax.lines for ax in fig.axes)
         plt.close(fig)
+
+
+def _one_level(scn: scenario.Scenario, level: int) -> scenario.Scenario:
+    """``scn`` with the other level's links infinitely fast."""
+    other = ("network.inter_node.bandwidth", "network.intra_node.bandwidth")[level]
+    return scenario.Scenario(name=scn.name, values={**scn.values, other: math.inf})
+
+
+@pytest.mark.parametrize("scn", [H100, FLAT, UNLIMITED], ids=["two-level", "flat", "unlimited"])
+def test_level_times_are_the_split_level_by_level(scn):
+    """allreduce_level_times (what the search costs each level with) is the all-reduce without
+    overlap, its bandwidth time cut in two: the two add up to it, and each is the time with the
+    other level's links infinitely fast."""
+    p0 = np.array([1, 2, 8, 8, 3])[:, None]
+    p1 = np.array([1, 4, 128])[None, :]
+    words, seq, par = 2.5e9, 3, np.array([[1.0], [4.0], [7.0], [2.0], [5.0]])
+    n = p0 * p1 * par * 2
+    if scn is H100:
+        p0 = np.minimum(p0, scn["network.node_size"])
+    t = c.allreduce_level_times(scn, words, p0, p1, seq=seq, par=par, n_gpu=n)
+    summed = c.allreduce_time_split(scn, words, p0, p1, seq, par, n, overlap_levels=False)
+    np.testing.assert_allclose(t.level0 + t.level1, summed.bandwidth, rtol=1e-14)
+    np.testing.assert_allclose(t.latency, summed.latency, rtol=1e-14)
+    if scn is UNLIMITED:
+        assert not np.any(t.level0) and not np.any(t.level1)
+        return
+    assert (t.level1 > 0).any() and (t.level0 > 0).any()
+    if scn is H100:  # (flat: NVLink at both levels, so no level can be made infinitely fast)
+        for level, part in enumerate((t.level0, t.level1)):
+            alone = c.allreduce_time_split(
+                _one_level(scn, level), words, p0, p1, seq, par, n, overlap_levels=False
+            )  # fmt: skip
+            np.testing.assert_allclose(part, alone.bandwidth, rtol=1e-14, atol=0)

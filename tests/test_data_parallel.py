@@ -291,3 +291,22 @@ def test_other_errors():
         dp.compute_ratio(H100, 8, 0)
     # Within a node, flat topology allows more than a node's worth of replicas.
     assert dp.dp_time(FLAT, 1e12, 16, 1, 16).bandwidth > 0
+
+
+@pytest.mark.parametrize("scn", [H100, FLAT, UNLIMITED], ids=["two-level", "flat", "unlimited"])
+def test_dp_level_times_are_dp_time_level_by_level(scn):
+    """dp_level_times (what the search costs each level with) cuts dp_time's bandwidth time
+    without overlap in two: the levels add up to it, its latency is the same."""
+    params = SHAPES.params[:, None, None]
+    intra = np.array([1, 2, 8])[None, :, None]
+    inter = np.array([1, 4, 256])[None, None, :]
+    gpus = intra * inter * 64
+    t = dp.dp_level_times(scn, params, intra, inter, gpus)
+    summed = dp.dp_time(scn, params, intra, inter, gpus, overlap_levels=False)
+    np.testing.assert_allclose(t.level0 + t.level1, summed.bandwidth, rtol=1e-14)
+    np.testing.assert_allclose(t.latency, summed.latency, rtol=1e-14)
+    if scn is UNLIMITED:
+        assert not np.any(t.level0) and not np.any(t.level1)
+        return
+    assert (t.level0 > 0).any() and (t.level1 > 0).any()
+    assert (t.level1[:, :, 0] == 0).all()  # one node: nothing between nodes

@@ -304,3 +304,23 @@ def test_reference_shards_and_figures():
 def test_errors_name_the_bad_value(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("family", ["tp_model", "tp_ff"])
+@pytest.mark.parametrize("scn", [H100, FLAT, UNLIMITED], ids=["two-level", "flat", "unlimited"])
+def test_family_level_times_are_the_family_time_level_by_level(scn, family):
+    """tp_family_level_times (what the search costs each level with) cuts tp_family_time's
+    bandwidth time without overlap in two: the levels add up to it, its latency is the same."""
+    tp_model = np.array([1, 4, 16, 64])[:, None]
+    tp_ff = np.array([2, 8, 32])[None, :]
+    group = tp_model if family == "tp_model" else tp_ff
+    intra = np.minimum(group, 4)
+    args = (8192, 32768, np.float64(4096.0), tp_model, tp_ff, intra, group // intra)
+    t = tp.tp_family_level_times(scn, family, *args)
+    summed = tp.tp_family_time(scn, family, *args, overlap_levels=False)
+    np.testing.assert_allclose(t.level0 + t.level1, summed.bandwidth, rtol=1e-14)
+    np.testing.assert_allclose(t.latency, summed.latency, rtol=1e-14)
+    if scn is UNLIMITED:
+        assert not np.any(t.level0) and not np.any(t.level1)
+        return
+    assert (t.level0 > 0).any() and (t.level1 > 0).any()

@@ -617,6 +617,8 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
         "p2p": (p2p_bw + p2p_lat, u.second),
         "allreduce_two_level_bandwidth": (sp.Max(level0, level1), u.second),
         "allreduce_two_level_bandwidth_no_overlap": (level0 + level1, u.second),
+        "allreduce_two_level_bandwidth_level0": (level0, u.second),
+        "allreduce_two_level_bandwidth_level1": (level1, u.second),
         "allreduce_two_level_latency": (split_lat, u.second),
         "allreduce_two_level": (sp.Max(level0, level1) + split_lat, u.second),
     }
@@ -761,6 +763,17 @@ class CommTime(NamedTuple):
         return self.bandwidth + self.latency
 
 
+class LevelTimes(NamedTuple):
+    """Seconds of a collective split over the two levels, each level's bandwidth time apart:
+    on the links inside the nodes (``level0``), on the links between them (``level1``), and
+    the latency (numpy arrays or floats).  Without overlap the bandwidth time is the two
+    levels' sum; the search adds each level's time to the other traffic on the same links."""
+
+    level0: Any
+    level1: Any
+    latency: Any
+
+
 _ONE_LEVEL_ARGS = (n_words, parts, rep_seq, rep_par, N, word, bw_level, lat_level)
 _TWO_LEVEL_ARGS = (n_words, parts0, parts1, rep_seq, rep_par, N, word, bw0, bw1, lat0, lat1)
 
@@ -873,9 +886,41 @@ def allreduce_time_split(
     latency: the levels' latencies added.  ``n_gpu`` defaults to ``p_intra * p_inter * par``.
     Returns :class:`CommTime`.
     """
-    scn = _check_scenario(scn)
     if not isinstance(overlap_levels, bool):
         raise ValueError(f"overlap_levels: got {overlap_levels!r}; expected True or False")
+    args, shape = _two_level_args(scn, words, p_intra, p_inter, seq, par, n_gpu)
+    bandwidth = (
+        "allreduce_two_level_bandwidth"
+        if overlap_levels
+        else "allreduce_two_level_bandwidth_no_overlap"
+    )
+    values = [_numeric(k)(*args) for k in (bandwidth, "allreduce_two_level_latency")]
+    return CommTime(*_out(values, shape))
+
+
+def allreduce_level_times(
+    scn: Scenario,
+    words: Any,
+    p_intra: Any,
+    p_inter: Any,
+    seq: Any = 1,
+    par: Any = 1,
+    n_gpu: Any = None,
+) -> LevelTimes:
+    """:func:`allreduce_time_split`'s all-reduces with each level's bandwidth time apart (the
+    two terms of ``collectives-allreduce-two-level``'s bandwidth time) and their latency.
+    Returns :class:`LevelTimes`; without overlap, the bandwidth time is ``level0 + level1``."""
+    args, shape = _two_level_args(scn, words, p_intra, p_inter, seq, par, n_gpu)
+    names = ("bandwidth_level0", "bandwidth_level1", "latency")
+    return LevelTimes(*_out([_numeric(f"allreduce_two_level_{k}")(*args) for k in names], shape))
+
+
+def _two_level_args(
+    scn: Scenario, words: Any, p_intra: Any, p_inter: Any, seq: Any, par: Any, n_gpu: Any
+) -> tuple[tuple, tuple[int, ...]]:
+    """The checked arguments of the two-level all-reduce's numeric functions, and the shape
+    they broadcast to."""
+    scn = _check_scenario(scn)
     w = _numbers("words", words, minimum=0, strict=False, whole=False)
     p0 = _numbers("p_intra", p_intra, minimum=1, strict=False, whole=True)
     p1 = _numbers("p_inter", p_inter, minimum=1, strict=False, whole=True)
@@ -888,13 +933,7 @@ def allreduce_time_split(
         level_bandwidth(scn, 0), level_bandwidth(scn, 1),
         level_latency(scn, 0), level_latency(scn, 1),
     )  # fmt: skip
-    bandwidth = (
-        "allreduce_two_level_bandwidth"
-        if overlap_levels
-        else "allreduce_two_level_bandwidth_no_overlap"
-    )
-    values = [_numeric(k)(*args) for k in (bandwidth, "allreduce_two_level_latency")]
-    return CommTime(*_out(values, shape))
+    return args, shape
 
 
 def allreduce_time_levels(
@@ -912,19 +951,7 @@ def allreduce_time_levels(
     ``collectives-allreduce-two-level`` derivation; the split's bandwidth time is the larger of
     the two bandwidth times (or, without overlap, their sum) and its latency their sum.
     """
-    scn = _check_scenario(scn)
-    w = _numbers("words", words, minimum=0, strict=False, whole=False)
-    p0 = _numbers("p_intra", p_intra, minimum=1, strict=False, whole=True)
-    p1 = _numbers("p_inter", p_inter, minimum=1, strict=False, whole=True)
-    _check_node(scn, p0, "p_intra")
-    r_s, r_p = _repeats(seq, par)
-    n = _cluster(n_gpu, p0 * p1 * r_p, p0 * p1)
-    shape = np.broadcast_shapes(w.shape, p0.shape, p1.shape, r_s.shape, r_p.shape, np.shape(n))
-    args = (
-        w, p0, p1, r_s, r_p, n, float(scn["model.word_bytes"]),
-        level_bandwidth(scn, 0), level_bandwidth(scn, 1),
-        level_latency(scn, 0), level_latency(scn, 1),
-    )  # fmt: skip
+    args, shape = _two_level_args(scn, words, p_intra, p_inter, seq, par, n_gpu)
     values = [f(*args) for f in _numeric_levels()]
     bw0_t, lat0_t, bw1_t, lat1_t = _out(values, shape)
     return CommTime(bw0_t, lat0_t), CommTime(bw1_t, lat1_t)

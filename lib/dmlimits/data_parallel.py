@@ -44,7 +44,7 @@ from . import units as u
 from .checks import as_output as _out
 from .checks import checking
 from .checks import require_scenario as _check_scenario
-from .collectives import CommTime
+from .collectives import CommTime, LevelTimes
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .matmul import word
 from .scenario import Scenario
@@ -438,6 +438,7 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     costs = co._cost_formulas()
     bandwidth = GRADIENT.apply(costs["allreduce_two_level_bandwidth"][0])
     bandwidth_sum = GRADIENT.apply(costs["allreduce_two_level_bandwidth_no_overlap"][0])
+    by_level = [GRADIENT.apply(costs[f"allreduce_two_level_bandwidth_level{k}"][0]) for k in (0, 1)]
     latency = GRADIENT.apply(costs["allreduce_two_level_latency"][0])
     derived = allreduce_derivation().steps[4].expr.rhs
     if sp.simplify(_bandwidth_part(derived) - bandwidth) != 0:
@@ -449,6 +450,8 @@ def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     return {
         "dp_bandwidth": (bandwidth, u.second),
         "dp_bandwidth_levels_added": (bandwidth_sum, u.second),
+        "dp_bandwidth_level0": (by_level[0], u.second),
+        "dp_bandwidth_level1": (by_level[1], u.second),
         "dp_latency": (latency, u.second),
         "dp_bytes_per_gpu": (sp.simplify(per_gpu), u.byte),
         "step_not_overlapped": (t_rest + t_dp_bw + t_dp_lat, u.second),
@@ -573,8 +576,32 @@ def dp_time(
     larger of the two levels' times, or their sum with ``overlap_levels=False`` (the authors'
     notebook).  Returns :class:`~dmlimits.collectives.CommTime`; arrays broadcast.
     """
-    scn = _check_scenario(scn)
     overlap_levels = _flag("overlap_levels", overlap_levels)
+    args, shape = _time_args(scn, n_params, n_dp_intra, n_dp_inter, n_gpu)
+    bandwidth = "dp_bandwidth" if overlap_levels else "dp_bandwidth_levels_added"
+    return CommTime(
+        _out(_numeric(bandwidth)(*args), shape), _out(_numeric("dp_latency")(*args), shape)
+    )
+
+
+def dp_level_times(
+    scn: Scenario, n_params: Any, n_dp_intra: Any, n_dp_inter: Any, n_gpu: Any = None
+) -> LevelTimes:
+    """:func:`dp_time`'s all-reduce with each level's bandwidth time apart: on the links inside
+    the nodes, on the links between them, and the latency
+    (:class:`~dmlimits.collectives.LevelTimes`; without overlap, the bandwidth time is the two
+    levels' sum)."""
+    args, shape = _time_args(scn, n_params, n_dp_intra, n_dp_inter, n_gpu)
+    names = ("dp_bandwidth_level0", "dp_bandwidth_level1", "dp_latency")
+    return LevelTimes(*(_out(_numeric(k)(*args), shape) for k in names))
+
+
+def _time_args(
+    scn: Scenario, n_params: Any, n_dp_intra: Any, n_dp_inter: Any, n_gpu: Any
+) -> tuple[tuple, tuple[int, ...]]:
+    """The checked arguments of the gradient all-reduce's numeric functions, and the shape
+    they broadcast to."""
+    scn = _check_scenario(scn)
     n = _params(n_params)
     p0 = _array("n_dp_intra", n_dp_intra, whole=True, minimum=1)
     p1 = _array("n_dp_inter", n_dp_inter, whole=True, minimum=1)
@@ -593,10 +620,7 @@ def dp_time(
         co.level_bandwidth(scn, 0), co.level_bandwidth(scn, 1),
         co.level_latency(scn, 0), co.level_latency(scn, 1),
     )  # fmt: skip
-    bandwidth = "dp_bandwidth" if overlap_levels else "dp_bandwidth_levels_added"
-    return CommTime(
-        _out(_numeric(bandwidth)(*args), shape), _out(_numeric("dp_latency")(*args), shape)
-    )
+    return args, shape
 
 
 def dp_bytes_per_gpu(scn: Scenario, n_params: Any, n_dp: Any, n_gpu: Any = None) -> Any:

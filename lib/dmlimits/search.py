@@ -397,34 +397,48 @@ def _one_level(scn: Scenario, level: int) -> Scenario:
 def _family_times(
     scn: Scenario, family: str, u: dict[str, np.ndarray], factors: np.ndarray | None,
     ch: Choices,
-) -> dict[str, tuple[np.ndarray, coll.CommTime]]:  # fmt: skip
-    """(valid, bandwidth and latency) of a family's parallelisms for every level-0 option, at
-    the distinct rows ``u``."""
+) -> dict[str, tuple[np.ndarray, coll.LevelTimes]]:  # fmt: skip
+    """(valid, each level's bandwidth time and the latency) of a family's parallelisms for
+    every level-0 option, at the distinct rows ``u``.  Under one level (a flat or unlimited
+    network) all the bandwidth time is on level 0 and none on level 1."""
+    flat = scn["network.topology"] != "two-level"
     if family == "dp":
         i, o, ok = _options(u["dp"], factors)
-        t = dpm.dp_time(
-            scn, u["params"][:, None], i, o, u["n_gpu"][:, None], overlap_levels=False
-        )  # fmt: skip
-        return {"dp": (ok, coll.CommTime(*np.broadcast_arrays(t.bandwidth, t.latency)))}
+        t = dpm.dp_level_times(scn, u["params"][:, None], i, o, u["n_gpu"][:, None])
+        return {"dp": (ok, _broadcast_levels(t, flat))}
     if family == "pp_ep":
-        ok, t = _pp_ep_distinct(scn, u, factors, ch)
-        t = coll.CommTime(*np.broadcast_arrays(t.bandwidth, t.latency))
-        return {"pp_ep": (np.broadcast_to(ok, t.bandwidth.shape), t)}
+        # Each level's time from the scenario with the other level's links infinitely fast.
+        ok, t = _pp_ep_distinct(_one_level(scn, 0), u, factors, ch)
+        if flat:
+            t1 = np.zeros_like(t.bandwidth)
+        else:
+            t1 = _pp_ep_distinct(_one_level(scn, 1), u, factors, ch)[1].bandwidth
+        t = coll.LevelTimes(*np.broadcast_arrays(t.bandwidth, t1, t.latency))
+        return {"pp_ep": (np.broadcast_to(ok, t.level0.shape), t)}
     out = {}
     tokens = (u["batch"] / (u["dp"] * u["ep"]))[:, None]
     stage_layers = (u["layers"] / u["pp"])[:, None]
     for name in ("tp_model", "tp_ff"):
         i, o, ok = _options(u[name], factors)
-        t = tpm.tp_family_time(
+        t = _broadcast_levels(tpm.tp_family_level_times(
             scn, name, u["d_model"][:, None], u["d_ff"][:, None], tokens,
-            u["tp_model"][:, None], u["tp_ff"][:, None], i, o, overlap_levels=False,
-        )  # fmt: skip
-        t = coll.CommTime(*np.broadcast_arrays(t.bandwidth, t.latency))
+            u["tp_model"][:, None], u["tp_ff"][:, None], i, o,
+        ), flat)  # fmt: skip
         # Bandwidth: this GPU's layers; latency: every layer, on the pipeline's critical path.
         out[name] = (
-            ok, coll.CommTime(t.bandwidth * stage_layers, t.latency * u["layers"][:, None])
+            ok, coll.LevelTimes(
+                t.level0 * stage_layers, t.level1 * stage_layers, t.latency * u["layers"][:, None]
+            ),
         )  # fmt: skip
     return out
+
+
+def _broadcast_levels(t: coll.LevelTimes, flat: bool) -> coll.LevelTimes:
+    """``t``'s three times as arrays of one shape; under one level, all the bandwidth time on
+    level 0 (the sum of the two terms, of which the second is then nothing)."""
+    if flat:
+        t = coll.LevelTimes(t.level0 + t.level1, np.zeros_like(t.level1), t.latency)
+    return coll.LevelTimes(*np.broadcast_arrays(*t))
 
 
 def _pp_ep_distinct(
@@ -462,21 +476,11 @@ def _costs(
 ) -> dict[str, tuple[_Table, np.ndarray]]:
     """Each parallelism's table, one row per distinct combination of what it depends on
     (:data:`_GROUPS`), and each candidate's row in it."""
-    flat = scn["network.topology"] != "two-level"
     out = {}
     for family in ("dp", "tp", "pp_ep"):
         first, back = _distinct_codes(c["code_" + family])
-        u = _take(c, first)
-        # One level (a flat or unlimited network): no level-1 links, nothing to cost on them.
-        levels = (0,) if flat else (0, 1)
-        both = [_family_times(_one_level(scn, lv), family, u, factors, ch) for lv in levels]
-        for name, (ok, t0) in both[0].items():
-            level0 = t0.bandwidth
-            level1 = np.zeros_like(level0) if flat else both[1][name][1].bandwidth
-            table = _Table(
-                np.where(ok, level0, np.inf), np.where(ok, level1, np.inf),
-                np.where(ok, t0.latency, np.inf),
-            )  # fmt: skip
+        for name, (ok, t) in _family_times(scn, family, _take(c, first), factors, ch).items():
+            table = _Table(*(np.where(ok, x, np.inf) for x in t))
             out[name] = (table, back)
     return out
 

@@ -887,6 +887,44 @@ def tp_family_time(
     bandwidth times instead of taking the larger.
     """
     scn = _check_scenario(scn)
+    width, i, o, tok, n, shape = _family_args(
+        family, d_model, d_ff, tokens, tp_model, tp_ff, intra, inter
+    )  # fmt: skip
+    t = coll.allreduce_time_split(
+        scn, width, i, o, seq=PASSES, par=tok, n_gpu=n, overlap_levels=overlap_levels
+    )
+    return coll.CommTime(_out(t.bandwidth, shape), _out(t.latency, shape))
+
+
+def tp_family_level_times(
+    scn: Scenario,
+    family: str,
+    d_model: Any,
+    d_ff: Any,
+    tokens: Any,
+    tp_model: Any,
+    tp_ff: Any,
+    intra: Any,
+    inter: Any,
+) -> coll.LevelTimes:
+    """:func:`tp_family_time` with each level's bandwidth time apart
+    (:func:`dmlimits.collectives.allreduce_level_times`): the time on the links inside the
+    nodes, on the links between them, and the latency.  Without overlap the family's
+    bandwidth time is the two levels' sum."""
+    scn = _check_scenario(scn)
+    width, i, o, tok, n, shape = _family_args(
+        family, d_model, d_ff, tokens, tp_model, tp_ff, intra, inter
+    )  # fmt: skip
+    t = coll.allreduce_level_times(scn, width, i, o, seq=PASSES, par=tok, n_gpu=n)
+    return coll.LevelTimes(*(_out(x, shape) for x in t))
+
+
+def _family_args(
+    family: str, d_model: Any, d_ff: Any, tokens: Any, tp_model: Any, tp_ff: Any, intra: Any,
+    inter: Any,
+) -> tuple[Any, np.ndarray, np.ndarray, Any, Any, tuple[int, ...]]:  # fmt: skip
+    """The checked arguments of one family's all-reduce: (vector width, GPUs of the group per
+    node, nodes, tokens, GPUs of the TP group, the shape of the result)."""
     if family not in ("tp_model", "tp_ff"):
         raise ValueError(f"family: got {family!r}; expected 'tp_model' or 'tp_ff'")
     dm, df, tok, pm, pf, shape = _shape_args(d_model, d_ff, tokens, tp_model, tp_ff)
@@ -897,11 +935,7 @@ def tp_family_time(
         np.broadcast_to(i * o, np.broadcast_shapes(i.shape, group.shape)) != group
     ):
         raise ValueError(f"intra * inter: expected the {family} degree in every element")
-    t = coll.allreduce_time_split(
-        scn, width, i, o, seq=PASSES, par=tok, n_gpu=pm * pf, overlap_levels=overlap_levels
-    )
-    shape = np.broadcast_shapes(shape, i.shape, o.shape)
-    return coll.CommTime(_out(t.bandwidth, shape), _out(t.latency, shape))
+    return width, i, o, tok, pm * pf, np.broadcast_shapes(shape, i.shape, o.shape)
 
 
 def crossover_shard(scn: Scenario, level: Any, dims: int = 2, derated: bool = True) -> float:
