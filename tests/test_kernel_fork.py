@@ -77,6 +77,9 @@ def forks():
     server.close()
 
 
+# They start real kernels, as a build does (a few seconds each): make test runs them; make
+# check, the loop for a changed formula, does not.
+@pytest.mark.slow
 def test_a_forked_kernel_is_the_kernel_a_build_would_start(tmp_path, forks):
     sockets = tmp_path / "s"
     sockets.mkdir()
@@ -104,6 +107,7 @@ def test_a_forked_kernel_is_the_kernel_a_build_would_start(tmp_path, forks):
     assert gone_a and gone_b
 
 
+@pytest.mark.slow  # starts a real kernel, as above
 def test_a_forked_kernel_records_what_its_chapter_reads(tmp_path, forks):
     """The server imported the library before any kernel asked to record; the forked kernel
     still lists what its code reads of a scenario, as a kernel started on its own lists it
@@ -127,6 +131,7 @@ def test_a_forked_kernel_records_what_its_chapter_reads(tmp_path, forks):
     assert {"training.months", "network.latency"} <= lists["forked"]
 
 
+@pytest.mark.slow  # starts a real kernel, as above
 def test_a_forked_kernel_can_be_interrupted(tmp_path, forks):
     sockets = tmp_path / "s"
     sockets.mkdir()

@@ -9,6 +9,10 @@ import pytest
 from dmlimits import scenario as sc
 from dmlimits import search, whatif
 
+# One worker of make check computes the tornado (twenty sweeps) for every test of this file,
+# not both.
+pytestmark = pytest.mark.xdist_group("whatif")
+
 
 @pytest.fixture(scope="module")
 def h100():
