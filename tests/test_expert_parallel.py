@@ -253,3 +253,38 @@ def test_topologies(scn):
 def test_errors_name_the_value(scn, call, match):
     with pytest.raises(ValueError, match=match):
         call(scn)
+
+
+@pytest.mark.parametrize("topology", ["two-level", "flat", "unlimited"])
+def test_level_times_are_the_times_level_by_level(topology):
+    """ep_level_times and crossing_level_times (what the search costs each level with) cut the
+    bandwidth time of ep_time and crossing_time in two: the levels add up to it, each is the
+    time with the other level's links infinitely fast (two levels), the latency is the same.
+    The group's two degrees broadcast against each other (their latency's conditions once
+    refused arrays of two shapes)."""
+    scn = sc.resolve("h100", sets=[f"network.topology={topology}"])
+    d, tokens = 8192.0, np.array([1e5, 3e6])[:, None, None, None]
+    n0 = np.array([1, 2, 8])[:, None, None]
+    n1 = np.array([1, 4, 64])[None, :, None]
+    k = np.array([0.0, 1.0, 7.0])[None, None, :]
+    n = n0 * n1 * 16
+    calls = [
+        (ep.ep_time, ep.ep_level_times, (d, tokens, n0, n1, k, n)),
+        *(
+            (ep.crossing_time, ep.crossing_level_times, (d, tokens, n0, n1, level, k, n))
+            for level in (0, 1)
+        ),
+    ]
+    for whole_of, levels_of, args in calls:
+        whole, t = whole_of(scn, *args), levels_of(scn, *args)
+        np.testing.assert_allclose(t.level0 + t.level1, whole.bandwidth, rtol=1e-14)
+        np.testing.assert_allclose(t.latency, whole.latency, rtol=1e-14)
+        if topology == "unlimited":
+            assert not np.any(t.level0) and not np.any(t.level1)
+            continue
+        assert (t.level1 > 0).any()
+        if topology == "two-level":
+            for level, part in enumerate((t.level0, t.level1)):
+                key = ("network.inter_node.bandwidth", "network.intra_node.bandwidth")[level]
+                fast = sc.Scenario(name=scn.name, values={**scn.values, key: math.inf})
+                np.testing.assert_allclose(part, whole_of(fast, *args).bandwidth, rtol=1e-14)

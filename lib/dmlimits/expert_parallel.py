@@ -714,6 +714,12 @@ def _numeric_build(what: str) -> tuple[tuple, Any]:
         return _LAT_ARGS, _cost_formulas()[what][0]
     if what == "crossing":
         return (*_BW_ARGS, crosses_nodes), _crossing_bandwidth()
+    if what.startswith(("bandwidth_level", "crossing_level")):
+        # One level's term: the time with the other level's links infinitely fast.
+        base, level = what.rsplit("_level", 1)
+        other = (c.bw1, c.bw0)[int(level)]
+        args, expr = _numeric_build(base)
+        return args, expr.subs(other, sp.oo)
     if what == "crossing_latency":
         return (n_if, c.lat_level), CROSSING_LATENCY
     if what == "ratio":
@@ -823,21 +829,61 @@ def ep_time(
     Returns
     :class:`~dmlimits.collectives.CommTime`; arguments broadcast as numpy arrays.
     """
-    scn = c._check_scenario(scn)
     rule = _rule(latency)
+    args, shape = _bandwidth_args(scn, d_model, tokens, ep_intra, ep_inter, interfaces, n_gpu)
+    return c.CommTime(
+        _out(_numeric("bandwidth")(*args), shape), _out(_ep_latency(scn, args, rule), shape)
+    )
+
+
+def ep_level_times(
+    scn: Scenario,
+    d_model: Any,
+    tokens: Any,
+    ep_intra: Any,
+    ep_inter: Any,
+    interfaces: Any = 1,
+    n_gpu: Any = None,
+    latency: str = CHAPTER_RULES["search.expert_latency"],
+) -> c.LevelTimes:
+    """:func:`ep_time` with each level's bandwidth time apart: on the links inside the nodes,
+    on the links between them (the two terms of the ``expert-parallel-interface``
+    derivation's bandwidth time, which add up to it), and the latency
+    (:class:`~dmlimits.collectives.LevelTimes`)."""
+    rule = _rule(latency)
+    args, shape = _bandwidth_args(scn, d_model, tokens, ep_intra, ep_inter, interfaces, n_gpu)
+    return c.LevelTimes(
+        *(_out(_numeric(f"bandwidth_level{k}")(*args), shape) for k in (0, 1)),
+        _out(_ep_latency(scn, args, rule), shape),
+    )
+
+
+def _bandwidth_args(
+    scn: Scenario, d_model: Any, tokens: Any, ep_intra: Any, ep_inter: Any, count: Any,
+    n_gpu: Any, name: str = "interfaces",
+) -> tuple[tuple, tuple[int, ...]]:  # fmt: skip
+    """The checked arguments of the expert traffic's bandwidth functions (``count`` interfaces
+    or crossings, named ``name``) and the shape they broadcast to."""
+    scn = c._check_scenario(scn)
     n0, n1 = _group(scn, ep_intra, ep_inter)
     d = _numbers("d_model", d_model, minimum=0, whole=False, strict=True)
     t = _numbers("tokens", tokens, minimum=0, whole=False)
-    k = _numbers("interfaces", interfaces, minimum=0, whole=False)
+    k = _numbers(name, count, minimum=0, whole=False)
     n = _cluster(n_gpu, n0 * n1)
     shape = np.broadcast_shapes(d.shape, t.shape, n0.shape, n1.shape, k.shape, np.shape(n))
-    bw = _numeric("bandwidth")(
+    args = (
         d, t, n0, n1, k, n, float(scn["model.word_bytes"]),
         c.level_bandwidth(scn, 0), c.level_bandwidth(scn, 1),
     )  # fmt: skip
+    return args, shape
+
+
+def _ep_latency(scn: Scenario, args: tuple, rule: str) -> Any:
+    _, _, n0, n1, k, *_ = args
+    if n0.shape != n1.shape:  # the lambdified conditions take the two of one shape
+        n0, n1 = np.broadcast_arrays(n0, n1)
     lat_name = "latency" if rule == "highest" else "latency_expected"
-    lat = _numeric(lat_name)(n0, n1, k, c.level_latency(scn, 0), c.level_latency(scn, 1))
-    return c.CommTime(_out(bw, shape), _out(lat, shape))
+    return _numeric(lat_name)(n0, n1, k, c.level_latency(scn, 0), c.level_latency(scn, 1))
 
 
 def crossing_time(
@@ -855,22 +901,43 @@ def crossing_time(
     group).  Every token moves, over the higher of the boundary's level ``pp_level`` and its
     next expert's level (the ``expert-parallel-crossing`` derivation); one message latency each
     way per crossing."""
-    scn = c._check_scenario(scn)
     level = c.check_level(pp_level)
-    n0, n1 = _group(scn, ep_intra, ep_inter)
-    d = _numbers("d_model", d_model, minimum=0, whole=False, strict=True)
-    t = _numbers("tokens", tokens, minimum=0, whole=False)
-    k = _numbers("crossings", crossings, minimum=0, whole=False)
-    n = _cluster(n_gpu, n0 * n1)
-    shape = np.broadcast_shapes(d.shape, t.shape, n0.shape, n1.shape, k.shape, np.shape(n))
-    bw = _numeric("crossing")(
-        d, t, n0, n1, k, n, float(scn["model.word_bytes"]),
-        c.level_bandwidth(scn, 0), c.level_bandwidth(scn, 1), float(level),
+    args, shape = _bandwidth_args(
+        scn, d_model, tokens, ep_intra, ep_inter, crossings, n_gpu, "crossings"
     )  # fmt: skip
-    # One latency per crossing, at the higher of the two levels.
+    bw = _numeric("crossing")(*args, float(level))
+    return c.CommTime(_out(bw, shape), _out(_crossing_latency(scn, args, level), shape))
+
+
+def crossing_level_times(
+    scn: Scenario,
+    d_model: Any,
+    tokens: Any,
+    ep_intra: Any,
+    ep_inter: Any,
+    pp_level: int,
+    crossings: Any = 1,
+    n_gpu: Any = None,
+) -> c.LevelTimes:
+    """:func:`crossing_time` with each level's bandwidth time apart: on the links inside the
+    nodes, on the links between them (the two terms of the ``expert-parallel-crossing``
+    derivation's bandwidth time, which add up to it), and the latency
+    (:class:`~dmlimits.collectives.LevelTimes`)."""
+    level = c.check_level(pp_level)
+    args, shape = _bandwidth_args(
+        scn, d_model, tokens, ep_intra, ep_inter, crossings, n_gpu, "crossings"
+    )  # fmt: skip
+    return c.LevelTimes(
+        *(_out(_numeric(f"crossing_level{k}")(*args, float(level)), shape) for k in (0, 1)),
+        _out(_crossing_latency(scn, args, level), shape),
+    )
+
+
+def _crossing_latency(scn: Scenario, args: tuple, level: int) -> Any:
+    """One latency per crossing, at the higher of the two levels."""
+    _, _, _, n1, k, *_ = args
     top = np.where((level == 1) | (n1 > 1), c.level_latency(scn, 1), c.level_latency(scn, 0))
-    lat = _numeric("crossing_latency")(k, top)
-    return c.CommTime(_out(bw, shape), _out(lat, shape))
+    return _numeric("crossing_latency")(k, top)
 
 
 def ep_only_interfaces(n_layers: Any, n_pp: Any = 1, v: Any = 1) -> np.ndarray | float:

@@ -384,16 +384,6 @@ def _options(
     return intra, d // intra, ok
 
 
-def _one_level(scn: Scenario, level: int) -> Scenario:
-    """The scenario with the other level's links infinitely fast, so that a bandwidth time
-    computed with it is the time on ``level``'s links alone (bandwidth times are sums of
-    bytes over bandwidth, level by level)."""
-    key = ("network.inter_node.bandwidth", "network.intra_node.bandwidth")[level]
-    if scn["network.topology"] != "two-level":
-        return scn
-    return Scenario(name=scn.name, values={**scn.values, key: math.inf})
-
-
 def _family_times(
     scn: Scenario, family: str, u: dict[str, np.ndarray], factors: np.ndarray | None,
     ch: Choices,
@@ -407,13 +397,8 @@ def _family_times(
         t = dpm.dp_level_times(scn, u["params"][:, None], i, o, u["n_gpu"][:, None])
         return {"dp": (ok, _broadcast_levels(t, flat))}
     if family == "pp_ep":
-        # Each level's time from the scenario with the other level's links infinitely fast.
-        ok, t = _pp_ep_distinct(_one_level(scn, 0), u, factors, ch)
-        if flat:
-            t1 = np.zeros_like(t.bandwidth)
-        else:
-            t1 = _pp_ep_distinct(_one_level(scn, 1), u, factors, ch)[1].bandwidth
-        t = coll.LevelTimes(*np.broadcast_arrays(t.bandwidth, t1, t.latency))
+        ok, t = _pp_ep_distinct(scn, u, factors, ch)
+        t = _broadcast_levels(t, flat)
         return {"pp_ep": (np.broadcast_to(ok, t.level0.shape), t)}
     out = {}
     tokens = (u["batch"] / (u["dp"] * u["ep"]))[:, None]
@@ -443,8 +428,8 @@ def _broadcast_levels(t: coll.LevelTimes, flat: bool) -> coll.LevelTimes:
 
 def _pp_ep_distinct(
     scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None, ch: Choices
-) -> tuple[np.ndarray, coll.CommTime]:
-    """Pipeline and expert traffic at layer interfaces."""
+) -> tuple[np.ndarray, coll.LevelTimes]:
+    """Pipeline and expert traffic at layer interfaces, each level's bandwidth time apart."""
     pi, po, pok = _options(c["pp"], factors)
     ei, eo, eok = _options(c["ep"], factors)
     v = c["v"][:, None, None]
@@ -454,21 +439,15 @@ def _pp_ep_distinct(
     ep_i, ep_o = ei[:, None, :], eo[:, None, :]
     within, across = ppm.level_crossings(pp_i, pp_o, v)
     cross = [
-        epm.crossing_time(scn, d_model, batch, ep_i, ep_o, level, k, n_gpu)
+        epm.crossing_level_times(scn, d_model, batch, ep_i, ep_o, level, k, n_gpu)
         for level, k in ((0, within), (1, across))
     ]
-    only = epm.ep_time(
+    only = epm.ep_level_times(
         scn, d_model, batch, ep_i, ep_o, layers - v * pp_i * pp_o, n_gpu,
         latency=ch.expert_latency,
     )  # fmt: skip
     ok = pok[:, :, None] & eok[:, None, :]
-    return (
-        ok,
-        coll.CommTime(
-            cross[0].bandwidth + cross[1].bandwidth + only.bandwidth,
-            cross[0].latency + cross[1].latency + only.latency,
-        ),
-    )
+    return ok, coll.LevelTimes(*(cross[0][k] + cross[1][k] + only[k] for k in range(3)))
 
 
 def _costs(
