@@ -336,9 +336,24 @@ KEPT_NUMERIC = [
     ("expert_parallel", w)
     for w in (
         "bytes_intra", "bytes_inter", "bandwidth", "latency", "latency_expected", "crossing",
-        "crossing_latency", "ratio", "layer_compute", "ep_only",
+        "crossing_latency", "ratio", "layer_compute", "ep_only", "bandwidth_level0",
+        "bandwidth_level1", "crossing_level0", "crossing_level1",
     )
-]  # fmt: skip
+] + [
+    # The cost formulas of the collectives, the gradient all-reduce and the step, kept since
+    # the search's level times (a process that read every other formula built these).
+    ("collectives", w) for w in (
+        "allreduce_bandwidth", "allreduce_latency", "p2p_bandwidth", "p2p_latency",
+        "allreduce_two_level_bandwidth", "allreduce_two_level_bandwidth_no_overlap",
+        "allreduce_two_level_bandwidth_level0", "allreduce_two_level_bandwidth_level1",
+        "allreduce_two_level_latency",
+    )
+] + [
+    ("data_parallel", w) for w in (
+        "dp_bandwidth", "dp_bandwidth_levels_added", "dp_bandwidth_level0",
+        "dp_bandwidth_level1", "dp_latency", "dp_bytes_per_gpu", "memory_needed", "max_dp",
+    )
+] + [("step", w) for w in ("step_time", "network_time", "utilization")]  # fmt: skip
 
 
 def _same_outputs(written, read) -> None:
@@ -374,3 +389,21 @@ def test_the_models_kept_definitions_compute_as_built(folder):
         pairs = fn.items() if isinstance(fn, dict) else [(name, fn)]
         for key, f in pairs:
             _same_outputs(f, read[name][key] if isinstance(fn, dict) else read[name])
+
+
+def test_a_kept_source_reads_numpys_names_without_lambdifys_namespace():
+    """A kept source for numpy finds its global names in numpy and numpy.linalg
+    (:func:`dmlimits.formula_cache._numpy_names`), as lambdify's namespace holds them, the same
+    objects; names lambdify adds of its own send it to that namespace."""
+    full = fc._namespace("numpy")
+    names = {*np.__all__, *np.linalg.__all__, "numpy"}
+    found = fc._numpy_names(names)
+    assert found is not None
+    differ = sorted(n for n in names if n in full and found[n] is not full[n])
+    assert not differ, differ
+    assert fc._numpy_names({"sqrt", "I"}) is None  # lambdify's own 1j
+    source = "def _lambdifygenerated(x):\n    return select([less(x, 1), True], [nan, sqrt(x)])\n"
+    code = compile(source, "<test>", "exec")
+    assert fc._loaded_globals(code) == {"select", "less", "nan", "sqrt"}
+    code = compile("def f(x):\n    return logical_and.reduce((x, x))\n", "<test>", "exec")
+    assert fc._loaded_globals(code) == {"logical_and"}  # not the attribute

@@ -780,9 +780,15 @@ _TWO_LEVEL_ARGS = (n_words, parts0, parts1, rep_seq, rep_par, N, word, bw0, bw1,
 
 @cache
 def _numeric(name: str):
+    """The numeric function of :data:`COST_FORMULAS`' ``name``, kept between processes
+    (:func:`dmlimits.formula_cache.lambdified`: a process that reads it derives nothing)."""
+    return formula_cache.lambdified(f"collectives.{name}", lambda: _numeric_build(name))
+
+
+def _numeric_build(name: str) -> tuple[tuple, sp.Expr]:
     expr, _ = _cost_formulas()[name]
     args = _TWO_LEVEL_ARGS if name.startswith("allreduce_two_level") else _ONE_LEVEL_ARGS
-    return sp.lambdify(args, expr, "numpy")
+    return args, expr
 
 
 @cache

@@ -544,6 +544,12 @@ _TIME_ARGS = (s.n_params, n_dp0, n_dp1, s.n_gpu, word, co.bw0, co.bw1, co.lat0, 
 
 @cache
 def _numeric(name: str):
+    """The numeric function of :data:`COST_FORMULAS`' ``name``, kept between processes
+    (:func:`dmlimits.formula_cache.lambdified`: a process that reads it derives nothing)."""
+    return formula_cache.lambdified(f"data_parallel.{name}", lambda: _numeric_build(name))
+
+
+def _numeric_build(name: str) -> tuple[tuple, sp.Expr]:
     expr, _ = _cost_formulas()[name]
     if name.startswith("dp_bandwidth") or name == "dp_latency":
         args = _TIME_ARGS
@@ -557,7 +563,7 @@ def _numeric(name: str):
         args = (s.n_gpu, cap_hbm)
     else:  # compute_ratio
         args = (n_dp, s.n_experts, word, s.eff_util, s.peak_flops, s.flop_per_mac, s.batch, co.bw1)
-    return sp.lambdify(args, expr, "numpy")
+    return args, expr
 
 
 def dp_time(

@@ -34,6 +34,7 @@ that every kept builder reads back what a fresh build returns.
 
 from __future__ import annotations
 
+import dis
 import functools
 import hashlib
 import importlib
@@ -426,13 +427,46 @@ def _importable(obj: Any) -> list[str] | None:
     return [module, name] if found is obj else None
 
 
+def _loaded_globals(code: Any) -> set[str]:
+    """The global names ``code`` and the functions it defines read (not the attributes they
+    look up, which ``co_names`` holds too)."""
+    names = {i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"}
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _loaded_globals(const)
+    return names
+
+
+def _numpy_names(names: set[str]) -> dict[str, Any] | None:
+    """What lambdify's namespace for ``"numpy"`` holds under each of ``names`` (``from numpy
+    import *`` then ``from numpy.linalg import *``, and ``numpy`` itself), found without
+    building that namespace (a tenth of a second or more, on first use in a process); ``None``
+    when a name is not one of these (lambdify's own few, such as ``I``)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        if name in np.linalg.__all__:
+            out[name] = getattr(np.linalg, name)
+        elif name in np.__all__:
+            out[name] = getattr(np, name)
+        elif name == "numpy":
+            out[name] = np
+        else:
+            return None
+    return out
+
+
 def _from_source(
     source: str, modules: Any, name: str, imports: dict[str, list[str]]
 ) -> Callable[..., Any]:
-    namespace = dict(_namespace(modules))
+    code = compile(source, f"<kept formula {name}>", "exec")
+    namespace = None
+    if modules == "numpy":
+        namespace = _numpy_names(_loaded_globals(code) - set(imports))
+    if namespace is None:
+        namespace = dict(_namespace(modules))
     for global_name, (module, attribute) in imports.items():
         namespace[global_name] = getattr(importlib.import_module(module), attribute)
-    exec(compile(source, f"<kept formula {name}>", "exec"), namespace)
+    exec(code, namespace)
     return namespace["_lambdifygenerated"]
 
 

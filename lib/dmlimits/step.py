@@ -246,6 +246,12 @@ __getattr__ = lazy.attributes(
 
 @cache
 def _numeric(name: str):
+    """The numeric function of the cost formula ``name``, kept between processes
+    (:func:`dmlimits.formula_cache.lambdified`: a process that reads it derives nothing)."""
+    return formula_cache.lambdified(f"step.{name}", lambda: _numeric_build(name))
+
+
+def _numeric_build(name: str) -> tuple[tuple, sp.Expr]:
     expr = model.PASS_COUNTS.apply(_cost_formulas()[name][0])
     if name == "step_time":
         args = (t_mm, t_net, t_dp_after, t_lat, dpm.t_dp_lat, ppm.bubble, z_zb)
@@ -253,7 +259,7 @@ def _numeric(name: str):
         args = (t_family["TP", 0], t_family["PE", 0], t_family["TP", 1], t_family["PE", 1])
     else:
         args = (s.n_active, s.batch, s.n_gpu, s.peak_flops, dpm.t_iter)
-    return sp.lambdify(args, expr, "numpy")
+    return args, expr
 
 
 def step_time(
