@@ -385,7 +385,7 @@ def _options(
 
 
 def _family_times(
-    scn: Scenario, family: str, u: dict[str, np.ndarray], factors: np.ndarray | None,
+    scn: Scenario, family: str, u: _Rows, factors: np.ndarray | None,
     ch: Choices,
 ) -> dict[str, tuple[np.ndarray, coll.LevelTimes]]:  # fmt: skip
     """(valid, each level's bandwidth time and the latency) of a family's parallelisms for
@@ -427,7 +427,7 @@ def _broadcast_levels(t: coll.LevelTimes, flat: bool) -> coll.LevelTimes:
 
 
 def _pp_ep_distinct(
-    scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None, ch: Choices
+    scn: Scenario, c: _Rows, factors: np.ndarray | None, ch: Choices
 ) -> tuple[np.ndarray, coll.LevelTimes]:
     """Pipeline and expert traffic at layer interfaces, each level's bandwidth time apart."""
     pi, po, pok = _options(c["pp"], factors)
@@ -451,7 +451,7 @@ def _pp_ep_distinct(
 
 
 def _costs(
-    scn: Scenario, c: dict[str, np.ndarray], factors: np.ndarray | None, ch: Choices
+    scn: Scenario, c: _Rows, factors: np.ndarray | None, ch: Choices
 ) -> dict[str, tuple[_Table, np.ndarray]]:
     """Each parallelism's table, one row per distinct combination of what it depends on
     (:data:`_GROUPS`), and each candidate's row in it."""
@@ -545,25 +545,57 @@ def pruning() -> bool:
 _POINT_COLUMNS = ("d_model", "d_ff", "layers", "experts", "batch")
 
 
-class _Rows(dict):
-    """The candidates of a batch, one array per column and one value per candidate, and the
-    columns of their (model, cluster) pairs (:data:`_POINT_COLUMNS`, ``params``, ``n_gpu``),
-    one value per pair: ``rows[name]`` gathers a pair's column through ``segment`` when it is
-    asked for, so that it is not copied for every candidate and at every cut."""
+class _Rows:
+    """Some of the candidates of a batch: ``rows[name]`` is one value per candidate.  The
+    batch's columns are kept whole, with which of their rows these candidates are; a column is
+    gathered when it is first asked for, so that the search's cuts copy only the columns read
+    after them.  The columns of the candidates' (model, cluster) pairs
+    (:data:`_POINT_COLUMNS`, ``params``, ``n_gpu``) are kept once per pair (``pairs``) and
+    gathered through ``segment``."""
 
-    def __init__(self, columns: dict[str, np.ndarray], pairs: dict[str, np.ndarray]) -> None:
-        super().__init__(columns)
+    __slots__ = ("_columns", "_rows", "_taken", "pairs")
+
+    def __init__(
+        self, columns: dict[str, np.ndarray], pairs: dict[str, np.ndarray], rows: Any = None
+    ) -> None:
+        self._columns = columns
+        self._rows = rows  # None: every row; else an index array or a slice
+        self._taken: dict[str, np.ndarray] = {}
         self.pairs = pairs
 
-    def __missing__(self, key: str) -> np.ndarray:
-        if key in self.pairs:
-            return self.pairs[key][self["segment"]]
-        raise KeyError(key)
+    def __getitem__(self, key: str) -> np.ndarray:
+        got = self._taken.get(key)
+        if got is None:
+            if key in self._columns:
+                got = self._columns[key]
+                if self._rows is not None:
+                    got = got[self._rows]
+            elif key in self.pairs:
+                got = self.pairs[key][self["segment"]]
+            else:
+                raise KeyError(key)
+            self._taken[key] = got
+        return got
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._columns or key in self.pairs
+
+    def keys(self) -> Any:
+        return self._columns.keys()
+
+    def take(self, rows: Any) -> _Rows:
+        """The candidates ``rows`` of these (an index array or a slice)."""
+        if self._rows is None:
+            return _Rows(self._columns, self.pairs, rows)
+        if isinstance(self._rows, slice):
+            start, stop, step = self._rows.indices(len(self._columns["segment"]))
+            return _Rows(self._columns, self.pairs, np.arange(start, stop, step)[rows])
+        return _Rows(self._columns, self.pairs, self._rows[rows])
 
 
 def _candidates(
     scn: Scenario, items: list[tuple[Point, int]], ch: Choices, only: dict[str, int] | None
-) -> tuple[dict[str, np.ndarray], list[int], np.ndarray] | None:
+) -> tuple[_Rows, list[int], np.ndarray] | None:
     """Every candidate of every (model, cluster) pair, concatenated, with the pairs' columns
     (:class:`_Rows`); the pairs that have candidates, and the first row of each one's
     segment."""
@@ -599,13 +631,14 @@ def _candidates(
     return _Rows(columns, pairs), owners, starts
 
 
-def _take(c: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
-    """The candidates ``rows`` of ``c`` (with their pairs' columns, for :class:`_Rows`)."""
-    taken = {k: v[rows] for k, v in c.items()}
-    return _Rows(taken, c.pairs) if isinstance(c, _Rows) else taken
+def _take(c: Any, rows: Any) -> Any:
+    """The candidates ``rows`` of ``c`` (a :class:`_Rows`, or a dict of columns)."""
+    if isinstance(c, _Rows):
+        return c.take(rows)
+    return {k: v[rows] for k, v in c.items()}
 
 
-def _pipe_latency(ch: Choices, c: dict[str, np.ndarray], tp_model, tp_ff, pp_ep) -> np.ndarray:
+def _pipe_latency(ch: Choices, c: _Rows, tp_model, tp_ff, pp_ep) -> np.ndarray:
     """The latency on the pipeline's critical path, from each family's latency."""
     lat_pipe = tp_model + tp_ff + pp_ep
     if ch.latency_paid == "microbatch":  # every microbatch's chain, not one per step
@@ -615,7 +648,7 @@ def _pipe_latency(ch: Choices, c: dict[str, np.ndarray], tp_model, tp_ff, pp_ep)
 
 
 def _step(
-    ch: Choices, c: dict[str, np.ndarray], levels: dict[str, tuple], lat_pipe: np.ndarray,
+    ch: Choices, c: _Rows, levels: dict[str, tuple], lat_pipe: np.ndarray,
     lat_dp: np.ndarray, t_mm: np.ndarray, bubble: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """The step time (search-step-time) and the hidden network time, from each family's time
@@ -638,7 +671,7 @@ def _step(
 
 
 def _lower_bound(
-    ch: Choices, c: dict[str, np.ndarray], costs: dict[str, tuple[_Table, np.ndarray]],
+    ch: Choices, c: _Rows, costs: dict[str, tuple[_Table, np.ndarray]],
     t_mm: np.ndarray, bubble: np.ndarray,
 ) -> np.ndarray:  # fmt: skip
     """A lower bound on each candidate's step time over every placement: each family's least
@@ -659,7 +692,7 @@ def _lower_bound(
 
 
 def _compute_bound(
-    ch: Choices, c: dict[str, np.ndarray], t_mm: np.ndarray, bubble: np.ndarray
+    ch: Choices, c: _Rows, t_mm: np.ndarray, bubble: np.ndarray
 ) -> np.ndarray:  # fmt: skip
     """A lower bound on each candidate's step time: the step time with no time on the
     network and no latency (the step time only grows with each, search-step-time)."""
@@ -690,7 +723,7 @@ def _achieve(achieved: np.ndarray, segments: np.ndarray, ev: dict[str, Any]) -> 
 
 
 def _evaluate(
-    ch: Choices, c: dict[str, np.ndarray], tables: dict[str, _Table],
+    ch: Choices, c: _Rows, tables: dict[str, _Table],
     columns: dict[str, np.ndarray], t_mm: np.ndarray, bubble: np.ndarray,
 ) -> dict[str, Any]:  # fmt: skip
     """Every candidate (rows) on every placement (columns): the step time and its parts."""
@@ -764,7 +797,7 @@ def _placement_columns(
     return factors, {k: np.searchsorted(factors, table[:, j]) for j, k in enumerate(DEGREES)}
 
 
-def _compute_times(scn: Scenario, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def _compute_times(scn: Scenario, c: _Rows) -> tuple[np.ndarray, np.ndarray]:
     """Each candidate's matmul seconds per step and its pipeline bubble (none for zero-bubble
     schedules)."""
     bubble = ppm.bubble_fraction(c["pp"], c["m"], c["v"], zero_bubble=False)
@@ -779,7 +812,7 @@ BLOCK = 32768
 
 
 def _evaluate_in_blocks(
-    ch: Choices, c: dict[str, np.ndarray], costs: dict[str, tuple[_Table, np.ndarray]],
+    ch: Choices, c: _Rows, costs: dict[str, tuple[_Table, np.ndarray]],
     kept: np.ndarray, columns: dict[str, np.ndarray], t_mm: np.ndarray, bubble: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """The step time and the total network time of every candidate on every placement
