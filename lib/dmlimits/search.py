@@ -162,16 +162,24 @@ def _splits(tp: int, rule: str, d_model: int, d_ff: int) -> tuple[int, ...]:
 
 
 @cache
-def _schedules(
-    pp: int, units: int, count: int, zero_bubble: bool, zb_min: str
-) -> tuple[tuple[int, int], ...]:  # fmt: skip
-    """(microbatches, zero bubble) of every schedule tried for ``pp`` stages and ``units``
-    microbatch units per pipeline: 1F1B's ``count`` smallest valid counts, then zero-bubble's
-    (:class:`Choices`)."""
-    out = [(m, 0) for m in _microbatches(pp, units, False, max(1, count), "2n")]
-    if zero_bubble and pp > 1:
-        out.extend((m, 1) for m in _microbatches(pp, units, True, 1, zb_min))
-    return tuple(out)
+def _schedule_memo(count: int, zero_bubble: bool, zb_min: str) -> dict[tuple[int, int], tuple]:
+    """The schedules of :func:`_schedules` already listed under these choices, by (stages,
+    units): a sweep asks for the same ones hundreds of thousands of times."""
+    return {}
+
+
+def _schedules(pp: int, units: int, count: int, zero_bubble: bool, zb_min: str) -> tuple:
+    """Every schedule tried for ``pp`` stages and ``units`` microbatch units per pipeline, as
+    (microbatches, zero bubble) one after the other in one flat tuple: 1F1B's ``count``
+    smallest valid counts, then zero-bubble's (:class:`Choices`)."""
+    memo = _schedule_memo(count, zero_bubble, zb_min)
+    found = memo.get((pp, units))
+    if found is None:
+        out = [(m, 0) for m in _microbatches(pp, units, False, max(1, count), "2n")]
+        if zero_bubble and pp > 1:
+            out.extend((m, 1) for m in _microbatches(pp, units, True, 1, zb_min))
+        found = memo[pp, units] = tuple(itertools.chain.from_iterable(out))
+    return found
 
 
 def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.ndarray] | None:
@@ -220,10 +228,11 @@ def _layouts(
     # The (tensor, data) degree pairs, tensor-major and each ascending: the tensor degree
     # divides the layer widths and has a 2D split, the data degree fits, and the pipeline
     # degree that is left divides the layers.
-    tps = [
-        tp for tp in _divisors(rest)
-        if width % tp == 0 and _splits(tp, ch.tp_split_rule, pt.d_model, pt.d_ff)
-    ]  # fmt: skip
+    tps, splits = [], []  # with each one's 2D splits
+    for tp in _divisors(rest):
+        if width % tp == 0 and (split := _splits(tp, ch.tp_split_rule, pt.d_model, pt.d_ff)):
+            tps.append(tp)
+            splits.append(split)
     if not tps:
         return None
     # A cluster, and so what is left of it once the tensor degree is taken, can exceed 64
@@ -238,34 +247,36 @@ def _layouts(
     pp_all = np.where(ok, per_tp // dp_row, 1)
     ok &= (pt.layers % pp_all == 0).astype(bool)
     ti, di = np.nonzero(ok)
-    pairs: list[tuple[int, int, int]] = []  # (tp, dp, pp)
-    split_lists: list[tuple[int, ...]] = []
-    schedule_lists: list[tuple[tuple[int, int], ...]] = []
-    for tp, dp, pp in zip(
-        tp_col[ti, 0].tolist(), dp_row[0, di].tolist(), pp_all[ti, di].tolist(), strict=True
-    ):
-        schedules = _schedules(
-            pp, per_pipe // dp, ch.microbatch_candidates, ch.zero_bubble, ch.zero_bubble_min
+    options = (ch.microbatch_candidates, ch.zero_bubble, ch.zero_bubble_min)
+    get = _schedule_memo(*options).get  # (a dict lookup before the call)
+    schedule_lists = [
+        get((pp, units)) or _schedules(pp, units, *options)
+        for pp, units in zip(
+            pp_all[ti, di].tolist(), (per_pipe // dp_row[0, di]).tolist(), strict=True
         )
-        if schedules:
-            pairs.append((tp, dp, pp))
-            split_lists.append(_splits(tp, ch.tp_split_rule, pt.d_model, pt.d_ff))
-            schedule_lists.append(schedules)
-    if not pairs:
+    ]  # fmt: skip
+    n_sched = np.fromiter(map(len, schedule_lists), dtype=np.int64, count=len(ti)) // 2
+    has = np.flatnonzero(n_sched)  # the (tensor, data) pairs with a schedule
+    if not len(has):
         return None
-    n_split = np.array([len(x) for x in split_lists], dtype=np.int64)
-    n_sched = np.array([len(x) for x in schedule_lists], dtype=np.int64)
+    if len(has) < len(ti):
+        ti, di, n_sched = ti[has], di[has], n_sched[has]
+        schedule_lists = [schedule_lists[k] for k in has.tolist()]
+    split_lists = [splits[k] for k in ti.tolist()]
+    n_split = np.fromiter(map(len, splits), dtype=np.int64, count=len(tps))[ti]
+    tp = np.array(tps, dtype=np.int64)[ti]
+    dp = np.array(fitting, dtype=np.int64)[di]
+    pp = pp_all[ti, di].astype(np.int64)
+    n_pairs = len(ti)
     per_pair = n_split * n_sched
-    pair = np.repeat(np.arange(len(pairs)), per_pair)
+    pair = np.repeat(np.arange(n_pairs), per_pair)
     local = np.arange(len(pair)) - np.repeat(np.cumsum(per_pair) - per_pair, per_pair)
     split_at = np.cumsum(n_split) - n_split
     sched_at = np.cumsum(n_sched) - n_sched
     f_all = np.fromiter(itertools.chain.from_iterable(split_lists), dtype=np.int64)
-    s_all = np.fromiter(
-        itertools.chain.from_iterable(itertools.chain.from_iterable(schedule_lists)),
-        dtype=np.int64,
-    ).reshape(-1, 2)
-    tp, dp, pp = np.array(pairs, dtype=np.int64).T
+    s_all = np.fromiter(itertools.chain.from_iterable(schedule_lists), dtype=np.int64).reshape(
+        -1, 2
+    )
     split = split_at[pair] + local // n_sched[pair]  # which (pair, 2D split)
     f_ = f_all[split]
     schedule = sched_at[pair] + local % n_sched[pair]  # which (pair, schedule)
@@ -279,17 +290,17 @@ def _layouts(
     out["nanobatch"] = pt.batch / (out["dp"] * out["m"] * pt.experts)
     # The codes of _GROUPS, from the pairs, their splits and their schedules (a few hundred
     # each): the candidates' codes are gathered from them.
-    of_split = np.repeat(np.arange(len(pairs)), n_split)
+    of_split = np.repeat(np.arange(n_pairs), n_split)
     _, split_code = np.unique(
         (tp[of_split] // f_all) * (pt.d_ff + 1) + f_all, return_inverse=True
     )  # fmt: skip
     tokens, tokens_code = np.unique(
-        dp[np.repeat(np.arange(len(pairs)), n_sched)] * s_all[:, 0], return_inverse=True
+        dp[np.repeat(np.arange(n_pairs), n_sched)] * s_all[:, 0], return_inverse=True
     )  # fmt: skip
     _, pp_code = np.unique(pp, return_inverse=True)
     out.update(
         code_mm=split_code.ravel()[split] * len(tokens) + tokens_code.ravel()[schedule],
-        code_dp=np.searchsorted(np.array(fitting, dtype=np.int64), dp)[pair],
+        code_dp=di[pair],  # the data-parallel degree's place among those that fit
         code_tp=split,
         code_pp_ep=2 * pp_code.ravel()[pair] + (out["v"] != 1),
     )
