@@ -409,3 +409,32 @@ def test_tensor_memory_changes_a_tile_only_when_it_is_the_larger_room():
         assert np.all(t_large["shared"] < t0["shared"])
         for key in ("hbm", "l2", "arithmetic"):
             np.testing.assert_array_equal(t_large[key], t0[key])
+
+
+@pytest.mark.parametrize("preset", ["h100", "v100"])
+def test_the_hardware_key_holds_everything_a_matmul_reads(preset):
+    """The search keeps matmul times under matmul.hardware_key: every value of a scenario
+    that changes a matmul's time changes the key (each value is changed in turn, the others
+    kept)."""
+    base = scenario.resolve(preset)
+    d1, d2, b = np.array([4096.0, 512.0, 96.0]), np.array([16384.0, 2048.0, 33.0]), 1e4
+
+    def times(scn):
+        return [matmul.matmul_time(scn, d1, d2, b, kind) for kind in matmul.KINDS]
+
+    before, key = times(base), matmul.hardware_key(base)
+    read = 0
+    for name, value in base.values.items():
+        if isinstance(value, bool):
+            changed = not value
+        elif isinstance(value, int | float) and value > 0:
+            changed = value * 1.5
+        else:
+            continue
+        other = scenario.Scenario(name=base.name, values={**base.values, name: changed})
+        if matmul.hardware_key(other) == key:
+            for a, c in zip(times(other), before, strict=True):
+                np.testing.assert_array_equal(a, c, err_msg=name)
+        else:
+            read += 1
+    assert read >= 5, read  # the key does hold the hardware's values

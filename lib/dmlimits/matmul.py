@@ -607,6 +607,13 @@ def _hardware_values(scn: Scenario) -> tuple[float, ...]:
     return (*values, float(scn.peak_flops))
 
 
+def hardware_key(scn: Scenario) -> tuple:
+    """Every value of ``scn`` that a matmul's time reads: two scenarios with the same key give
+    every matmul the same time (the search keeps its matmul times under it)."""
+    scn = _check_scenario(scn)
+    return (bool(scn["hardware.distributed_shared_memory"]), *_hardware_values(scn))
+
+
 # --- Numeric functions, lambdified from the expressions above -----------------------------
 _PARTS = (*LEVELS, "arithmetic", "latency")  # lambdified one by one
 _COMBINED = ("total", "efficiency")  # built from the parts in numpy

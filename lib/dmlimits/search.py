@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
@@ -351,6 +352,47 @@ def _distinct_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return row[ids], index[codes]
 
 
+#: Matmul seconds per step and bubble of each configuration of a cluster, kept under (its
+#: configurations, :func:`dmlimits.matmul.hardware_key`): scenarios that differ in anything
+#: else (the network, most often) share them, as they share the configurations.  At most
+#: :data:`LAYOUTS_KEPT` clusters; each entry holds its configurations, so that their ``id``
+#: stays theirs.
+_COMPUTE_KEPT: OrderedDict[tuple, tuple[Any, np.ndarray, np.ndarray]] = OrderedDict()
+
+
+def _compute_times(scn: Scenario, c: _Rows) -> tuple[np.ndarray, np.ndarray]:
+    """Each candidate's matmul seconds per step and its pipeline bubble (none for zero-bubble
+    schedules): those of a batch's clusters already computed under the same hardware are
+    read from :data:`_COMPUTE_KEPT`, the others computed together."""
+    if c.layouts is None:
+        return _compute_rows(scn, c)
+    hw = matmul.hardware_key(scn)
+    keys = [(id(x), hw) for x in c.layouts]
+    missing = [k for k, key in enumerate(keys) if key not in _COMPUTE_KEPT]
+    if missing:
+        sizes = [len(x["dp"]) for x in c.layouts]
+        ends = np.cumsum(sizes)
+        rows = np.concatenate([np.arange(ends[k] - sizes[k], ends[k]) for k in missing])
+        t_mm, bubble = _compute_rows(scn, c.take(rows))
+        at = 0
+        for k in missing:
+            part = slice(at, at + sizes[k])
+            _COMPUTE_KEPT[keys[k]] = (c.layouts[k], t_mm[part], bubble[part])
+            at += sizes[k]
+        while len(_COMPUTE_KEPT) > LAYOUTS_KEPT:
+            _COMPUTE_KEPT.popitem(last=False)
+    kept = []
+    for key in keys:
+        _COMPUTE_KEPT.move_to_end(key)
+        kept.append(_COMPUTE_KEPT[key])
+    return np.concatenate([x[1] for x in kept]), np.concatenate([x[2] for x in kept])
+
+
+def _compute_rows(scn: Scenario, c: _Rows) -> tuple[np.ndarray, np.ndarray]:
+    bubble = ppm.bubble_fraction(c["pp"], c["m"], c["v"], zero_bubble=False)
+    return _matmul_time(scn, c), np.where(c["zero_bubble"] == 1, 0.0, bubble)
+
+
 def _matmul_time(scn: Scenario, c: _Rows) -> np.ndarray:
     """Seconds of a step's matmuls on one GPU: six per layer per microbatch (two weight
     matrices, three kinds each), for its layers and experts."""
@@ -564,7 +606,7 @@ class _Rows:
     (:data:`_POINT_COLUMNS`, ``params``, ``n_gpu``) are kept once per pair (``pairs``) and
     gathered through ``segment``."""
 
-    __slots__ = ("_columns", "_rows", "_taken", "pairs")
+    __slots__ = ("_columns", "_rows", "_taken", "layouts", "pairs")
 
     def __init__(
         self, columns: dict[str, np.ndarray], pairs: dict[str, np.ndarray], rows: Any = None
@@ -573,6 +615,8 @@ class _Rows:
         self._rows = rows  # None: every row; else an index array or a slice
         self._taken: dict[str, np.ndarray] = {}
         self.pairs = pairs
+        # Each pair's configurations (_layouts), when these are all of them, in order.
+        self.layouts: list[dict[str, np.ndarray]] | None = None
 
     def __getitem__(self, key: str) -> np.ndarray:
         got = self._taken.get(key)
@@ -639,7 +683,10 @@ def _candidates(
     }
     pairs["params"] = np.array([pt.params for pt, _ in kept])
     pairs["n_gpu"] = np.array([float(n) for _, n in kept])
-    return _Rows(columns, pairs), owners, starts
+    rows = _Rows(columns, pairs)
+    if not only:  # each pair's rows are its configurations, as _layouts listed them
+        rows.layouts = parts
+    return rows, owners, starts
 
 
 def _take(c: Any, rows: Any) -> Any:
@@ -806,13 +853,6 @@ def _placement_columns(
         return None
     factors = np.unique(table)
     return factors, {k: np.searchsorted(factors, table[:, j]) for j, k in enumerate(DEGREES)}
-
-
-def _compute_times(scn: Scenario, c: _Rows) -> tuple[np.ndarray, np.ndarray]:
-    """Each candidate's matmul seconds per step and its pipeline bubble (none for zero-bubble
-    schedules)."""
-    bubble = ppm.bubble_fraction(c["pp"], c["m"], c["v"], zero_bubble=False)
-    return _matmul_time(scn, c), np.where(c["zero_bubble"] == 1, 0.0, bubble)
 
 
 #: Candidates times placements evaluated at once in the search's last pass: numpy's passes
