@@ -185,27 +185,49 @@ def _schedules(pp: int, units: int, count: int, zero_bubble: bool, zb_min: str) 
 
 def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.ndarray] | None:
     """Every configuration of ``n_gpu`` GPUs before placement on the network levels (arrays
-    shared with other callers: read, never written).
+    shared with other callers: read, never written)."""
+    return _bases(scn, [(pt, n_gpu)], ch)[0]
+
+
+def _bases(
+    scn: Scenario, items: list[tuple[Point, int]], ch: Choices
+) -> list[dict[str, np.ndarray] | None]:  # fmt: skip
+    """:func:`_base` of several (model, cluster) pairs, whose memory is checked at once.
 
     The scenario decides which data-parallel degrees fit in memory; the configurations follow
     from those degrees, the model, the cluster and the choices alone (:func:`_layouts`), so
     scenarios that differ in anything else (the network, most often) share them."""
-    ep = math.gcd(n_gpu, pt.experts)
-    rest = n_gpu // ep
     unit = ppm.unit_tokens(ch.microbatch_unit, scn["model.sequence_length"])
-    if pt.batch % (pt.experts * unit):
-        return None
-    per_pipe = pt.batch // (pt.experts * unit)  # microbatch units per replica, times dp
+    listed: list[tuple[int, int, tuple[int, ...]]] = []  # (item, per_pipe, degrees)
+    for k, (pt, n_gpu) in enumerate(items):
+        if pt.batch % (pt.experts * unit) == 0:
+            per_pipe = pt.batch // (pt.experts * unit)  # microbatch units per replica, times dp
+            listed.append((k, per_pipe, _degrees(n_gpu // math.gcd(n_gpu, pt.experts), per_pipe)))
+    out: list[dict[str, np.ndarray] | None] = [None] * len(items)
+    if not listed:
+        return out
     # Whether the replicas and the optimizer state fit depends on the data-parallel degree
     # alone: the degrees that do not fit are left out before their configurations are listed.
-    # A degree divides the microbatch units as well as the cluster (so it is at most the
-    # batch, however large the cluster).
-    degrees = np.array([d for d in _divisors(rest) if per_pipe % d == 0], dtype=np.int64)
-    fits = dpm.memory_fits(scn, pt.params, degrees, float(n_gpu))
-    fitting = tuple(sorted(degrees[np.atleast_1d(fits)].tolist()))
-    if not fitting:
-        return None
-    return _layouts(pt, n_gpu, ch, per_pipe, fitting)
+    sizes = [len(d) for _, _, d in listed]
+    degrees = np.fromiter(itertools.chain.from_iterable(d for _, _, d in listed), np.int64)
+    params = np.repeat([items[k][0].params for k, _, _ in listed], sizes)
+    n_gpus = np.repeat([float(items[k][1]) for k, _, _ in listed], sizes)
+    fits = np.atleast_1d(dpm.memory_fits(scn, params, degrees, n_gpus))
+    at = 0
+    for (k, per_pipe, _), size in zip(listed, sizes, strict=True):
+        fitting = tuple(degrees[at : at + size][fits[at : at + size]].tolist())
+        at += size
+        if fitting:
+            out[k] = _layouts(items[k][0], items[k][1], ch, per_pipe, fitting)
+    return out
+
+
+@cache
+def _degrees(rest: int, per_pipe: int) -> tuple[int, ...]:
+    """The data-parallel degrees of a cluster with ``rest`` GPUs left once the experts are
+    placed, ascending: they divide it and the microbatch units ``per_pipe`` (so a degree is at
+    most the batch, however large the cluster)."""
+    return tuple(d for d in _divisors(rest) if per_pipe % d == 0)
 
 
 #: Configurations kept per process by ``_layouts`` (a sweep of the sixteen presets makes
@@ -657,8 +679,7 @@ def _candidates(
     parts: list[dict[str, np.ndarray]] = []
     owners: list[int] = []
     kept: list[tuple[Point, int]] = []
-    for k, (pt, n_gpu) in enumerate(items):
-        c = _base(scn, pt, n_gpu, ch)
+    for k, ((pt, n_gpu), c) in enumerate(zip(items, _bases(scn, items, ch), strict=True)):
         if c is not None and only:
             keep = np.logical_and.reduce([c[key] == v for key, v in only.items()])
             c = {key: v[keep] for key, v in c.items()} if keep.any() else None
