@@ -10,9 +10,11 @@ ties going to less network time; the cluster is the smallest ``S 2^i`` whose bes
 trains the model within the training time (Erdil & Schneider-Joseph 2024).
 
 The per-level costs of a candidate depend only on that parallelism's own level-0 factor, so
-each is computed once per option and the placements are gathered from those tables.
+each is computed once per option and the placements are gathered from those tables.  Each
+level's bandwidth time comes from the derivation's own term for that level, in one evaluation
+(``*_level_times`` of the cost modules).
 
-Four things make it fast without changing a result (tests/test_search_pruning.py):
+Five things make it fast without changing a result (tests/test_search_pruning.py):
 
 * the candidates of every model still searching are costed together, one pass of array
   operations per doubling of the clusters (:func:`optimal_many`, :func:`best_on_many`);
@@ -24,7 +26,11 @@ Four things make it fast without changing a result (tests/test_search_pruning.py
   alone (``_compute_bound``), before any parallelism is costed, so that the costs are computed
   for fewer candidates; then each parallelism's least time on each level (``_lower_bound``);
 * the cost modules take the arrays the search built as given, without checking each element
-  again (:func:`dmlimits.checks.trusted_arguments`).
+  again (:func:`dmlimits.checks.trusted_arguments`);
+* a cluster's configurations, and their matmul times and bubbles under the same hardware
+  (:func:`dmlimits.matmul.hardware_key`), are kept for every scenario that asks for them
+  again: the presets and the what-if variants that differ in the network or the latency
+  share them.
 """
 
 from __future__ import annotations
@@ -626,7 +632,9 @@ class _Rows:
     gathered when it is first asked for, so that the search's cuts copy only the columns read
     after them.  The columns of the candidates' (model, cluster) pairs
     (:data:`_POINT_COLUMNS`, ``params``, ``n_gpu``) are kept once per pair (``pairs``) and
-    gathered through ``segment``."""
+    gathered through ``segment``.  ``layouts``: each pair's configurations as
+    :func:`_layouts` listed them, when the rows are all of them, pair after pair (the key of
+    their kept matmul times), else ``None``."""
 
     __slots__ = ("_columns", "_rows", "_taken", "layouts", "pairs")
 
