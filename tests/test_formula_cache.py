@@ -221,7 +221,7 @@ def _forget_closures() -> None:
     """What a process reads once (the modules' imports, the data files, the closures and their
     fingerprints), forgotten: as in a new process."""
     for memo in (fc._imported, fc._data_files, fc._kept_closures, fc.import_closure,
-                 fc.closure_fingerprint):  # fmt: skip
+                 fc.closure_fingerprint, fc._file_digest):  # fmt: skip
         memo.cache_clear()
 
 

@@ -71,8 +71,15 @@ def _fingerprint(paths: list[Path]) -> str:
     h = hashlib.sha256()
     for path in sorted(paths):
         h.update(str(path.relative_to(_ROOT)).encode())
-        h.update(path.read_bytes())
+        h.update(_file_digest(path))
     return h.hexdigest()
+
+
+@functools.cache
+def _file_digest(path: Path) -> bytes:
+    """The hash of one file of the library, read once a process (the closures of several
+    modules share most of their files, and every one holds the data files)."""
+    return hashlib.sha256(path.read_bytes()).digest()
 
 
 @functools.cache
