@@ -955,7 +955,9 @@ def allreduce_time_levels(
 
     Each is a :class:`CommTime` lambdified from the level terms of the
     ``collectives-allreduce-two-level`` derivation; the split's bandwidth time is the larger of
-    the two bandwidth times (or, without overlap, their sum) and its latency their sum.
+    the two bandwidth times (or, without overlap, their sum) and its latency their sum.  (The
+    search takes :func:`allreduce_level_times` instead: the same two bandwidth times, and the
+    split's latency as one.)
     """
     args, shape = _two_level_args(scn, words, p_intra, p_inter, seq, par, n_gpu)
     values = [f(*args) for f in _numeric_levels()]
