@@ -49,6 +49,13 @@ def require_scenario(scn: Any) -> Scenario:
 
 
 def as_output(value: Any, shape: tuple[int, ...]) -> np.ndarray | float:
-    """``value`` broadcast to ``shape``: a float for scalar inputs, an array otherwise."""
+    """``value`` broadcast to ``shape``: a float for scalar inputs, an array of its own
+    otherwise.  Inside :func:`trusted_arguments` a float array that already has the shape is
+    returned as it is, not copied (the search only reads what the cost modules return)."""
+    if (
+        type(value) is np.ndarray and value.shape == shape and value.dtype == np.float64
+        and shape != () and not checking()
+    ):  # fmt: skip
+        return value
     arr = np.broadcast_to(np.asarray(value, dtype=float), shape)
     return float(arr) if shape == () else np.array(arr)

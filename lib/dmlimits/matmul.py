@@ -45,6 +45,7 @@ import sympy as sp
 from . import formula_cache
 from . import symbols as s
 from . import units as u
+from .checks import as_output
 from .checks import require_scenario as _check_scenario
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .scenario import Scenario
@@ -676,11 +677,7 @@ def _evaluate(
     shape = np.broadcast_shapes(a1.shape, a2.shape, ab.shape)
     multicast = bool(scn["hardware.distributed_shared_memory"])
     out = _numeric(kind, multicast, what)(a1, a2, ab, *_hardware_values(scn))
-    results: list[np.ndarray | float] = []
-    for value in out:
-        arr = np.broadcast_to(np.asarray(value, dtype=float), shape)
-        results.append(float(arr) if shape == () else np.array(arr))
-    return results
+    return [as_output(value, shape) for value in out]
 
 
 def matmul_time(scn: Scenario, d1: Any, d2: Any, b: Any, kind: str) -> np.ndarray | float:
