@@ -13,7 +13,8 @@ cache off, as after a change to the library) or read from a formula cache that a
 filled (:mod:`dmlimits.formula_cache`, as in every later process of a build or a test run).
 In one process the presets are then swept a second time, which shows how much of the first
 sweep was building or reading the formulas (sympy's derivations and their lambdified
-functions, on first use).
+functions, on first use), listing each cluster's configurations and computing their matmul
+times (the search keeps both for the rest of the process).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def main() -> int:
                 f"swept again in the same process (formulas built, sympy and lambdify done): "
                 f"{warm:.2f} s; the first sweep's extra {best['total'] - warm:.2f} s is mostly "
                 "building or reading the formulas, and listing each cluster's configurations "
-                "(kept for the second sweep)"
+                "and computing their matmul times (both kept for the second sweep)"
             )
     shutil.rmtree(kept, ignore_errors=True)
     return 0
