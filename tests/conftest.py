@@ -158,3 +158,17 @@ def pytest_collection_modifyitems(config, items):
         if type(item.parent).__name__ == "IPyNbFile":
             _nbval_uncached(item.parent)
     items.sort(key=_run_order)
+
+
+def assert_levels_add_up(levels, whole, unlimited: bool) -> None:
+    """A cost module's ``*_level_times`` (each level's bandwidth time apart) against its whole
+    time without overlap: the two levels add up to the bandwidth time, the latency is the same;
+    on an unlimited network both levels are nothing, otherwise each carries some traffic."""
+    import numpy as np
+
+    np.testing.assert_allclose(levels.level0 + levels.level1, whole.bandwidth, rtol=1e-14)
+    np.testing.assert_allclose(levels.latency, whole.latency, rtol=1e-14)
+    if unlimited:
+        assert not np.any(levels.level0) and not np.any(levels.level1)
+    else:
+        assert (levels.level0 > 0).any() and (levels.level1 > 0).any()

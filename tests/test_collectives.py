@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import sympy as sp
-from conftest import derivations_of
+from conftest import assert_levels_add_up, derivations_of
 from dmlimits import collectives as c
 from dmlimits import derivation, scenario, units
 from dmlimits import symbols as s
@@ -533,12 +533,7 @@ def test_level_times_are_the_split_level_by_level(scn):
         p0 = np.minimum(p0, scn["network.node_size"])
     t = c.allreduce_level_times(scn, words, p0, p1, seq=seq, par=par, n_gpu=n)
     summed = c.allreduce_time_split(scn, words, p0, p1, seq, par, n, overlap_levels=False)
-    np.testing.assert_allclose(t.level0 + t.level1, summed.bandwidth, rtol=1e-14)
-    np.testing.assert_allclose(t.latency, summed.latency, rtol=1e-14)
-    if scn is UNLIMITED:
-        assert not np.any(t.level0) and not np.any(t.level1)
-        return
-    assert (t.level1 > 0).any() and (t.level0 > 0).any()
+    assert_levels_add_up(t, summed, unlimited=scn is UNLIMITED)
     if scn is H100:  # (flat: NVLink at both levels, so no level can be made infinitely fast)
         for level, part in enumerate((t.level0, t.level1)):
             alone = c.allreduce_time_split(

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 import sympy as sp
-from conftest import derivations_of
+from conftest import assert_levels_add_up, derivations_of
 from dmlimits import collectives as co
 from dmlimits import data_parallel as dp
 from dmlimits import derivation, model, scenario, units
@@ -303,10 +303,5 @@ def test_dp_level_times_are_dp_time_level_by_level(scn):
     gpus = intra * inter * 64
     t = dp.dp_level_times(scn, params, intra, inter, gpus)
     summed = dp.dp_time(scn, params, intra, inter, gpus, overlap_levels=False)
-    np.testing.assert_allclose(t.level0 + t.level1, summed.bandwidth, rtol=1e-14)
-    np.testing.assert_allclose(t.latency, summed.latency, rtol=1e-14)
-    if scn is UNLIMITED:
-        assert not np.any(t.level0) and not np.any(t.level1)
-        return
-    assert (t.level0 > 0).any() and (t.level1 > 0).any()
+    assert_levels_add_up(t, summed, unlimited=scn is UNLIMITED)
     assert (t.level1[:, :, 0] == 0).all()  # one node: nothing between nodes

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import sympy as sp
-from conftest import derivations_of
+from conftest import assert_levels_add_up, derivations_of
 from dmlimits import collectives as coll
 from dmlimits import derivation, scenario, units
 from dmlimits import symbols as s
@@ -318,9 +318,4 @@ def test_family_level_times_are_the_family_time_level_by_level(scn, family):
     args = (8192, 32768, np.float64(4096.0), tp_model, tp_ff, intra, group // intra)
     t = tp.tp_family_level_times(scn, family, *args)
     summed = tp.tp_family_time(scn, family, *args, overlap_levels=False)
-    np.testing.assert_allclose(t.level0 + t.level1, summed.bandwidth, rtol=1e-14)
-    np.testing.assert_allclose(t.latency, summed.latency, rtol=1e-14)
-    if scn is UNLIMITED:
-        assert not np.any(t.level0) and not np.any(t.level1)
-        return
-    assert (t.level0 > 0).any() and (t.level1 > 0).any()
+    assert_levels_add_up(t, summed, unlimited=scn is UNLIMITED)

@@ -967,12 +967,16 @@ def allreduce_time_levels(
 
 @cache
 def _numeric_levels():
-    level0, level1 = _two_level_bandwidth()
+    """(bandwidth, latency) of each level in turn: the bandwidth terms are the kept cost
+    formulas the search uses (``allreduce_two_level_bandwidth_level0/1``)."""
     latencies = [
-        _if_ring(p, RING_PHASES * rep_seq * lat) for p, lat in ((parts0, lat0), (parts1, lat1))
+        sp.lambdify(_TWO_LEVEL_ARGS, _if_ring(p, RING_PHASES * rep_seq * lat), "numpy")
+        for p, lat in ((parts0, lat0), (parts1, lat1))
     ]
-    exprs = (level0, latencies[0], level1, latencies[1])
-    return tuple(sp.lambdify(_TWO_LEVEL_ARGS, e, "numpy") for e in exprs)
+    return (
+        _numeric("allreduce_two_level_bandwidth_level0"), latencies[0],
+        _numeric("allreduce_two_level_bandwidth_level1"), latencies[1],
+    )  # fmt: skip
 
 
 @cache

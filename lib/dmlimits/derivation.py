@@ -17,6 +17,7 @@ so what the book shows is what the tests check.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -391,8 +392,6 @@ def register(builder):
     notes that it is proved), and a chapter asks for the same one several times, directly and
     through the derivations that cite it: the data-parallel chapter built the all-reduce's
     four times and the compute ratio's three, a second of sympy each time."""
-    import functools
-
     kept = functools.cache(builder)
     _BUILDERS[builder.__module__ + "." + builder.__name__] = kept
     return kept
