@@ -365,3 +365,26 @@ def test_pages_leave_out_images_no_page_shows(tmp_path):
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
         "_images/new.png", "_static/s.css", "index.html", "notebooks/a.html"
     ]  # fmt: skip
+
+
+def test_the_html_runner_keeps_jupyter_books_exit_code_and_output(tmp_path):
+    """``python -m dmlimits.jupyter_book_run`` is ``jupyter-book`` with a quick exit: the same
+    exit code as the command's own executable, and what it printed flushed before the process
+    ends, whether the command succeeds, refuses its arguments or raises."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).parent / "jupyter-book"
+    for args, code, shown in [
+        (["--version"], 0, "Jupyter Book"),
+        (["build", str(tmp_path), "--no-such-option"], 2, "No such option"),
+        (["build", str(tmp_path)], 1, "Couldn't find a Table of Contents file"),  # raises
+    ]:
+        ours, theirs = (
+            subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=tmp_path)
+            for cmd in ([sys.executable, "-m", "dmlimits.jupyter_book_run"], [str(exe)])
+        )
+        assert ours.returncode == theirs.returncode == code, (args, ours, theirs)
+        assert shown in ours.stdout + ours.stderr, (args, ours)
+        assert ours.stdout == theirs.stdout, (args, ours.stdout, theirs.stdout)

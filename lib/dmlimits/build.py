@@ -924,12 +924,13 @@ def _jupyter_book(stage: Path, every_page: bool = True) -> None:
     """Jupyter Book builds the HTML of ``stage`` into ``stage/_build/html``, strictly (every
     warning an error).  ``every_page=False`` lets Sphinx read and write only the pages whose
     sources changed since its last build in that folder (see :func:`sphinx_state`)."""
-    exe = Path(sys.executable).parent / "jupyter-book"
     flags = ["--all"] if every_page else []
     flags += ["-W", "-n", "--keep-going"]
-    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(stage), *flags]
-    cmd += ["--path-output", str(stage)]
-    _say("building the HTML: " + " ".join(["jupyter-book", *cmd[1:3], *flags]))
+    args = ["build", str(stage), *flags, "--path-output", str(stage)]
+    _say("building the HTML: " + " ".join(["jupyter-book", *args[:2], *flags]))
+    # jupyter-book's own command, run by dmlimits.jupyter_book_run: the same command line,
+    # without the seconds a normal exit spends taking Sphinx's heap apart.
+    cmd = [sys.executable, "-m", "dmlimits.jupyter_book_run", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=stage)  # killed if interrupted
     if proc.returncode != 0 or not (stage / "_build" / "html" / "index.html").is_file():
         log = ANSI.sub("", proc.stdout + "\n" + proc.stderr).strip().splitlines()

@@ -61,7 +61,7 @@ PRELOAD = (
 #: The library's modules the server does not import: the build's side (the build, this module,
 #: the command line) and the Sphinx extension, which no chapter imports.
 LIBRARY_SKIP = ("dmlimits.__main__", "dmlimits.build", "dmlimits.cli", "dmlimits.kernel_fork",
-                "dmlimits.sphinxext")  # fmt: skip
+                "dmlimits.jupyter_book_run", "dmlimits.sphinxext")  # fmt: skip
 #: The kernel command the server knows how to run: ``python -m ipykernel_launcher ...``.
 LAUNCHER = "ipykernel_launcher"
 
