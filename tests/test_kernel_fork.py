@@ -20,7 +20,7 @@ from dmlimits import scenario as sc
 # once it has imported the library, as every chapter's first cell does (a forked kernel has it
 # already: the server imports it).
 PROBE = """
-import json, os, sys
+import gc, json, os, sys
 loaded = sorted(m for m in sys.modules if m.split(".")[0] == "dmlimits")
 from dmlimits import figures, glue, scenario
 import matplotlib, matplotlib.pyplot as plt
@@ -32,6 +32,7 @@ print(json.dumps({
     "session_leader": os.getsid(0) == os.getpid(),
     "library_loaded": loaded,
     "inline_hooked": "matplotlib_inline.backend_inline" in sys.modules,
+    "frozen": gc.get_freeze_count(), "gc_enabled": gc.isenabled(),
 }))
 """
 
@@ -101,6 +102,10 @@ def test_a_forked_kernel_is_the_kernel_a_build_would_start(tmp_path, forks):
     assert b["library_loaded"] == []
     assert {"dmlimits.search", "dmlimits.measured.runs"} <= set(a["library_loaded"])
     assert not set(kernel_fork.LIBRARY_SKIP) & set(a["library_loaded"])
+    # What the server imported is out of the collector's reach in the forked kernel (its
+    # collections scan only what the chapter makes); the collector itself runs as usual.
+    assert a["frozen"] > 100_000 and b["frozen"] == 0
+    assert a["gc_enabled"] and b["gc_enabled"]
     env_a, env_b = dict(a["env"]), dict(b["env"])
     assert env_a.pop("JPY_PARENT_PID") == env_b.pop("JPY_PARENT_PID") == str(os.getpid())
     assert env_a == env_b

@@ -368,6 +368,7 @@ def _ipc_kernel_manager(socket_dir: Path, reads: Path | None = None, forks: Any 
             kwargs.setdefault("transport", "ipc")
             kwargs.setdefault("ip", str(Path(tempfile.mkdtemp(dir=socket_dir)) / "k"))
             super().__init__(**kwargs)
+            self.client_factory = _ready_client()
 
         async def _async_launch_kernel(self, kernel_cmd, **kw):
             if STOPPING.is_set():  # the build was interrupted: start no kernel
@@ -401,6 +402,13 @@ def _ipc_kernel_manager(socket_dir: Path, reads: Path | None = None, forks: Any 
 
         _launch_kernel = _async_launch_kernel
 
+        async def _async_finish_shutdown(self, waittime=None, pollinterval=0.1, restart=False):
+            # A kernel ends within milliseconds of answering its shutdown request: look for
+            # its end every SHUTDOWN_POLL seconds rather than jupyter_client's tenth of a second.
+            await super()._async_finish_shutdown(waittime, SHUTDOWN_POLL, restart)
+
+        finish_shutdown = _async_finish_shutdown
+
         async def _async_interrupt_kernel(self):
             # jupyter_client interrupts every kernel before shutting it down.  A kernel whose
             # notebook has run is idle, and an idle ipykernel that receives the interrupt logs
@@ -413,6 +421,58 @@ def _ipc_kernel_manager(socket_dir: Path, reads: Path | None = None, forks: Any 
         interrupt_kernel = _async_interrupt_kernel
 
     return IpcKernelManager
+
+
+#: Seconds between two looks at whether a kernel asked to shut down has ended.
+SHUTDOWN_POLL = 0.01
+#: Seconds the kernel's answer to ``kernel_info`` may take to reach the output channel (IOPub)
+#: once its reply has come on the shell channel, before the request is sent again.
+IOPUB_CONNECTED_WAIT = 0.2
+
+
+def _ready_client() -> type:
+    """jupyter_client's asynchronous kernel client, ready as soon as the kernel is.
+
+    A kernel is ready when it has answered ``kernel_info`` on the shell channel and its output
+    channel (IOPub) carries messages to the client (a subscription connects asynchronously:
+    the request is sent again until a message arrives there).  jupyter_client's own
+    ``wait_for_ready`` then also waits for IOPub to stay quiet for 0.2 s, discarding what
+    arrives: 0.2 s of every chapter's start, idle (both build workers at once, often).  Here
+    what has already arrived is discarded without waiting; a message of the kernel's start
+    that comes later answers no cell's request, and nbclient only reads a cell's own
+    messages."""
+    from queue import Empty
+
+    from jupyter_client.asynchronous import AsyncKernelClient
+
+    class ReadyClient(AsyncKernelClient):
+        async def wait_for_ready(self, timeout: float | None = None) -> None:
+            deadline = time.monotonic() + (math.inf if timeout is None else timeout)
+            while True:
+                self.kernel_info()
+                try:
+                    reply = await self.shell_channel.get_msg(timeout=1)
+                except Empty:
+                    reply = None
+                if reply is not None and reply["msg_type"] == "kernel_info_reply":
+                    try:
+                        await self.iopub_channel.get_msg(timeout=IOPUB_CONNECTED_WAIT)
+                    except Empty:
+                        pass
+                    else:
+                        self._handle_kernel_info_reply(reply)
+                        break
+                if not await self._async_is_alive():
+                    raise RuntimeError("the kernel died before answering kernel_info")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the kernel did not answer within {timeout} s")
+            while True:  # what has already arrived on IOPub, without waiting for more
+                try:
+                    await self.iopub_channel.get_msg(timeout=0)
+                except Empty:
+                    break
+
+    return ReadyClient
 
 
 def parameters_for(nb: Any, params: dict) -> dict:

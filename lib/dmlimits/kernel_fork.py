@@ -33,6 +33,7 @@ answers nothing, the build starts its kernels the usual way.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -46,10 +47,12 @@ from typing import Any
 #: process (what the tests' nbval does, and a build did before).
 FORK_ENV = "DMLIMITS_KERNEL_FORK"
 #: What every chapter's kernel imports before its first line runs, imported once by the fork
-#: server (then every module of this library but :data:`LIBRARY_SKIP`).
+#: server (then every module of this library but :data:`LIBRARY_SKIP`).  ipykernel imports
+#: its debugger (and debugpy) as the kernel starts, about a tenth of a second of each kernel.
 PRELOAD = (
     "ipykernel.kernelapp",
     "ipykernel.ipkernel",
+    "ipykernel.debugger",
     "IPython.display",
     "numpy",
     "sympy",
@@ -62,6 +65,8 @@ PRELOAD = (
 #: the command line) and the Sphinx extension, which no chapter imports.
 LIBRARY_SKIP = ("dmlimits.__main__", "dmlimits.build", "dmlimits.cli", "dmlimits.kernel_fork",
                 "dmlimits.jupyter_book_run", "dmlimits.sphinxext")  # fmt: skip
+#: The environment variables the server's imports set (filled in by :func:`serve`).
+_IMPORTS_SET: dict[str, str] = {}
 #: The kernel command the server knows how to run: ``python -m ipykernel_launcher ...``.
 LAUNCHER = "ipykernel_launcher"
 
@@ -214,6 +219,8 @@ def _become_kernel(request: dict[str, Any], answers: int) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        for key, value in _IMPORTS_SET.items():
+            os.environ.setdefault(key, value)
         argv = request["argv"]
         import importlib.util
 
@@ -273,11 +280,23 @@ def serve(answers: int) -> None:
     # What ipykernel sets before a kernel imports matplotlib (IPKernelApp.init_gui_pylab),
     # so that the import below reads the backend a kernel's import would.
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    # Imported with ipykernel.debugger, debugpy warns once a process, on standard error, that
+    # frozen modules may hide breakpoints.  A kernel's warning goes to its output channel,
+    # where no cell reads it; the server's would go to the build's log.  No chapter debugs.
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     import importlib
 
+    before = dict(os.environ)
     for name in PRELOAD:
         importlib.import_module(name)
     _import_library()
+    # What the imports set in the environment (debugpy's PYDEVD_USE_FRAME_EVAL): a kernel
+    # importing them itself would have it, so each child sets it again in its own.
+    _IMPORTS_SET.update({k: v for k, v in os.environ.items() if before.get(k) != v})
+    # Everything imported so far is kept out of the collector's reach in the kernels: their
+    # collections (automatic, and IPython's explicit one at exit) scan only what the chapter
+    # made, not the whole of sympy, numpy and the library every time.
+    gc.freeze()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped as they exit
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the build stops the server, not Ctrl-C
     out = os.fdopen(answers, "w")
