@@ -980,17 +980,19 @@ def stage_config(stage: Path) -> None:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-def _jupyter_book(stage: Path, every_page: bool = True) -> None:
+def _jupyter_book(stage: Path, every_page: bool = True, jobs: int = 1) -> None:
     """Jupyter Book builds the HTML of ``stage`` into ``stage/_build/html``, strictly (every
-    warning an error).  ``every_page=False`` lets Sphinx read and write only the pages whose
-    sources changed since its last build in that folder (see :func:`sphinx_state`)."""
+    warning an error), Sphinx in ``jobs`` processes.  ``every_page=False`` lets Sphinx read and
+    write only the pages whose sources changed since its last build in that folder (see
+    :func:`sphinx_state`)."""
     flags = ["--all"] if every_page else []
     flags += ["-W", "-n", "--keep-going"]
     args = ["build", str(stage), *flags, "--path-output", str(stage)]
-    _say("building the HTML: " + " ".join(["jupyter-book", *args[:2], *flags]))
+    _say("building the HTML: " + " ".join(["jupyter-book", *args[:2], *flags])
+         + (f" (Sphinx in {jobs} processes)" if jobs > 1 else ""))  # fmt: skip
     # jupyter-book's own command, run by dmlimits.jupyter_book_run: the same command line,
-    # without the seconds a normal exit spends taking Sphinx's heap apart.
-    cmd = [sys.executable, "-m", "dmlimits.jupyter_book_run", *args]
+    # without the seconds a normal exit spends taking Sphinx's heap apart, Sphinx in parallel.
+    cmd = [sys.executable, "-m", "dmlimits.jupyter_book_run", "--jobs", str(jobs), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=stage)  # killed if interrupted
     if proc.returncode != 0 or not (stage / "_build" / "html" / "index.html").is_file():
         log = ANSI.sub("", proc.stdout + "\n" + proc.stderr).strip().splitlines()
@@ -1161,18 +1163,18 @@ def _remove_late_assets(html: Path) -> None:
         (html / "_static" / name).unlink(missing_ok=True)
 
 
-def build_html(root: Path, stage: Path, names: list[str]) -> None:
-    """Build the staged book's HTML into ``stage/_build/html``: from the kept Sphinx state of
-    the same sources when there is one (only the chapters whose outputs changed are read and
-    written again), else every page."""
+def build_html(root: Path, stage: Path, names: list[str], jobs: int = 1) -> None:
+    """Build the staged book's HTML into ``stage/_build/html``, Sphinx in ``jobs`` processes:
+    from the kept Sphinx state of the same sources when there is one (only the chapters whose
+    outputs changed are read and written again), else every page."""
     cache = sphinx_cache_dir(root / "_build")
     if cache is None:
-        _jupyter_book(stage)
+        _jupyter_book(stage, jobs=jobs)
         return
     with sphinx_state(cache, sphinx_key(root, stage, names)) as folder:
         if folder is None:
             _say("another build is using Sphinx's kept state: building every page here")
-            _jupyter_book(stage)
+            _jupyter_book(stage, jobs=jobs)
             return
         src = folder / "src"
         fresh = not (src / "_build" / "html").is_dir()
@@ -1184,7 +1186,7 @@ def build_html(root: Path, stage: Path, names: list[str]) -> None:
             _remove_late_assets(src / "_build" / "html")
         else:
             _say("Sphinx's kept state: no source changed, no page to write")
-        _jupyter_book(src, every_page=False)
+        _jupyter_book(src, every_page=False, jobs=jobs)
         _copy_pages(src / "_build" / "html", stage / "_build" / "html")
         (folder / _OK).touch()
 
@@ -1248,7 +1250,7 @@ def _build(
                 # Interrupted, the server may still be importing: stop it without waiting.
                 forks.close(timeout=5.0 if sys.exc_info()[0] is None else 0.0)
         html_started = time.perf_counter()
-        build_html(root, stage, names)
+        build_html(root, stage, names, jobs)
         html_seconds = time.perf_counter() - html_started
         # Success: keep the executed notebooks beside the HTML, then swap both in.
         executed = stage / "_executed"

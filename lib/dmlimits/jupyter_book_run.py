@@ -9,6 +9,10 @@ apart object by object (2.0-2.8 s measured on the project's machine, between the
 command runs as ``jupyter-book`` would run it, its ``atexit`` functions run and its output is
 flushed, and then the process ends at once (``os._exit``) with the command's exit code.
 Everything the build reads of it is on disk or in its output by then.
+
+``--jobs N`` before the command's arguments makes Sphinx read and write the pages in ``N``
+processes: Jupyter Book's ``build_sphinx`` takes the number, but its command line has no
+option for it (:mod:`dmlimits.sphinxext` says how the pages are shared out).
 """
 
 from __future__ import annotations
@@ -18,7 +22,23 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    """Run ``jupyter-book *argv`` in this process; return its exit code."""
+    """Run ``jupyter-book *argv`` in this process (``--jobs N`` first: Sphinx in ``N``
+    processes); return its exit code."""
+    if argv[:1] == ["--jobs"]:
+        jobs = _jobs(argv[1:2])
+        if jobs is None:
+            print(
+                f"--jobs takes a number of processes, at least 1: got {argv[1:2]}", file=sys.stderr
+            )
+            return 2
+        argv = argv[2:]
+        if jobs > 1:
+            import functools
+
+            import jupyter_book.sphinx
+
+            build = jupyter_book.sphinx.build_sphinx  # the command imports it when it runs
+            jupyter_book.sphinx.build_sphinx = functools.partial(build, jobs=jobs)
     from jupyter_book.cli.main import main as jupyter_book
 
     try:
@@ -29,6 +49,15 @@ def main(argv: list[str]) -> int:
         print(exc.code, file=sys.stderr)
         return 1
     return 0
+
+
+def _jobs(value: list[str]) -> int | None:
+    """The number of processes ``--jobs`` was given, or None when it is not one."""
+    try:
+        jobs = int(value[0])
+    except (IndexError, ValueError):
+        return None
+    return jobs if jobs >= 1 else None
 
 
 def run_and_leave(argv: list[str]) -> None:

@@ -29,6 +29,11 @@
   - it does not read back the index entries (the glossary's terms, the API's objects) of the
     pages it does not write, and leaves them out; they are read back, and the pages' entries
     are listed in the order of their names, as a build of every page lists them.
+* **Pages read in parallel, the API reference alone.**  The build runs Sphinx with a process
+  per core (:mod:`dmlimits.jupyter_book_run`).  Two extensions Jupyter Book loads do not say
+  whether they can be read in parallel (:data:`PARALLEL_READ_SAFE` says why they can), and
+  the API reference, the longest page to read, gets a process of its own
+  (:data:`READ_ALONE`).  The pages are the same as read serially, byte for byte.
 """
 
 from __future__ import annotations
@@ -162,8 +167,87 @@ def _update_search_index_as_built_afresh() -> None:
     IndexBuilder.dmlimits_updates_as_built_afresh = True
 
 
+#: Extensions that declare nothing about reading in parallel (Sphinx then reads serially, and
+#: warns, which the strict build turns into an error), and why each is safe:
+#:
+#: * ``sphinx_multitoc_numbering`` replaces how Sphinx numbers sections across toctrees,
+#:   which Sphinx does in the main process once every page is read and merged; it keeps no
+#:   state of its own per page.
+#: * ``sphinx_jupyterbook_latex``'s transforms act for the LaTeX builder only, and it keeps
+#:   nothing in Sphinx's environment.
+PARALLEL_READ_SAFE = ("sphinx_multitoc_numbering", "sphinx_jupyterbook_latex")
+#: Pages read in a process of their own when Sphinx reads in parallel: the API reference,
+#: whose autodoc reading (importing the library, parsing its sources, building the values it
+#: shows) takes longer than all the other pages together.  Sphinx's own chunks put it in one
+#: process with ten other pages.
+READ_ALONE = ("book/api",)
+
+
+def _declare_parallel_read_safe(app, config) -> None:
+    for name in PARALLEL_READ_SAFE:
+        extension = app.extensions.get(name)
+        if extension is not None and extension.parallel_read_safe is None:
+            extension.parallel_read_safe = True
+
+
+def _no_type_comments(app, config) -> None:
+    """Disconnect autodoc's reading of type comments (``# type: (int) -> str``): for each
+    function it documents it reads and parses the function's source (two thirds of a second
+    of every build's API page), and the library has no such comment
+    (``tests/test_build_units.py`` checks both)."""
+    for listener in list(app.events.listeners.get("autodoc-before-process-signature", [])):
+        if getattr(listener.handler, "__module__", "") == "sphinx.ext.autodoc.type_comment":
+            app.disconnect(listener.id)
+
+
+def _read_alone_in_parallel() -> None:
+    """Make Sphinx's parallel reading give each page of :data:`READ_ALONE` a process of its
+    own, and split the other pages among the other processes as Sphinx would; applied once per
+    process.  Chunks without such a page (every chunk of the parallel writing, which writes
+    the first page, the API reference, itself before it starts) are Sphinx's own."""
+    import sphinx.builders
+
+    if getattr(sphinx.builders.make_chunks, "dmlimits_read_alone", False):
+        return
+    make_chunks = sphinx.builders.make_chunks
+
+    def chunks(arguments, nproc, maxbatch=10):
+        alone = [[a] for a in arguments if a in READ_ALONE]
+        if not alone:
+            return make_chunks(arguments, nproc, maxbatch)
+        rest = [a for a in arguments if a not in READ_ALONE]
+        return alone + (make_chunks(rest, max(1, nproc - len(alone)), maxbatch) if rest else [])
+
+    chunks.dmlimits_read_alone = True
+    sphinx.builders.make_chunks = chunks
+
+
+def _declared_not_built(module, name, *default):
+    """autodoc's ``getattr`` for modules: an attribute built on first use
+    (:mod:`dmlimits.lazy`) is documented as it is declared, its type and ``#:`` comment,
+    without being built: building them all (the cost formulas from the kept formulas, the
+    derivations behind the summaries) took seconds of every build's API page, which then
+    showed each value's whole ``repr``."""
+    from sphinx.util.inspect import safe_getattr
+
+    from . import lazy
+
+    if name in lazy.lazy_names(module):
+        if default:
+            return default[0]
+        raise AttributeError(f"{module.__name__}.{name} is built on first use")
+    return safe_getattr(module, name, *default)
+
+
 def setup(app):
+    import types
+
     _update_search_index_as_built_afresh()
+    app.add_autodoc_attrgetter(types.ModuleType, _declared_not_built)
+    if app.parallel > 1:
+        _read_alone_in_parallel()
+    app.connect("config-inited", _declare_parallel_read_safe)
+    app.connect("config-inited", _no_type_comments)
     app.add_domain(_numref_domain(), override=True)
     app.connect("build-finished", _copy_mathjax)
     # Early: html-page-context stops at the first handler that returns a template name.
