@@ -34,6 +34,10 @@
   whether they can be read in parallel (:data:`PARALLEL_READ_SAFE` says why they can), and
   the API reference, the longest page to read, gets a process of its own
   (:data:`READ_ALONE`).  The pages are the same as read serially, byte for byte.
+* **The API reference documents what is declared.**  An attribute built on first use
+  (:mod:`dmlimits.lazy`) is documented by its declaration and ``#:`` comment, not built to
+  show its value; and autodoc's reading of type comments, which parses every function's
+  source, is switched off: the library writes none.
 """
 
 from __future__ import annotations
@@ -194,7 +198,7 @@ def _no_type_comments(app, config) -> None:
     """Disconnect autodoc's reading of type comments (``# type: (int) -> str``): for each
     function it documents it reads and parses the function's source (two thirds of a second
     of every build's API page), and the library has no such comment
-    (``tests/test_build_units.py`` checks both)."""
+    (``tests/test_sphinx_parallel.py`` checks both)."""
     for listener in list(app.events.listeners.get("autodoc-before-process-signature", [])):
         if getattr(listener.handler, "__module__", "") == "sphinx.ext.autodoc.type_comment":
             app.disconnect(listener.id)
@@ -225,9 +229,9 @@ def _read_alone_in_parallel() -> None:
 def _declared_not_built(module, name, *default):
     """autodoc's ``getattr`` for modules: an attribute built on first use
     (:mod:`dmlimits.lazy`) is documented as it is declared, its type and ``#:`` comment,
-    without being built: building them all (the cost formulas from the kept formulas, the
-    derivations behind the summaries) took seconds of every build's API page, which then
-    showed each value's whole ``repr``."""
+    without being built: building them all (each module's cost formulas, read from the kept
+    formulas or derived, and the summary rows built from them) took seconds of every build's
+    API page, which then showed each value's whole ``repr``."""
     from sphinx.util.inspect import safe_getattr
 
     from . import lazy
