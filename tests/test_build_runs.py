@@ -131,16 +131,17 @@ def test_a_failing_notebook_fails_the_build_loudly(tmp_path):
 
 
 # --- Interrupts and concurrency (issue #16) ----------------------------------------------------
-def _start_build(output: Path, mark: str, wait_for: str = "started") -> tuple:
+def _start_build(output: Path, mark: str, wait_for: str = "started", **env_vars: str) -> tuple:
     """A real build into ``output`` in a subprocess whose children carry ``mark`` in their
-    environment; returns once ``wait_for`` appears in its output (notebooks are running)."""
+    environment; returns once ``wait_for`` appears in its output (notebooks are running).
+    ``env_vars`` are set for the build."""
     import os
     import subprocess
     import sys
     import time
 
     # The notebook cache off: a build whose notebooks were all cached would start no kernel.
-    env = dict(os.environ, DMLIMITS_TEST_MARK=mark, DMLIMITS_NOTEBOOK_CACHE="off")
+    env = {**os.environ, "DMLIMITS_TEST_MARK": mark, "DMLIMITS_NOTEBOOK_CACHE": "off", **env_vars}
     proc = subprocess.Popen(
         [sys.executable, "-m", "dmlimits", "build", "--output", str(output)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -214,6 +215,32 @@ def test_a_signal_before_the_notebooks_stops_the_fork_server_too(built_book, tmp
     proc.wait(timeout=10)
     assert time.monotonic() - sent < 10
     assert proc.returncode == 130, proc.stderr.read()
+    assert _left_behind(mark) == []
+    assert not [s for s in stages() if f"-{proc.pid}-" in s.name]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("signum", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_while_sphinx_reads_stops_its_processes_too(built_book, tmp_path, signum, code):
+    """Ctrl-C or SIGTERM while Sphinx reads the pages in several processes (every chapter read
+    from the default book's notebook cache, Sphinx's kept state off): the build stops, and so
+    does every process of Sphinx's, none left reading on."""
+    import signal
+    import time
+    import uuid
+
+    mark = uuid.uuid4().hex
+    out = tmp_path / "html"
+    cache = str(ROOT / "_build" / "cache" / "notebooks")
+    proc, _ = _start_build(out, mark, "building the HTML", DMLIMITS_NOTEBOOK_CACHE=cache,
+                           DMLIMITS_SPHINX_CACHE="off")  # fmt: skip
+    time.sleep(2.0)  # Sphinx's processes reading
+    assert len(_left_behind(mark)) >= 3  # the build, the command and its readers
+    sent = time.monotonic()
+    proc.send_signal(getattr(signal, signum))
+    proc.wait(timeout=10)
+    assert time.monotonic() - sent < 10
+    assert proc.returncode == code, proc.stderr.read()
     assert _left_behind(mark) == []
     assert not [s for s in stages() if f"-{proc.pid}-" in s.name]
     assert not out.exists()

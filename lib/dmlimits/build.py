@@ -993,9 +993,20 @@ def _jupyter_book(stage: Path, every_page: bool = True, jobs: int = 1) -> None:
     # jupyter-book's own command, run by dmlimits.jupyter_book_run: the same command line,
     # without the seconds a normal exit spends taking Sphinx's heap apart, Sphinx in parallel.
     cmd = [sys.executable, "-m", "dmlimits.jupyter_book_run", "--jobs", str(jobs), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=stage)  # killed if interrupted
+    # In a session of its own, with Sphinx's reading and writing processes: interrupted, the
+    # build kills them all at once (killing the command alone would leave them reading on,
+    # orphaned, out of reach of stop_children).
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=stage, start_new_session=True)  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     if proc.returncode != 0 or not (stage / "_build" / "html" / "index.html").is_file():
-        log = ANSI.sub("", proc.stdout + "\n" + proc.stderr).strip().splitlines()
+        log = ANSI.sub("", stdout + "\n" + stderr).strip().splitlines()
         warnings = [line for line in log if "WARNING" in line or "ERROR" in line]
         shown = warnings or log[-40:]
         raise BuildError("jupyter-book build failed (warnings are errors):\n" + "\n".join(shown))
