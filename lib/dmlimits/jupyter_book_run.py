@@ -7,7 +7,8 @@ imported library and Sphinx's environment; a normal exit then spends seconds tak
 apart object by object (2.0-2.8 s measured on the project's machine, between the last
 ``atexit`` function and the process's end), a cost no reader of the book needs.  Here the
 command runs as ``jupyter-book`` would run it, its ``atexit`` functions run and its output is
-flushed, and then the process ends at once (``os._exit``) with the command's exit code.
+flushed, and then the process ends at once with the command's exit code
+(:func:`dmlimits.kernel_fork.end_now`, as a forked kernel ends).
 Everything the build reads of it is on disk or in its output by then.
 
 ``--jobs N`` before the command's arguments makes Sphinx read and write the pages in ``N``
@@ -17,7 +18,6 @@ option for it (:mod:`dmlimits.sphinxext` says how the pages are shared out).
 
 from __future__ import annotations
 
-import os
 import sys
 
 
@@ -63,6 +63,8 @@ def _jobs(value: list[str]) -> int | None:
 def run_and_leave(argv: list[str]) -> None:
     """:func:`main`, then end the process at once with its exit code (an exception it raised
     is printed first, exit code 1)."""
+    from .kernel_fork import end_now
+
     code = 1
     try:
         code = main(argv)
@@ -71,14 +73,7 @@ def run_and_leave(argv: list[str]) -> None:
 
         traceback.print_exc()
     finally:
-        try:
-            import atexit
-
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+        end_now(code)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,10 @@ the server never resolves.  Should the library fail to import in the server (a c
 kernel would then show the error), the server drops it and each chapter imports it itself.
 The child is otherwise a fresh kernel: its own session and process group (jupyter_client's
 ``start_new_session``), standard input from ``/dev/null``, standard output and error those of
-the build, default signal handlers.
+the build, default signal handlers, the environment variables the server's imports set.  Two
+differences save time and change no output: what the server imported is frozen out of the
+garbage collector's reach (``gc.freeze``), so the kernel's collections scan only what its
+chapter made, and the kernel ends without the interpreter's teardown (:func:`end_now`).
 
 The protocol is one JSON line per kernel on the server's standard input (the kernel's command,
 environment and working directory), answered by the child's process id on a pipe.  The server
@@ -242,14 +245,23 @@ def _become_kernel(request: dict[str, Any], answers: int) -> None:
         traceback.print_exc()
         code = 1
     finally:
-        try:
-            import atexit
+        end_now(code)
 
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+
+def end_now(code: int) -> None:
+    """End this process with ``code`` once its ``atexit`` functions have run and its output
+    is flushed, without the interpreter's teardown (freeing the heap object by object, which
+    takes seconds in a process that holds sympy, a chapter's results or Sphinx's pages);
+    never returns.  A forked kernel ends so, as does the HTML build's process
+    (:mod:`dmlimits.jupyter_book_run`)."""
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
 
 
 def _import_library() -> None:
