@@ -32,7 +32,8 @@ def _project(folder, extensions: list[str]) -> None:
         path.write_text(body)
 
 
-def _build(src, out, parallel: int) -> dict[str, bytes]:
+def _sphinx(src, out, parallel: int = 1) -> None:
+    """Build ``src`` into ``out / "html"`` strictly, Sphinx in ``parallel`` processes."""
     from sphinx.application import Sphinx
     from sphinx.util.docutils import docutils_namespace
 
@@ -40,6 +41,10 @@ def _build(src, out, parallel: int) -> dict[str, bytes]:
         app = Sphinx(src, src, out / "html", out / "doctrees", "html", status=None,
                      warning=io.StringIO(), warningiserror=True, parallel=parallel)  # fmt: skip
         app.build()
+
+
+def _build(src, out, parallel: int) -> dict[str, bytes]:
+    _sphinx(src, out, parallel)
     return {p: (out / "html" / f"{p}.html").read_bytes() for p in PAGES}
 
 
@@ -114,23 +119,13 @@ def test_autodoc_documents_a_lazy_attribute_as_declared_and_reads_no_type_commen
     (src / "index.rst").write_text(
         "API\n===\n\n.. automodule:: lazymod\n   :members:\n   :undoc-members:\n"
     )
-    html = _build_one(src, tmp_path / "out")
+    _sphinx(src, tmp_path / "out")
+    html = (tmp_path / "out" / "html" / "index.html").read_text()
     assert 'id="lazymod.VALUE"' in html and "The value, built on first use." in html
     assert "built" not in html.split('id="lazymod.VALUE"')[1].split("</dt>")[0]
     # The type comment is not read: the signature is the function's own, unannotated.
     signature = html.split('id="lazymod.typed"')[1].split("</dt>")[0]
     assert "int" not in signature and "str" not in signature
-
-
-def _build_one(src, out) -> str:
-    from sphinx.application import Sphinx
-    from sphinx.util.docutils import docutils_namespace
-
-    with docutils_namespace():
-        app = Sphinx(src, src, out / "html", out / "doctrees", "html", status=None,
-                     warning=io.StringIO(), warningiserror=True)  # fmt: skip
-        app.build()
-    return (out / "html" / "index.html").read_text()
 
 
 def test_the_library_has_no_type_comments():

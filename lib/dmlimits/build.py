@@ -629,13 +629,18 @@ def _cache_store(cache: Path | None, key: str, executed: Path) -> None:
 def _execute_one(
     root: Path, stage: Path, name: str, params: dict, socket_dir: Path,
     progress: Progress | None = None, reads: Path | None = None, forks: Any = None,
+    source: Any = None,
 ) -> Timing:  # fmt: skip
+    """Execute the chapter ``name`` into ``stage``; ``source``: its source as
+    :func:`_read_source` gave it, when the caller has read it already (a copy is executed)."""
+    import copy
+
     import jupytext
     import papermill as pm
 
     target = stage / f"{name}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    nb = _read_source(root, name)
+    nb = _read_source(root, name) if source is None else copy.deepcopy(source)
     nb.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3",
@@ -821,11 +826,10 @@ def execute_notebooks(
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         futures = {
-            pool.submit(
-                _execute_one, root, stage, n, params, socket_dir, progress, reads.get(n), forks
-            ): n
+            pool.submit(_execute_one, root, stage, n, params, socket_dir, progress,
+                        reads.get(n), forks, source=sources[n]): n
             for n in todo
-        }
+        }  # fmt: skip
         for done, future in enumerate(as_completed(futures), start=1):
             name = futures[future]
             try:
