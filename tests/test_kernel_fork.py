@@ -178,3 +178,33 @@ def test_the_fork_can_be_switched_off(monkeypatch):
     assert build._fork_server() is None
     monkeypatch.setenv(kernel_fork.FORK_ENV, "on")
     assert kernel_fork.enabled()
+
+
+# Slows the kernel's control thread once it has answered a shutdown request (its last step,
+# publishing "idle", sleeps), and records, from an atexit function, whether that thread was
+# still at work when the atexit functions ran (ipykernel's own then waits for it, and hung).
+CONTROL_STILL_ANSWERING = """
+import atexit, time
+from ipykernel.kernelapp import IPKernelApp
+app = IPKernelApp.instance()
+kernel = app.kernel
+publish = kernel._publish_status_and_flush
+def slowly(*args, **kwargs):
+    if kernel._shutdown_message is not None:
+        time.sleep(0.5)
+    return publish(*args, **kwargs)
+kernel._publish_status_and_flush = slowly
+atexit.register(lambda: open(PATH, "w").write(str(app.control_thread.is_alive())))
+"""
+
+
+@pytest.mark.slow  # starts a real kernel, as above
+def test_a_forked_kernel_ends_once_its_answer_to_shutdown_is_sent(tmp_path, forks):
+    sockets = tmp_path / "s"
+    sockets.mkdir()
+    seen = tmp_path / "control_alive_at_exit"
+    code = f"PATH = {str(seen)!r}\n" + CONTROL_STILL_ANSWERING
+    forked = build._ipc_kernel_manager(sockets, None, forks)
+    _, error, _, gone = asyncio.run(_run(forked, code, str(tmp_path)))
+    assert error is None and gone
+    assert seen.read_text() == "False"

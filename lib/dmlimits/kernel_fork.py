@@ -237,6 +237,7 @@ def _become_kernel(request: dict[str, Any], answers: int) -> None:
 
         code = 0
         kernelapp.launch_new_instance(argv=argv[3:])
+        _answered_shutdown(kernelapp.IPKernelApp)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
@@ -246,6 +247,30 @@ def _become_kernel(request: dict[str, Any], answers: int) -> None:
         code = 1
     finally:
         end_now(code)
+
+
+#: Seconds a kernel asked to shut down waits, once its main loop has stopped, for its control
+#: thread to finish answering the request (milliseconds, as a rule).
+CONTROL_THREAD_WAIT = 2.0
+
+
+def _answered_shutdown(app_class: Any) -> None:
+    """Once a kernel asked to shut down has stopped its main loop, let its control thread
+    (which answered the request and stopped that loop) finish before the ``atexit`` functions
+    run.  The control thread is a daemon, so nothing else waits for it.  It flushes the
+    kernel's output after its answer, through the IOPub thread, and ipykernel's ``atexit``
+    function stops the IOPub thread and then waits for the control thread: when the main
+    thread got there first, the kernel hung until jupyter_client terminated it 2.5 s later
+    (one to three chapters of every build).  A kernel whose loop stopped for another reason
+    (an interrupt) ends at once, as before."""
+    if not app_class.initialized():
+        return
+    app = app_class.instance()
+    kernel = getattr(app, "kernel", None)
+    thread = getattr(app, "control_thread", None)
+    if getattr(kernel, "_shutdown_message", None) is None or thread is None:
+        return
+    thread.join(CONTROL_THREAD_WAIT)
 
 
 def end_now(code: int) -> None:
