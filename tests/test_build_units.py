@@ -388,3 +388,67 @@ def test_the_html_runner_keeps_jupyter_books_exit_code_and_output(tmp_path):
         assert ours.returncode == theirs.returncode == code, (args, ours, theirs)
         assert shown in ours.stdout + ours.stderr, (args, ours)
         assert ours.stdout == theirs.stdout, (args, ours.stdout, theirs.stdout)
+
+
+def test_the_preloaded_html_runner_runs_the_command_it_is_sent(tmp_path):
+    """Started with ``--preload`` (as a build starts it while the chapters run), the runner
+    imports first, then runs the command it reads on its standard input as it runs one on its
+    command line: same exit code, same output.  At the end of input it runs nothing."""
+    import json
+    import subprocess
+    import sys
+
+    config = build.project_root() / "_config.yml"
+    preloaded = [sys.executable, "-m", "dmlimits.jupyter_book_run", "--preload", str(config)]
+    for args in (["--version"], ["build", str(tmp_path), "--no-such-option"],
+                 ["build", str(tmp_path)]):  # fmt: skip
+        direct = subprocess.run(
+            [sys.executable, "-m", "dmlimits.jupyter_book_run", *args],
+            capture_output=True, text=True, cwd=tmp_path,
+        )  # fmt: skip
+        sent = subprocess.run(
+            preloaded, input=json.dumps({"argv": args, "cwd": str(tmp_path)}) + "\n",
+            capture_output=True, text=True, cwd=config.parent,
+        )  # fmt: skip
+        assert sent.returncode == direct.returncode != None, (args, sent, direct)  # noqa: E711
+        assert sent.stdout == direct.stdout, (args, sent.stdout, direct.stdout)
+    idle = subprocess.run(preloaded, input="", capture_output=True, text=True)
+    assert (idle.returncode, idle.stdout) == (0, "")
+
+
+@pytest.mark.parametrize("library", [True, False])
+def test_the_html_runner_preloads_sphinx_its_extensions_and_the_library_if_asked(library):
+    import json
+    import subprocess
+    import sys
+
+    config = build.project_root() / "_config.yml"
+    probe = (
+        "import json, sys\nfrom pathlib import Path\nfrom dmlimits import jupyter_book_run\n"
+        f"jupyter_book_run.preload(Path({str(config)!r}), {library})\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    loaded = set(json.loads(subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout))  # fmt: skip
+    assert {"sphinx.application", "myst_nb", "sphinx_book_theme", "dmlimits.sphinxext"} <= loaded
+    # Only what the API page's autodoc would import, and only when asked.
+    assert ("dmlimits.search" in loaded) is library
+    assert ("dmlimits.measured.runs" in loaded) is library
+
+
+def test_the_api_reference_is_preloaded_for_exactly_the_builds_that_read_every_page(
+    tmp_path, monkeypatch
+):
+    """The HTML process imports the library ahead only when Sphinx will read the API reference:
+    no kept Sphinx state for these sources (or none kept at all).  A kept state has Sphinx read
+    only the chapters whose outputs changed, and the import would be wasted."""
+    monkeypatch.setattr(build, "sphinx_key", lambda root, stage, names: "k")
+    monkeypatch.setenv(build.SPHINX_CACHE_ENV, str(tmp_path / "states"))
+    assert build.reads_every_page(tmp_path, tmp_path, [])
+    (tmp_path / "states" / "k" / "src" / "_build" / "html").mkdir(parents=True)
+    assert build.reads_every_page(tmp_path, tmp_path, [])  # a build that did not succeed
+    (tmp_path / "states" / "k" / build._OK).touch()
+    assert not build.reads_every_page(tmp_path, tmp_path, [])
+    monkeypatch.setenv(build.SPHINX_CACHE_ENV, "off")
+    assert build.reads_every_page(tmp_path, tmp_path, [])

@@ -984,9 +984,25 @@ def stage_config(stage: Path) -> None:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-def _jupyter_book(stage: Path, every_page: bool = True, jobs: int = 1) -> None:
+def start_html(config: Path, library: bool) -> subprocess.Popen:
+    """The process that will build the HTML, started now: it imports Jupyter Book, Sphinx, the
+    extensions ``config`` names and, with ``library``, this library, then waits for its command
+    (:mod:`dmlimits.jupyter_book_run`'s ``--preload``; :func:`build_html` sends it)."""
+    cmd = [sys.executable, "-m", "dmlimits.jupyter_book_run", "--preload", str(config)]
+    # In a session of its own, with Sphinx's reading and writing processes: interrupted, the
+    # build kills them all at once (killing the command alone would leave them reading on,
+    # orphaned, out of reach of stop_children).
+    return subprocess.Popen([*cmd, *(["--library"] if library else [])], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=config.parent, start_new_session=True)  # fmt: skip
+
+
+def _jupyter_book(
+    stage: Path, every_page: bool = True, jobs: int = 1, started: subprocess.Popen | None = None
+) -> None:
     """Jupyter Book builds the HTML of ``stage`` into ``stage/_build/html``, strictly (every
-    warning an error), Sphinx in ``jobs`` processes.  ``every_page=False`` lets Sphinx read and
+    warning an error), Sphinx in ``jobs`` processes: in ``started`` (from :func:`start_html`)
+    when given, else in a process started here.  ``every_page=False`` lets Sphinx read and
     write only the pages whose sources changed since its last build in that folder (see
     :func:`sphinx_state`)."""
     flags = ["--all"] if every_page else []
@@ -996,14 +1012,13 @@ def _jupyter_book(stage: Path, every_page: bool = True, jobs: int = 1) -> None:
          + (f" (Sphinx in {jobs} processes)" if jobs > 1 else ""))  # fmt: skip
     # jupyter-book's own command, run by dmlimits.jupyter_book_run: the same command line,
     # without the seconds a normal exit spends taking Sphinx's heap apart, Sphinx in parallel.
-    cmd = [sys.executable, "-m", "dmlimits.jupyter_book_run", "--jobs", str(jobs), *args]
-    # In a session of its own, with Sphinx's reading and writing processes: interrupted, the
-    # build kills them all at once (killing the command alone would leave them reading on,
-    # orphaned, out of reach of stop_children).
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=stage, start_new_session=True)  # fmt: skip
+    if started is not None and started.poll() is not None:
+        started.communicate()  # it ended before its command (killed): start another
+        started = None
+    proc = started or start_html(stage / "_config.yml", library=False)
+    command = {"argv": ["--jobs", str(jobs), *args], "cwd": str(stage)}
     try:
-        stdout, stderr = proc.communicate()
+        stdout, stderr = proc.communicate(json.dumps(command) + "\n")
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -1178,18 +1193,22 @@ def _remove_late_assets(html: Path) -> None:
         (html / "_static" / name).unlink(missing_ok=True)
 
 
-def build_html(root: Path, stage: Path, names: list[str], jobs: int = 1) -> None:
-    """Build the staged book's HTML into ``stage/_build/html``, Sphinx in ``jobs`` processes:
-    from the kept Sphinx state of the same sources when there is one (only the chapters whose
-    outputs changed are read and written again), else every page."""
+def build_html(
+    root: Path, stage: Path, names: list[str], jobs: int = 1,
+    started: subprocess.Popen | None = None,
+) -> None:  # fmt: skip
+    """Build the staged book's HTML into ``stage/_build/html``, Sphinx in ``jobs`` processes
+    (in ``started``, from :func:`start_html`, when given): from the kept Sphinx state of the
+    same sources when there is one (only the chapters whose outputs changed are read and
+    written again), else every page."""
     cache = sphinx_cache_dir(root / "_build")
     if cache is None:
-        _jupyter_book(stage, jobs=jobs)
+        _jupyter_book(stage, jobs=jobs, started=started)
         return
     with sphinx_state(cache, sphinx_key(root, stage, names)) as folder:
         if folder is None:
             _say("another build is using Sphinx's kept state: building every page here")
-            _jupyter_book(stage, jobs=jobs)
+            _jupyter_book(stage, jobs=jobs, started=started)
             return
         src = folder / "src"
         fresh = not (src / "_build" / "html").is_dir()
@@ -1201,9 +1220,20 @@ def build_html(root: Path, stage: Path, names: list[str], jobs: int = 1) -> None
             _remove_late_assets(src / "_build" / "html")
         else:
             _say("Sphinx's kept state: no source changed, no page to write")
-        _jupyter_book(src, every_page=False, jobs=jobs)
+        _jupyter_book(src, every_page=False, jobs=jobs, started=started)
         _copy_pages(src / "_build" / "html", stage / "_build" / "html")
         (folder / _OK).touch()
+
+
+def reads_every_page(root: Path, stage: Path, names: list[str]) -> bool:
+    """Whether :func:`build_html` will have Sphinx read every page, the API reference included
+    (no kept Sphinx state for these sources), rather than only the chapters whose outputs
+    changed.  Known before the chapters run: the state's key leaves their outputs out."""
+    cache = sphinx_cache_dir(root / "_build")
+    if cache is None:
+        return True
+    folder = cache / sphinx_key(root, stage, names)
+    return not ((folder / _OK).is_file() and (folder / "src" / "_build" / "html").is_dir())
 
 
 def _swap(new: Path, final: Path) -> None:
@@ -1259,13 +1289,18 @@ def _build(
         forks = _fork_server()
         try:
             sweep_up_front(scn, work, jobs)
+            # Started now, its imports share the cores with the chapters rather than wait for
+            # them; with the API reference to read, the library is imported before Sphinx
+            # forks its reading processes (dmlimits.jupyter_book_run).  Stopped by
+            # stop_children if the build fails or is interrupted before it is used.
+            html = start_html(stage / "_config.yml", reads_every_page(root, stage, names))
             timings = execute_notebooks(root, stage, names, params, jobs, scn, forks)
         finally:
             if forks is not None:
                 # Interrupted, the server may still be importing: stop it without waiting.
                 forks.close(timeout=5.0 if sys.exc_info()[0] is None else 0.0)
         html_started = time.perf_counter()
-        build_html(root, stage, names, jobs)
+        build_html(root, stage, names, jobs, html)
         html_seconds = time.perf_counter() - html_started
         # Success: keep the executed notebooks beside the HTML, then swap both in.
         executed = stage / "_executed"

@@ -14,11 +14,24 @@ Everything the build reads of it is on disk or in its output by then.
 ``--jobs N`` before the command's arguments makes Sphinx read and write the pages in ``N``
 processes: Jupyter Book's ``build_sphinx`` takes the number, but its command line has no
 option for it (:mod:`dmlimits.sphinxext` says how the pages are shared out).
+
+``--preload CONFIG [--library]`` starts the process before there is a book to build: it
+imports Jupyter Book, Sphinx and the extensions the book's ``_config.yml`` names (with
+``--library``, this library too, which the API page's autodoc imports), then reads the command
+as one line of JSON on its standard input, ``{"argv": [...], "cwd": "..."}``, and runs it as
+above (end of input: it ends, having run nothing).  The build starts it when the chapters start
+running, so that these imports, a second or two of one core once the chapters are done, are
+made while the chapters use both cores (:func:`dmlimits.build.execute_notebooks`).  Imported
+before Sphinx forks its reading processes, the library is not imported again in the process
+that reads the API page, the longest to read.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
@@ -60,6 +73,47 @@ def _jobs(value: list[str]) -> int | None:
     return jobs if jobs >= 1 else None
 
 
+def preload(config: Path, library: bool) -> None:
+    """Import what the HTML build of the book configured by ``config`` will import: Jupyter
+    Book's command, Sphinx, the extensions of the final configuration, and, with ``library``,
+    every module of this library.  An import that fails is left for the build to report."""
+    import importlib
+
+    from jupyter_book.cli import main as _  # noqa: F401
+    from jupyter_book.config import get_final_config
+
+    sphinx_config, _meta = get_final_config(
+        user_yaml=config,
+        cli_config={"latex_individualpages": False},  # what the build command passes
+        sourcedir=config.parent,
+    )
+    for name in ["sphinx.application", *sphinx_config.get("extensions", [])]:
+        try:
+            importlib.import_module(name)
+        except Exception:  # the build imports it again, and reports it
+            continue
+    if library:
+        from .derivation import import_library
+
+        import_library()
+
+
+def _preloaded(argv: list[str]) -> list[str] | None:
+    """For ``--preload CONFIG [--library]``: preload, then the command read from standard
+    input (its working directory entered), or ``None`` at the end of input."""
+    config = Path(argv[1])
+    try:
+        preload(config, "--library" in argv[2:])
+    except Exception:  # only the command's own run reports errors
+        pass
+    line = sys.stdin.readline()
+    if not line.strip():
+        return None
+    request = json.loads(line)
+    os.chdir(request["cwd"])
+    return [str(a) for a in request["argv"]]
+
+
 def run_and_leave(argv: list[str]) -> None:
     """:func:`main`, then end the process at once with its exit code (an exception it raised
     is printed first, exit code 1)."""
@@ -67,6 +121,12 @@ def run_and_leave(argv: list[str]) -> None:
 
     code = 1
     try:
+        if argv[:1] == ["--preload"] and len(argv) >= 2:
+            command = _preloaded(argv)
+            if command is None:
+                code = 0
+                return
+            argv = command
         code = main(argv)
     except BaseException:
         import traceback
