@@ -32,7 +32,7 @@
 * **Pages read in parallel, the API reference alone.**  The build runs Sphinx with a process
   per core (:mod:`dmlimits.jupyter_book_run`).  Two extensions Jupyter Book loads do not say
   whether they can be read in parallel (:data:`PARALLEL_READ_SAFE` says why they can), and
-  the API reference, the longest page to read, gets a process of its own
+  each of the API reference's two pages, the longest to read, gets a process of its own
   (:data:`READ_ALONE`).  The pages are the same as read serially, byte for byte.
 * **The API reference documents what is declared.**  An attribute built on first use
   (:mod:`dmlimits.lazy`) is documented by its declaration and ``#:`` comment, not built to
@@ -180,11 +180,12 @@ def _update_search_index_as_built_afresh() -> None:
 #: * ``sphinx_jupyterbook_latex``'s transforms act for the LaTeX builder only, and it keeps
 #:   nothing in Sphinx's environment.
 PARALLEL_READ_SAFE = ("sphinx_multitoc_numbering", "sphinx_jupyterbook_latex")
-#: Pages read in a process of their own when Sphinx reads in parallel: the API reference,
-#: whose autodoc reading (importing the library, parsing its sources, building the values it
-#: shows) takes longer than all the other pages together.  Sphinx's own chunks put it in one
-#: process with ten other pages.
-READ_ALONE = ("book/api",)
+#: Pages read in a process of their own when Sphinx reads in parallel: the API reference's
+#: two pages.  Its autodoc reading (parsing the library's sources for the order of their
+#: members and the ``#:`` comments, generating and parsing the entries) takes longer than all
+#: the other pages together; on one page, it was read by one process while the other waited.
+#: Sphinx's own chunks put each with ten other pages.
+READ_ALONE = ("book/api", "book/api_search_and_book")
 
 
 def _declare_parallel_read_safe(app, config) -> None:
