@@ -157,3 +157,26 @@ def test_the_html_runner_refuses_a_bad_number_of_processes(tmp_path):
     cmd = [sys.executable, "-m", "dmlimits.jupyter_book_run", "--jobs", "2", "--version"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0 and "Jupyter Book" in proc.stdout
+
+
+def test_bibliography_plugins_are_looked_up_once_with_the_same_answers(monkeypatch):
+    import pybtex.plugin as plugin
+    from dmlimits import sphinxext
+
+    scans = []
+    original = plugin.entry_points
+
+    def counted(**selection):
+        scans.append(selection)
+        return original(**selection)
+
+    monkeypatch.setattr(plugin, "entry_points", counted)
+    sphinxext._plugins_looked_up_once()
+    sphinxext._plugins_looked_up_once()  # once per process
+    first = plugin.find_plugin("pybtex.style.formatting", "unsrt")
+    assert plugin.find_plugin("pybtex.style.formatting", "unsrt") is first
+    assert first is next(iter(original(group="pybtex.style.formatting", name="unsrt"))).load()
+    assert scans == [{"group": "pybtex.style.formatting", "name": "unsrt"}]
+    names = sorted(plugin.enumerate_plugin_names("pybtex.style.formatting"))
+    assert "unsrt" in names and names == sorted(plugin.enumerate_plugin_names(
+        "pybtex.style.formatting"))  # fmt: skip

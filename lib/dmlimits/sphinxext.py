@@ -34,6 +34,8 @@
   whether they can be read in parallel (:data:`PARALLEL_READ_SAFE` says why they can), and
   each of the API reference's two pages, the longest to read, gets a process of its own
   (:data:`READ_ALONE`).  The pages are the same as read serially, byte for byte.
+* **Bibliography plugins looked up once.**  pybtex scans every installed distribution's entry
+  points for its plugins at each citation it resolves; the lookups are kept for the process.
 * **The API reference documents what is declared.**  An attribute built on first use
   (:mod:`dmlimits.lazy`) is documented by its declaration and ``#:`` comment, not built to
   show its value; and autodoc's reading of type comments, which parses every function's
@@ -42,6 +44,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 
@@ -227,6 +230,33 @@ def _read_alone_in_parallel() -> None:
     sphinx.builders.make_chunks = chunks
 
 
+def _plugins_looked_up_once() -> None:
+    """Keep pybtex's lookups of its plugins for the process.  sphinxcontrib-bibtex resolves
+    every citation through ``pybtex.plugin.find_plugin``, which reads the entry points of every
+    installed distribution again each time: about a second of each build's writing, in
+    Sphinx's main process, where the pages' references are resolved one after another.  The
+    installed distributions do not change during a build; a plugin registered while it runs
+    (``register_plugin``) is still found first, as pybtex looks there before the entry
+    points."""
+    try:
+        import pybtex.plugin as plugin
+    except ImportError:  # the book cites nothing without it: nothing to look up
+        return
+    lookup = plugin.entry_points
+    if getattr(lookup, "dmlimits_kept", False):
+        return
+
+    @functools.cache
+    def kept(**selection: str) -> tuple:
+        return tuple(lookup(**selection))
+
+    def entry_points(**selection: str) -> tuple:
+        return kept(**selection)
+
+    entry_points.dmlimits_kept = True  # type: ignore[attr-defined]
+    plugin.entry_points = entry_points
+
+
 def _declared_not_built(module, name, *default):
     """autodoc's ``getattr`` for modules: an attribute built on first use
     (:mod:`dmlimits.lazy`) is documented as it is declared, its type and ``#:`` comment,
@@ -248,6 +278,7 @@ def setup(app):
     import types
 
     _update_search_index_as_built_afresh()
+    _plugins_looked_up_once()
     app.add_autodoc_attrgetter(types.ModuleType, _declared_not_built)
     if app.parallel > 1:
         _read_alone_in_parallel()
