@@ -180,3 +180,33 @@ def test_bibliography_plugins_are_looked_up_once_with_the_same_answers(monkeypat
     names = sorted(plugin.enumerate_plugin_names("pybtex.style.formatting"))
     assert "unsrt" in names and names == sorted(plugin.enumerate_plugin_names(
         "pybtex.style.formatting"))  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore:nodes.Node.traverse:PendingDeprecationWarning")
+def test_each_page_is_unpickled_once_for_its_numbering_and_its_writing(tmp_path, monkeypatch):
+    """In a parallel build's main process (where the numbering walks every page's tree, and
+    the writing resolves each page), each page's tree is unpickled once; the pages are those
+    of a build that unpickles them every time (the serial build above compares the rest)."""
+    from sphinx.environment import BuildEnvironment
+
+    extensions = ["sphinx_multitoc_numbering", "sphinx_jupyterbook_latex", "dmlimits.sphinxext"]
+    _project(tmp_path / "src", extensions)
+    unpickled: list[str] = []
+    read = BuildEnvironment.get_doctree
+
+    def counted(self, docname):
+        unpickled.append(docname)
+        return read(self, docname)
+
+    monkeypatch.setattr(BuildEnvironment, "get_doctree", counted)
+    shared = _build(tmp_path / "src", tmp_path / "shared", 2)
+    # The forked readers unpickle nothing; the root page is unpickled once more, for the
+    # navigation Sphinx builds from it (its master_doctree, kept once unpickled).
+    assert sorted(unpickled) == sorted([*PAGES, "index"])
+    from dmlimits import sphinxext
+
+    monkeypatch.setattr(sphinxext, "_share_doctrees_while_numbering", lambda app: None)
+    unpickled.clear()
+    every_time = _build(tmp_path / "src", tmp_path / "every-time", 2)
+    assert len(unpickled) > len(PAGES) + 1
+    assert shared == every_time

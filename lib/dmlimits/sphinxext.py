@@ -34,6 +34,8 @@
   whether they can be read in parallel (:data:`PARALLEL_READ_SAFE` says why they can), and
   each of the API reference's two pages, the longest to read, gets a process of its own
   (:data:`READ_ALONE`).  The pages are the same as read serially, byte for byte.
+* **Each page's tree unpickled once for numbering and writing** (two seconds of the writing's
+  main process): the numbering only reads the trees, which the writing then takes over.
 * **Bibliography plugins looked up once.**  pybtex scans every installed distribution's entry
   points for its plugins at each citation it resolves; the lookups are kept for the process.
 * **The API reference documents what is declared.**  An attribute built on first use
@@ -257,6 +259,41 @@ def _plugins_looked_up_once() -> None:
     plugin.entry_points = entry_points
 
 
+def _share_doctrees_while_numbering(app) -> None:
+    """Unpickle each page's document tree once between the numbering and the writing.  Once
+    the pages are read, Sphinx numbers sections and figures by walking the tree of every page
+    (sphinx_multitoc_numbering walks the numbered ones again), each unpickled from disk, then
+    unpickles each page it writes once more to resolve and write it.  The walks only read the
+    trees: here they share one per page, which is then handed to the writing as Sphinx hands
+    it the trees of a serial read (its ``_write_doc_doctree_cache``).  Unpickling took about
+    two seconds of the writing's main process, where the pages are resolved one after
+    another."""
+    shared: dict = {}
+
+    def start(app, env) -> list:
+        unpickled = env.get_doctree
+
+        def get_doctree(docname: str):
+            tree = shared.get(docname)
+            if tree is None:
+                tree = shared[docname] = unpickled(docname)
+            return tree
+
+        env.get_doctree = get_doctree  # for the numbering only: removed at its end
+        return []
+
+    def end(app, env) -> list:
+        env.__dict__.pop("get_doctree", None)
+        for docname, tree in shared.items():
+            env._write_doc_doctree_cache.setdefault(docname, tree)
+        shared.clear()
+        return []
+
+    # The numbering is the only other listener (sphinx.environment.collectors.toctree).
+    app.connect("env-get-updated", start, priority=1)
+    app.connect("env-get-updated", end, priority=999)
+
+
 def _declared_not_built(module, name, *default):
     """autodoc's ``getattr`` for modules: an attribute built on first use
     (:mod:`dmlimits.lazy`) is documented as it is declared, its type and ``#:`` comment,
@@ -279,6 +316,7 @@ def setup(app):
 
     _update_search_index_as_built_afresh()
     _plugins_looked_up_once()
+    _share_doctrees_while_numbering(app)
     app.add_autodoc_attrgetter(types.ModuleType, _declared_not_built)
     if app.parallel > 1:
         _read_alone_in_parallel()
