@@ -29,11 +29,11 @@
   - it does not read back the index entries (the glossary's terms, the API's objects) of the
     pages it does not write, and leaves them out; they are read back, and the pages' entries
     are listed in the order of their names, as a build of every page lists them.
-* **Pages read in parallel, the API reference alone.**  The build runs Sphinx with a process
-  per core (:mod:`dmlimits.jupyter_book_run`).  Two extensions Jupyter Book loads do not say
-  whether they can be read in parallel (:data:`PARALLEL_READ_SAFE` says why they can), and
-  each of the API reference's two pages, the longest to read, gets a process of its own
-  (:data:`READ_ALONE`).  The pages are the same as read serially, byte for byte.
+* **Pages read in parallel, each page of the API reference alone.**  The build runs Sphinx
+  with a process per core (:mod:`dmlimits.jupyter_book_run`).  Two extensions Jupyter Book
+  loads do not say whether they can be read in parallel (:data:`PARALLEL_READ_SAFE` says why
+  they can), and each of the API reference's two pages, the longest to read, gets a process
+  of its own (:data:`READ_ALONE`).  The pages are the same as read serially, byte for byte.
 * **Each page's tree unpickled once for numbering and writing** (two seconds of the writing's
   main process): the numbering only reads the trees, which the writing then takes over.
 * **Bibliography plugins looked up once.**  pybtex scans every installed distribution's entry
@@ -213,8 +213,10 @@ def _no_type_comments(app, config) -> None:
 def _read_alone_in_parallel() -> None:
     """Make Sphinx's parallel reading give each page of :data:`READ_ALONE` a process of its
     own, and split the other pages among the other processes as Sphinx would; applied once per
-    process.  Chunks without such a page (every chunk of the parallel writing, which writes
-    the first page, the API reference, itself before it starts) are Sphinx's own."""
+    process.  The parallel writing's chunks come from here too: Sphinx writes the first page in
+    order of names (the API reference's first) in its main process before it starts, and the
+    second page of the reference gets a process of its own.  Chunks without such a page are
+    Sphinx's own."""
     import sphinx.builders
 
     if getattr(sphinx.builders.make_chunks, "dmlimits_read_alone", False):
