@@ -234,7 +234,11 @@ def test_a_signal_while_sphinx_reads_stops_its_processes_too(built_book, tmp_pat
     cache = str(ROOT / "_build" / "cache" / "notebooks")
     proc, _ = _start_build(out, mark, "building the HTML", DMLIMITS_NOTEBOOK_CACHE=cache,
                            DMLIMITS_SPHINX_CACHE="off")  # fmt: skip
-    time.sleep(2.0)  # Sphinx's processes reading
+    # Sphinx's processes reading: the HTML process may still be importing the library when
+    # the build asks it for the book (every chapter was in the cache), so wait for them.
+    deadline = time.monotonic() + 60
+    while len(_left_behind(mark)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert len(_left_behind(mark)) >= 3  # the build, the command and its readers
     sent = time.monotonic()
     proc.send_signal(getattr(signal, signum))
