@@ -155,6 +155,59 @@ def test_a_tidied_figure_is_checked_as_drawn(make):
     assert undrawn == figures.check_figure(fig)
 
 
+def _legend_over_autoscaled_data() -> plt.Figure:
+    """Data whose limits are not yet autoscaled (nothing has drawn or read them), under a
+    legend that covers them once they are."""
+    fig, ax = plt.subplots()
+    ax.set_xscale("log")  # before the data: setting a scale would autoscale the limits
+    ax.set_yscale("log")
+    x = np.geomspace(1e24, 1e31, 40)
+    ax.plot(x, np.geomspace(1e3, 1e-3, 40), "o-", label="falling")
+    ax.plot(x, np.full_like(x, 1.0), label="flat")
+    ax.set_xlabel("compute (FLOP)")
+    ax.set_ylabel("seconds")
+    ax.legend(loc="upper left", fontsize=16)
+    return fig
+
+
+def _constrained_two_panels() -> plt.Figure:
+    """A layout engine that places the axes only when the figure is drawn."""
+    fig, axes = plt.subplots(1, 2, layout="constrained")
+    x = np.linspace(0, 1, 50)
+    for ax in axes:
+        ax.plot(x, x, label="up")
+        ax.plot(x, 1 - x, label="down")
+        ax.set_xlabel("x (s)")
+        ax.set_ylabel("y (s)")
+        ax.legend(loc="center", fontsize=14)
+    return fig
+
+
+def _png(fig: plt.Figure) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=figures.SAVE_DPI, metadata=figures.PNG_METADATA,
+                bbox_inches="tight")  # fmt: skip
+    return buffer.getvalue()
+
+
+TIDIED = [_good, _legend_in_the_middle, _two_panels_with_a_legend_beside_the_left,
+          _legend_over_autoscaled_data, _constrained_two_panels]  # fmt: skip
+
+
+@pytest.mark.parametrize("make", TIDIED)
+def test_tidying_an_undrawn_figure_gives_the_png_of_one_drawn_first(make):
+    """tidy_legends does not draw the figure: what it decides (a legend kept, moved inside,
+    beside or under the figure) and so the PNG are those of the same figure drawn first."""
+    drawn = make()
+    drawn.draw_without_rendering()
+    figures.tidy_legends(drawn)
+    undrawn = make()
+    figures.tidy_legends(undrawn)
+    assert _png(undrawn) == _png(drawn)
+
+
 def test_mathtext_layouts_shared_between_renderers_draw_the_same_pixels(monkeypatch):
     """share_mathtext_parses() is for speed only: a figure full of mathtext (log tick labels,
     subscripts) gives the same PNG bytes with matplotlib's own per-renderer cache."""

@@ -178,15 +178,19 @@ LEGEND_PLACES = ("lower left", "upper right", "lower right", "upper left", "cent
 def tidy_legends(fig: plt.Figure) -> None:
     """Move every legend that covers a line or a point of its axes to the first free place of
     :data:`LEGEND_PLACES`, or outside the axes on the right when none is free: one rule for the
-    whole book, applied to every figure before it is glued.  The figure is left drawn as it
-    stands (:func:`check_figure` need not draw it again).
+    whole book, applied to every figure before it is glued.  The figure is left as a draw
+    would find it (:func:`check_figure` need not draw it).
 
-    Drawing here lays the figure out without painting its pixels
-    (``Figure.draw_without_rendering``): legends, ticks and texts get the places and sizes a
-    painted draw gives them, and painting took a tenth of a figure's time on its way to the book
-    (the PNG is painted once, by ``savefig``; every glued PNG of the book is byte-identical)."""
-    fig.draw_without_rendering()
+    Nothing is drawn unless a layout engine must place the axes: the figure functions lay
+    their figures out (``tight_layout``) before they return them, limits still to autoscale
+    are found by reading them, and a legend's box and the plotted points are found in display
+    coordinates when asked.  A draw here (even without painting pixels) took a seventh of a
+    figure's time on its way to the book; the PNG is drawn once, by ``savefig``, and every
+    glued PNG of the book is byte-identical to one drawn first (``tests/test_figures.py``)."""
+    if fig.get_layout_engine() is not None:
+        fig.draw_without_rendering()  # the engine places the axes when the figure is drawn
     for ax in fig.axes:
+        ax.get_xlim()  # limits still to autoscale are found when read, as a draw would
         legend = ax.get_legend()
         if legend is None or legend_overlap(ax) == 0:
             continue
@@ -258,9 +262,9 @@ def check_figure(fig: plt.Figure, *, drawn: bool = False) -> list[str]:
     small part of an axis, data outside the limits, a legend box over plotted points, two
     labelled series drawn alike, an axis without a label, and multi-letter subscripts that
     mathtext would set in italics letter by letter.  The figure is laid out first, without
-    painting its pixels (legends need a renderer), unless ``drawn`` says it has been since it
-    last changed (:func:`tidy_legends` leaves it so: a legend it moves is found at its new
-    place without drawing)."""
+    painting its pixels (legends need a renderer), unless ``drawn`` says it is laid out as a
+    draw would lay it out (:func:`tidy_legends` leaves it so: a legend it moves is found at its
+    new place without drawing)."""
     import re
 
     from matplotlib.text import Text
