@@ -3,7 +3,7 @@
 import pytest
 import yaml
 from conftest import ROOT
-from dmlimits import build
+from dmlimits import build, jupyter_book_run
 from dmlimits.scenario import resolve
 
 
@@ -426,12 +426,19 @@ def test_the_html_runner_preloads_sphinx_its_extensions_and_the_library_if_asked
     probe = (
         "import json, sys\nfrom pathlib import Path\nfrom dmlimits import jupyter_book_run\n"
         f"jupyter_book_run.preload(Path({str(config)!r}), {library})\n"
+        # pybtex's plugins were read: looking one up reads no distribution's entry points.
+        "import importlib.metadata, importlib_metadata, pybtex.plugin\n"
+        "def unread(*a, **k):\n    raise AssertionError('entry points read again')\n"
+        "importlib.metadata.distributions = importlib_metadata.distributions = unread\n"
+        "assert len(pybtex.plugin.entry_points(group='pybtex.style.formatting')) > 0\n"
         "print(json.dumps(sorted(sys.modules)))"
     )
     loaded = set(json.loads(subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout))  # fmt: skip
     assert {"sphinx.application", "myst_nb", "sphinx_book_theme", "dmlimits.sphinxext"} <= loaded
+    # What the extensions' setup functions import, before Sphinx calls them.
+    assert set(jupyter_book_run.SETUP_IMPORTS) <= loaded
     # Only what the API page's autodoc would import, and only when asked.
     assert ("dmlimits.search" in loaded) is library
     assert ("dmlimits.measured.runs" in loaded) is library

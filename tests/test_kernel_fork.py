@@ -33,6 +33,7 @@ print(json.dumps({
     "library_loaded": loaded,
     "inline_hooked": "matplotlib_inline.backend_inline" in sys.modules,
     "frozen": gc.get_freeze_count(), "gc_enabled": gc.isenabled(),
+    "lambdify_ready": len(sys.modules["sympy.utilities.lambdify"].MODULES["numpy"][0]) > 100,
 }))
 """
 
@@ -106,6 +107,9 @@ def test_a_forked_kernel_is_the_kernel_a_build_would_start(tmp_path, forks):
     # collections scan only what the chapter makes); the collector itself runs as usual.
     assert a["frozen"] > 100_000 and b["frozen"] == 0
     assert a["gc_enabled"] and b["gc_enabled"]
+    # sympy's lambdify found its numpy namespace filled, in the server; a kernel on its own
+    # fills it at its chapter's first lambdify.
+    assert a["lambdify_ready"] and not b["lambdify_ready"]
     env_a, env_b = dict(a["env"]), dict(b["env"])
     assert env_a.pop("JPY_PARENT_PID") == env_b.pop("JPY_PARENT_PID") == str(os.getpid())
     assert env_a == env_b

@@ -176,10 +176,18 @@ def test_bibliography_plugins_are_looked_up_once_with_the_same_answers(monkeypat
     first = plugin.find_plugin("pybtex.style.formatting", "unsrt")
     assert plugin.find_plugin("pybtex.style.formatting", "unsrt") is first
     assert first is next(iter(original(group="pybtex.style.formatting", name="unsrt"))).load()
-    assert scans == [{"group": "pybtex.style.formatting", "name": "unsrt"}]
     names = sorted(plugin.enumerate_plugin_names("pybtex.style.formatting"))
     assert "unsrt" in names and names == sorted(plugin.enumerate_plugin_names(
         "pybtex.style.formatting"))  # fmt: skip
+    # Every distribution's entry points read once, for every selection.
+    assert scans == [{}]
+    for selection in (
+        {"group": "pybtex.style.formatting"},
+        {"group": "pybtex.style.labels", "name": "alpha"},
+        {"group": "nothing"},
+    ):
+        assert plugin.entry_points(**selection) == tuple(original(**selection))
+    assert scans == [{}]
 
 
 @pytest.mark.filterwarnings("ignore:nodes.Node.traverse:PendingDeprecationWarning")

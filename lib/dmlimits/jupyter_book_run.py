@@ -73,10 +73,18 @@ def _jobs(value: list[str]) -> int | None:
     return jobs if jobs >= 1 else None
 
 
+#: What the extensions' ``setup`` functions import when Sphinx calls them, not when the
+#: extension is imported: MyST-NB's Sphinx side (half a second of one core), MyST's and
+#: sphinx-design's.  Preloaded too, so that the HTML build starts without them.
+SETUP_IMPORTS = ("myst_nb.sphinx_ext", "myst_parser.sphinx_ext.main", "sphinx_design.extension")
+
+
 def preload(config: Path, library: bool) -> None:
     """Import what the HTML build of the book configured by ``config`` will import: Jupyter
-    Book's command, Sphinx, the extensions of the final configuration, and, with ``library``,
-    every module of this library.  An import that fails is left for the build to report."""
+    Book's command, Sphinx, the extensions of the final configuration and what their ``setup``
+    imports (:data:`SETUP_IMPORTS`), and, with ``library``, every module of this library; and
+    read pybtex's plugins (:func:`dmlimits.sphinxext.plugins_read_ahead`).  An import that
+    fails is left for the build to report."""
     import importlib
 
     from jupyter_book.cli import main as _  # noqa: F401
@@ -87,11 +95,17 @@ def preload(config: Path, library: bool) -> None:
         cli_config={"latex_individualpages": False},  # what the build command passes
         sourcedir=config.parent,
     )
-    for name in ["sphinx.application", *sphinx_config.get("extensions", [])]:
+    for name in ["sphinx.application", *sphinx_config.get("extensions", []), *SETUP_IMPORTS]:
         try:
             importlib.import_module(name)
         except Exception:  # the build imports it again, and reports it
             continue
+    try:
+        from .sphinxext import plugins_read_ahead
+
+        plugins_read_ahead()
+    except Exception:  # the build looks them up again, and reports what fails
+        pass
     if library:
         from .derivation import import_library
 

@@ -22,10 +22,11 @@ the server never resolves.  Should the library fail to import in the server (a c
 kernel would then show the error), the server drops it and each chapter imports it itself.
 The child is otherwise a fresh kernel: its own session and process group (jupyter_client's
 ``start_new_session``), standard input from ``/dev/null``, standard output and error those of
-the build, default signal handlers, the environment variables the server's imports set.  Two
+the build, default signal handlers, the environment variables the server's imports set.  Three
 differences save time and change no output: what the server imported is frozen out of the
 garbage collector's reach (``gc.freeze``), so the kernel's collections scan only what its
-chapter made, and the kernel ends without the interpreter's teardown (:func:`end_now`).
+chapter made; sympy's ``lambdify`` has filled its numpy namespace already, in the server; and
+the kernel ends without the interpreter's teardown (:func:`end_now`).
 
 The protocol is one JSON line per kernel on the server's standard input (the kernel's command,
 environment and working directory), answered by the child's process id on a pipe.  The server
@@ -306,6 +307,20 @@ def _import_library() -> None:
             del sys.modules[name]  # the package too: it holds its submodules as attributes
 
 
+def _lambdify_ready() -> None:
+    """Make sympy's ``lambdify`` ready to write numpy functions: its first call in a process
+    fills its namespace with ``from numpy import *`` (which imports numpy's lazily loaded
+    submodules) and imports its printers, about a tenth of a second of each chapter that
+    evaluates a formula.  The namespace is the same whichever expression fills it."""
+    try:
+        import sympy
+
+        x = sympy.Symbol("x")
+        sympy.lambdify(x, x + 1, "numpy")
+    except Exception:  # a chapter that lambdifies meets the error itself
+        pass
+
+
 def serve(answers: int) -> None:
     """The server: import :data:`PRELOAD` and the library, then fork a kernel for each request
     line on standard input and write its process id to the file descriptor ``answers``; exit at
@@ -327,6 +342,7 @@ def serve(answers: int) -> None:
     for name in PRELOAD:
         importlib.import_module(name)
     _import_library()
+    _lambdify_ready()
     # What the imports set in the environment (debugpy's PYDEVD_USE_FRAME_EVAL): a kernel
     # importing them itself would have it, so each child sets it again in its own.
     _IMPORTS_SET.update({k: v for k, v in os.environ.items() if before.get(k) != v})
