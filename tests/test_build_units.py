@@ -459,3 +459,29 @@ def test_the_api_reference_is_preloaded_for_exactly_the_builds_that_read_every_p
     assert not build.reads_every_page(tmp_path, tmp_path, [])
     monkeypatch.setenv(build.SPHINX_CACHE_ENV, "off")
     assert build.reads_every_page(tmp_path, tmp_path, [])
+
+
+def test_the_html_runner_turns_the_collector_off_while_the_command_runs(monkeypatch):
+    """Jupyter Book's command runs with Python's cyclic garbage collector off (Sphinx's
+    long-lived heap was scanned again at each full pass); the caller gets it back as it was,
+    whether the command succeeds or fails."""
+    import gc
+    import sys
+    import types
+
+    seen = []
+
+    class Command:
+        @staticmethod
+        def main(args, prog_name):
+            seen.append(gc.isenabled())
+            raise SystemExit(0 if args == ["ok"] else 3)
+
+    # Jupyter Book's command line as the runner imports it (the real one is run elsewhere).
+    fake = types.ModuleType("jupyter_book.cli.main")
+    fake.main = Command
+    monkeypatch.setitem(sys.modules, "jupyter_book.cli.main", fake)
+    assert gc.isenabled()
+    assert jupyter_book_run.main(["ok"]) == 0
+    assert jupyter_book_run.main(["fail"]) == 3
+    assert seen == [False, False] and gc.isenabled()

@@ -9,7 +9,8 @@ apart object by object (2.0-2.8 s measured on the project's machine, between the
 command runs as ``jupyter-book`` would run it, its ``atexit`` functions run and its output is
 flushed, and then the process ends at once with the command's exit code
 (:func:`dmlimits.kernel_fork.end_now`, as a forked kernel ends).
-Everything the build reads of it is on disk or in its output by then.
+Everything the build reads of it is on disk or in its output by then.  For the same reason the
+command runs with the cyclic garbage collector off (:func:`collector_off`).
 
 ``--jobs N`` before the command's arguments makes Sphinx read and write the pages in ``N``
 processes: Jupyter Book's ``build_sphinx`` takes the number, but its command line has no
@@ -28,6 +29,8 @@ that reads the API page, the longest to read.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import sys
@@ -55,13 +58,32 @@ def main(argv: list[str]) -> int:
     from jupyter_book.cli.main import main as jupyter_book
 
     try:
-        jupyter_book.main(args=argv, prog_name="jupyter-book")
+        with collector_off():
+            jupyter_book.main(args=argv, prog_name="jupyter-book")
     except SystemExit as exc:  # how click ends: sys.exit with the command's code
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0
         print(exc.code, file=sys.stderr)
         return 1
     return 0
+
+
+@contextlib.contextmanager
+def collector_off():
+    """Python's cyclic garbage collector off while the command runs (and in the processes
+    Sphinx forks to read and write).  Sphinx's heap grows to hundreds of thousands of
+    long-lived objects (its environment, every page's document tree), and each full pass of
+    the collector scans them all again: with it off, the HTML build of the whole book took
+    10-11.6 s against 13.8-16.7 s in alternating runs, and its processes' peak memory grew
+    by about a tenth (the cycles it would free).  Reference counting still frees everything
+    else, and the process ends as soon as the command is done."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _jobs(value: list[str]) -> int | None:
