@@ -260,8 +260,10 @@ def _plugins_looked_up_once() -> None:
     def kept(**selection: str) -> tuple:
         return tuple(everything().select(**selection))  # what lookup(**selection) gives
 
-    def entry_points(**selection: str) -> tuple:
-        return kept(**selection)
+    def entry_points(**selection: str) -> Any:
+        # Without a selection, what lookup() gives, as it gives it (Python 3.11's is a
+        # dictionary of groups, whose iteration is deprecated).
+        return kept(**selection) if selection else everything()
 
     entry_points.dmlimits_kept = True  # type: ignore[attr-defined]
     plugin.entry_points = entry_points
