@@ -74,9 +74,10 @@ def collector_off():
     Sphinx forks to read and write).  Sphinx's heap grows to hundreds of thousands of
     long-lived objects (its environment, every page's document tree), and each full pass of
     the collector scans them all again: with it off, the HTML build of the whole book took
-    10-11.6 s against 13.8-16.7 s in alternating runs, and its processes' peak memory grew
-    by about a tenth (the cycles it would free).  Reference counting still frees everything
-    else, and the process ends as soon as the command is done."""
+    10.0-11.6 s against 13.1-16.7 s in five alternating pairs of runs, every file the same,
+    and its processes' peak memory grew by about a tenth (the cycles it would free).
+    Reference counting still frees everything else, and the process ends as soon as the
+    command is done."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -310,7 +310,7 @@ def _import_library() -> None:
 def _lambdify_ready() -> None:
     """Make sympy's ``lambdify`` ready to write numpy functions: its first call in a process
     fills its namespace with ``from numpy import *`` (which imports numpy's lazily loaded
-    submodules) and imports its printers, about a tenth of a second of each chapter that
+    submodules) and imports its printers, up to a tenth of a second of each chapter that
     evaluates a formula.  The namespace is the same whichever expression fills it."""
     try:
         import sympy
