@@ -184,12 +184,10 @@ def _constrained_two_panels() -> plt.Figure:
 
 
 def _png(fig: plt.Figure) -> bytes:
-    import io
+    """The PNG that glue() stores for ``fig``."""
+    from dmlimits.glue import _Png
 
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=figures.SAVE_DPI, metadata=figures.PNG_METADATA,
-                bbox_inches="tight")  # fmt: skip
-    return buffer.getvalue()
+    return _Png(fig).png
 
 
 TIDIED = [_good, _legend_in_the_middle, _two_panels_with_a_legend_beside_the_left,

@@ -37,7 +37,8 @@
 * **Each page's tree unpickled once for numbering and writing** (two seconds of the writing's
   main process): the numbering only reads the trees, which the writing then takes over.
 * **Bibliography plugins looked up once.**  pybtex scans every installed distribution's entry
-  points for its plugins at each citation it resolves; the lookups are kept for the process.
+  points for its plugins at each citation it resolves; they are read once for the process
+  (the HTML process reads them before its command arrives) and each lookup is kept.
 * **The API reference documents what is declared.**  An attribute built on first use
   (:mod:`dmlimits.lazy`) is documented by its declaration and ``#:`` comment, not built to
   show its value; and autodoc's reading of type comments, which parses every function's
