@@ -6,9 +6,10 @@ Speed targets are checked here, never in timed tests.  Run from the project fold
 
     .venv/bin/python bench/bench_build.py
 
-The builds share caches of their own (sweeps, kept formulas, executed notebooks and Sphinx's
-state, in a temporary folder, so the project's caches neither help nor change), and each writes to a
-temporary folder: the default book in _build/html is not touched.  In order:
+Each run of builds has caches of its own (sweeps, kept formulas, executed notebooks and Sphinx's
+state, in a temporary folder, so the project's caches neither help nor change), and each build
+writes to a temporary folder: the default book in _build/html is not touched.  A run is, in
+order:
 
 1. the default book with empty caches, as after a change to the library: every scenario the
    chapters read is swept and every notebook executed;
@@ -16,12 +17,18 @@ temporary folder: the default book in _build/html is not touched.  In order:
    and Sphinx reads and writes no page;
 3. one changed assumption (``training.months=6``): the sweeps and notebooks that depend on it
    are computed again (a chapter that read none of it is copied: :mod:`dmlimits.chapter_reads`),
-   and Sphinx reads and writes the chapters again;
-4. a build stopped by Ctrl-C (SIGINT), then one by SIGTERM, once its notebooks are running: the
-   seconds from the signal to the build's exit (issue #16's target: 2 s), and its exit code.
+   and Sphinx reads and writes the chapters again.
+
+The run is repeated (``--repeat``, three times unless told), each time from empty caches, and
+the targets are judged on each build's median: the machine's speed changes from minute to
+minute, so one run says little.  The speed is probed (``bench/machine.py``) before the runs,
+after each and at the end.  Last, a build is stopped by Ctrl-C (SIGINT), then one by SIGTERM,
+once its notebooks are running: the seconds from the signal to the build's exit (issue #16's
+target: 2 s), and its exit code.
 
 Prints each build's wall-clock seconds, the seconds its sweeps and its HTML took, and each
-executed notebook's seconds (a notebook read from the cache is not listed).
+executed notebook's seconds (a notebook read from the cache is not listed); then each build's
+median and best over the runs.
 """
 
 from __future__ import annotations
@@ -29,11 +36,15 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import machine  # bench/machine.py: the machine's speed when the runs were taken
 
 ROOT = Path(__file__).resolve().parent.parent
 # Issue #16's 45 s target for "the default book from a warm environment" is printed against
@@ -101,29 +112,60 @@ def stop(signum: int, out: Path, env: dict[str, str]) -> tuple[float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        env = dict(
-            os.environ,
-            DMLIMITS_SWEEP_CACHE=str(Path(tmp) / "cache" / "sweeps"),
-            DMLIMITS_NOTEBOOK_CACHE=str(Path(tmp) / "cache" / "notebooks"),
-            DMLIMITS_SPHINX_CACHE=str(Path(tmp) / "cache" / "sphinx"),
-            DMLIMITS_FORMULA_CACHE=str(Path(tmp) / "cache" / "formulas"),
-        )
-        for i, (name, sets) in enumerate(CASES):
-            seconds, sweeps, html, notebooks = run(sets, Path(tmp) / f"case{i}" / "html", env)
-            print(f"{name}: {seconds:.1f} s (sweeps: {sweeps}; notebooks executed: "
-                  f"{len(notebooks)}, {sum(notebooks.values()):.1f} s of kernel time; "
-                  f"HTML: {html})")  # fmt: skip
-            for nb, t in sorted(notebooks.items(), key=lambda kv: -kv[1]):
-                print(f"    {nb:<34} {t:5.1f} s")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="how many times the three builds run, each time from empty caches (default 3); "
+        "every run is printed, and the targets are judged on the median",
+    )
+    args = parser.parse_args()
+    if args.repeat < 1:
+        sys.exit(f"--repeat must be a whole number of at least 1, not {args.repeat}")
+    print(machine.line("before the runs"), flush=True)
+    seconds_by_case: list[list[float]] = [[] for _ in CASES]
+    with tempfile.TemporaryDirectory() as top:
+        for rep in range(args.repeat):
+            tmp = Path(top) / f"run{rep + 1}"
+            print(f"run {rep + 1} of {args.repeat}, caches empty at its start", flush=True)
+            env = dict(
+                os.environ,
+                DMLIMITS_SWEEP_CACHE=str(tmp / "cache" / "sweeps"),
+                DMLIMITS_NOTEBOOK_CACHE=str(tmp / "cache" / "notebooks"),
+                DMLIMITS_SPHINX_CACHE=str(tmp / "cache" / "sphinx"),
+                DMLIMITS_FORMULA_CACHE=str(tmp / "cache" / "formulas"),
+            )
+            for i, (name, sets) in enumerate(CASES):
+                seconds, sweeps, html, notebooks = run(sets, tmp / f"case{i}" / "html", env)
+                seconds_by_case[i].append(seconds)
+                print(f"  {name}: {seconds:.1f} s (sweeps: {sweeps}; notebooks executed: "
+                      f"{len(notebooks)}, {sum(notebooks.values()):.1f} s of kernel time; "
+                      f"HTML: {html})", flush=True)  # fmt: skip
+                for nb, t in sorted(notebooks.items(), key=lambda kv: -kv[1]):
+                    print(f"      {nb:<34} {t:5.1f} s")
+            print("  " + machine.line(f"after run {rep + 1}"), flush=True)
+            if rep + 1 < args.repeat:  # the last run's caches serve the stopped builds below
+                shutil.rmtree(tmp, ignore_errors=True)  # about half a gigabyte a run
+        print(f"summary of {args.repeat} run(s), each from empty caches:")
+        for (name, _), times in zip(CASES, seconds_by_case, strict=True):
+            target = re.search(r"target:? (\d+) s", name)
+            middle = statistics.median(times)
+            verdict = ""
+            if target:
+                ok = "met" if middle <= float(target.group(1)) else "MISSED"
+                verdict = f"; target {target.group(1)} s on the median: {ok}"
+            runs = ", ".join(f"{t:.1f}" for t in times)
+            print(f"  {name.split(' (')[0]}: median {middle:.1f} s, best {min(times):.1f} s "
+                  f"(runs: {runs} s){verdict}")  # fmt: skip
         import signal
 
         for signum, expected in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
-            seconds, code = stop(signum, Path(tmp) / f"stopped-{signum}" / "html", env)
+            # With the last run's caches (its sweeps read, its notebooks not), as before.
+            seconds, code = stop(signum, Path(top) / f"stopped-{signum}" / "html", env)
             ok = "met" if seconds <= 2.0 and code == expected else "MISSED"
             print(f"stopped by {signal.Signals(signum).name}: {seconds:.2f} s after the signal, "
                   f"exit {code} (expected {expected}; target 2 s: {ok})")  # fmt: skip
+    print(machine.line("after the runs"))
 
 
 if __name__ == "__main__":

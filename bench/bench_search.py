@@ -14,7 +14,9 @@ filled (:mod:`dmlimits.formula_cache`, as in every later process of a build or a
 In one process the presets are then swept a second time, which shows how much of the first
 sweep was building or reading the formulas (sympy's derivations and their lambdified
 functions, on first use), listing each cluster's configurations and computing their matmul
-times (the search keeps both for the rest of the process).
+times (the search keeps both for the rest of the process).  The machine's speed is probed
+(``bench/machine.py``) before and after the runs: on a shared machine the best of a few runs
+means little without it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+import machine  # bench/machine.py: the machine's speed when the runs were taken
 
 CHILD = r"""
 import json, time
@@ -64,6 +68,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3, help="fresh runs; the best is kept")
     args = p.parse_args()
     cores = os.cpu_count() or 1
+    print(machine.line("before the runs"), flush=True)
     kept = tempfile.mkdtemp(prefix="bench-formulas-")
     cases = (
         (1, "one process, formulas built", "on", "off"),
@@ -117,6 +122,7 @@ def main() -> int:
                 "and computing their matmul times (both kept for the second sweep)"
             )
     shutil.rmtree(kept, ignore_errors=True)
+    print(machine.line("after the runs"))
     return 0
 
 
