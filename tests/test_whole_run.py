@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from dmlimits import book_sweeps, search, whole_run
 from dmlimits import scenario as sc
-from dmlimits import search, whole_run
 
 
 @pytest.fixture(scope="module")
@@ -129,13 +129,31 @@ def test_the_headline_figure_has_a_logarithmic_compute_axis(h100):
     plt.close(fig)
 
 
+def test_listing_what_a_build_sweeps_loads_no_plotting():
+    """The build lists the scenarios to sweep before any chapter runs, in its own process, on
+    the way to every core being busy: that takes the search and the what-if variants, not
+    matplotlib's pyplot, which only the chapters' kernels use."""
+    import json
+    import subprocess
+    import sys
+
+    probe = (
+        "import json, sys\nfrom dmlimits import book_sweeps, scenario as sc\n"
+        "n = len(book_sweeps.scenarios_swept(sc.resolve('h100')))\n"
+        "print(json.dumps([n, 'matplotlib.pyplot' in sys.modules]))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    listed, pyplot = json.loads(out.stdout)
+    assert listed > 1 and not pyplot
+
+
 def test_the_comparison_with_the_authors_is_swept_up_front(monkeypatch):
     """Every sweep the reproduction chapter's comparison with the authors reads, their year
     included, is one a build sweeps up front on every core (scenarios_swept, then
     scenarios_swept_next), not in the chapter's kernel."""
     scn = sc.resolve("h100")
-    first = {search._key(s) for s in whole_run.scenarios_swept(scn)}
-    following = whole_run.scenarios_swept_next(scn)
+    first = {search._key(s) for s in book_sweeps.scenarios_swept(scn)}
+    following = book_sweeps.scenarios_swept_next(scn)
     asked: list[str] = []
     real = search.sweep
     monkeypatch.setattr(search, "sweep", lambda s: asked.append(search._key(s)) or real(s))

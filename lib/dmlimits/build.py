@@ -896,9 +896,9 @@ def keep_sweeps(work: Path) -> None:
 def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
     """Sweep every scenario the chapters read, once, on every core, into the disk cache that
     the notebooks' kernels then read (``_build/cache/sweeps`` unless the environment names
-    another folder, or ``off``): those of :func:`dmlimits.whole_run.scenarios_swept`, then
-    those that depend on their results (:func:`dmlimits.whole_run.scenarios_swept_next`)."""
-    from . import search, whole_run
+    another folder, or ``off``): those of :func:`dmlimits.book_sweeps.scenarios_swept`, then
+    those that depend on their results (:func:`dmlimits.book_sweeps.scenarios_swept_next`)."""
+    from . import book_sweeps, search
 
     keep_sweeps(work)
     if search.cache_path(scn) is None:
@@ -906,13 +906,13 @@ def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
         return
     started = time.perf_counter()
     swept = needed = 0
-    for round_of in (whole_run.scenarios_swept, whole_run.scenarios_swept_next):
+    for round_of in (book_sweeps.scenarios_swept, book_sweeps.scenarios_swept_next):
         scns = round_of(scn)
         needed += len(scns)
         todo = [s for s in scns if not search.cache_path(s).is_file()]
         if not todo:
             continue
-        order = "first" if round_of is whole_run.scenarios_swept else "next"
+        order = "first" if round_of is book_sweeps.scenarios_swept else "next"
         _say(f"sweeping {len(todo)} of the {len(scns)} scenarios the chapters read {order}, "
              f"on {jobs} core(s)")  # fmt: skip
         count = [0]
