@@ -192,6 +192,41 @@ def test_the_cache_gives_back_what_it_stored_and_can_be_switched_off(tmp_path, m
     assert not build._cached_copy(None, "k", target)
 
 
+def test_a_chapters_parse_is_kept_until_its_source_changes(tmp_path, monkeypatch):
+    """The build reads each chapter's MyST source as a notebook (jupytext's parse), kept in the
+    notebook cache: read again, the same notebook comes back without jupytext; an edited source
+    is parsed again; with the cache off nothing is kept."""
+    import jupytext
+
+    root = tmp_path / "book"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "requirements.txt").write_text("jupytext==1\n")
+    source = root / "notebooks" / "a.md"
+    header = "---\njupytext:\n  text_representation:\n    format_name: myst\n---\n"
+    source.write_text(header + "# A\n\n```{code-cell} ipython3\nx = 1\n```\n")
+    monkeypatch.setenv(build.NOTEBOOK_CACHE_ENV, str(tmp_path / "cache"))
+    first = build._read_source(root, "notebooks/a")
+    assert [c.cell_type for c in first.cells] == ["markdown", "code"]
+    kept = list((tmp_path / "cache" / build.SOURCES).glob("*.json"))
+    assert len(kept) == 1
+
+    def unparsed(*_, **__):
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(jupytext, "reads", unparsed)
+    assert build._read_source(root, "notebooks/a") == first  # cell ids included
+    source.write_text(source.read_text().replace("x = 1", "x = 2"))
+    with pytest.raises(AssertionError, match="parsed again"):
+        build._read_source(root, "notebooks/a")
+    monkeypatch.undo()
+    monkeypatch.setenv(build.NOTEBOOK_CACHE_ENV, "off")
+    assert build._read_source(root, "notebooks/a").cells[1].source == "x = 2"
+    assert len(list((tmp_path / "cache" / build.SOURCES).glob("*"))) == 1
+    # Kept parses are pruned with the executions, to a hundredth of their size.
+    assert build.prune_notebook_cache(tmp_path / "cache", limit=100) == 0
+    assert not list((tmp_path / "cache" / build.SOURCES).glob("*"))
+
+
 def test_the_cache_keeps_the_executions_used_last_under_its_size(tmp_path):
     import os
 
