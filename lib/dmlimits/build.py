@@ -835,18 +835,24 @@ def execute_notebooks(
         and chapter_reads.reads_only_through_the_scenario(sources[n].cells) is None
     }  # fmt: skip
     source_keys = {n: source_key(root, n) for n in watched}
-    reused = 0
+    copied: list[tuple[str, list[str]]] = []  # chapters copied and what they read
     for n in sorted(watched - hits, key=names.index):
         found = chapter_reads.reusable(cache, source_keys[n], scn)
         if found is None or not _cached_copy(cache, found[0], stage / f"{n}.ipynb"):
             continue
-        chapter_reads.reparameterize(
-            stage / f"{n}.ipynb", parameters_for(sources[n], params), found[1]
-        )
-        _cache_store(cache, keys[n], stage / f"{n}.ipynb")
+        copied.append((n, found[1]))
         timings.append(Timing(n, 0.0, cached=True))
         hits.add(n)
-        reused += 1
+    reused = len(copied)
+
+    def parameterize_copies() -> None:
+        """Give each copy this build's parameters, and keep it under this build's address:
+        done once the first chapters run (it reads and writes whole notebooks)."""
+        for n, read in copied:
+            path = stage / f"{n}.ipynb"
+            chapter_reads.reparameterize(path, parameters_for(sources[n], params), read)
+            _cache_store(cache, keys[n], path)
+
     todo = [n for n in schedule(names, root / "_build") if n not in hits]
     failures: list[str] = []
     where = "cache off" if cache is None else f"{len(hits)} unchanged, read from the cache"
@@ -857,6 +863,7 @@ def execute_notebooks(
         )
     _say(f"executing {len(todo)} of {total} notebook(s) with {jobs} worker(s) ({where})")
     if not todo:
+        parameterize_copies()
         return sorted(timings, key=lambda t: names.index(t.notebook))
     socket_dir = Path(tempfile.mkdtemp(prefix="dmlimits-kernels-"))
     reads = {n: socket_dir / f"{i}.reads" for i, n in enumerate(todo) if n in watched}
@@ -871,6 +878,7 @@ def execute_notebooks(
                         reads.get(n), forks, source=sources[n]): n
             for n in todo
         }  # fmt: skip
+        parameterize_copies()  # while the first kernels start
         for done, future in enumerate(as_completed(futures), start=1):
             name = futures[future]
             try:
