@@ -1157,9 +1157,11 @@ def _draw_schedule(
         look = (p.gpu, p.kind, bool((step + first_step) % 2), p.chunk >= sched.n_pp)
         bars.setdefault(look, []).append((start, width))
         if width >= 1:
+            # Inside its bar, so inside the axes: left out of the layout's measures, which
+            # would otherwise size each of hundreds of labels to find the axes' extent.
             ax.text(
                 start + width / 2, p.gpu, str(micro + 1), ha="center", va="center",
-                fontsize=6, color="white",
+                fontsize=6, color="white", in_layout=False,
             )  # fmt: skip
     for (gpu, kind, pale, later), ranges in bars.items():
         ax.broken_barh(
