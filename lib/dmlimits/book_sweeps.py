@@ -34,7 +34,7 @@ CHOICE_ALTERNATIVES = {
     },
     "exact 2D split rule (`search.tp_split_rule=exact`)": {"search.tp_split_rule": "exact"},
     "the authors' search year of 3.154e7 s (`training.year_seconds=3.154e7`)": {
-        "training.year_seconds": 3.154e7
+        "training.year_seconds": AUTHORS_EXACT["training.year_seconds"]
     },
     "latency paid for every microbatch (`search.latency_paid=microbatch`)": {
         "search.latency_paid": "microbatch"
