@@ -183,6 +183,14 @@ def _constrained_two_panels() -> plt.Figure:
     return fig
 
 
+def _laid_out_tight() -> plt.Figure:
+    """Laid out as the book's figure functions lay theirs out: ``tight_layout`` leaves a
+    placeholder engine on the figure, which places nothing when it is drawn."""
+    fig = _legend_over_autoscaled_data()
+    fig.tight_layout()
+    return fig
+
+
 def _png(fig: plt.Figure) -> bytes:
     """The PNG that glue() stores for ``fig``."""
     from dmlimits.glue import _Png
@@ -191,7 +199,7 @@ def _png(fig: plt.Figure) -> bytes:
 
 
 TIDIED = [_good, _legend_in_the_middle, _two_panels_with_a_legend_beside_the_left,
-          _legend_over_autoscaled_data, _constrained_two_panels]  # fmt: skip
+          _legend_over_autoscaled_data, _constrained_two_panels, _laid_out_tight]  # fmt: skip
 
 
 @pytest.mark.parametrize("make", TIDIED)
@@ -204,6 +212,21 @@ def test_tidying_an_undrawn_figure_gives_the_png_of_one_drawn_first(make):
     undrawn = make()
     figures.tidy_legends(undrawn)
     assert _png(undrawn) == _png(drawn)
+
+
+DRAWS = [(_laid_out_tight, 0), (_legend_over_autoscaled_data, 0), (_constrained_two_panels, 1)]
+
+
+@pytest.mark.parametrize(("make", "draws"), DRAWS)
+def test_tidying_draws_only_a_figure_whose_engine_places_its_axes(make, draws, monkeypatch):
+    """A figure laid out by ``tight_layout`` (as the book's are) is not drawn by tidy_legends:
+    its placeholder engine moves nothing; a constrained layout is drawn, once."""
+    fig = make()
+    assert (fig.get_layout_engine() is not None) == (make is not _legend_over_autoscaled_data)
+    calls = []
+    monkeypatch.setattr(type(fig), "draw_without_rendering", lambda self: calls.append(self))
+    figures.tidy_legends(fig)
+    assert len(calls) == draws
 
 
 def test_mathtext_layouts_shared_between_renderers_draw_the_same_pixels(monkeypatch):

@@ -186,8 +186,10 @@ def tidy_legends(fig: plt.Figure) -> None:
     are found by reading them, and a legend's box and the plotted points are found in display
     coordinates when asked.  A draw here (even without painting pixels) took a seventh of a
     figure's time on its way to the book; the PNG is drawn once, by ``savefig``, and every
-    glued PNG of the book is byte-identical to one drawn first (``tests/test_figures.py``)."""
-    if fig.get_layout_engine() is not None:
+    glued PNG of the book is byte-identical to one drawn first (``tests/test_figures.py``).
+    ``tight_layout`` leaves a placeholder engine on the figure (matplotlib 3.6 and later), which
+    places nothing when the figure is drawn: it is no reason to draw."""
+    if _places_axes(fig.get_layout_engine()):
         fig.draw_without_rendering()  # the engine places the axes when the figure is drawn
     for ax in fig.axes:
         ax.get_xlim()  # limits still to autoscale are found when read, as a draw would
@@ -212,6 +214,14 @@ def tidy_legends(fig: plt.Figure) -> None:
                            ncol=min(len(labels), 3), frameon=False,
                            fontsize=legend_fontsize(ax))  # fmt: skip
                 fig.draw_without_rendering()
+
+
+def _places_axes(engine: Any) -> bool:
+    """Whether a figure's layout engine moves its axes when the figure is drawn (the placeholder
+    that ``tight_layout`` and ``set_layout_engine("none")`` leave behind moves nothing)."""
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+
+    return engine is not None and not isinstance(engine, PlaceHolderLayoutEngine)
 
 
 def legend_fontsize(ax: plt.Axes) -> float:
