@@ -214,6 +214,48 @@ def test_tidying_an_undrawn_figure_gives_the_png_of_one_drawn_first(make):
     assert _png(undrawn) == _png(drawn)
 
 
+def _square_with_a_colorbar_and_a_title() -> plt.Figure:
+    """Axes of a fixed aspect (placed when measured or drawn), a colorbar and a figure title."""
+    fig, ax = plt.subplots(figsize=(5, 4))
+    image = ax.imshow(np.arange(12.0).reshape(3, 4))
+    fig.colorbar(image, ax=ax, label="seconds")
+    fig.suptitle("A title over the figure")
+    ax.set_xlabel("column")
+    ax.set_ylabel("row")
+    fig.tight_layout()
+    return fig
+
+
+@pytest.mark.parametrize("make", [*TIDIED, _square_with_a_colorbar_and_a_title])
+def test_the_stored_png_is_the_one_savefig_crops_tight(make):
+    """png_bytes measures the tight box itself when no engine places the axes, so that savefig
+    draws once: its bytes are those of ``savefig(bbox_inches="tight")`` with its first draw."""
+    import io
+
+    ours, theirs = make(), make()
+    figures.tidy_legends(ours)
+    figures.tidy_legends(theirs)
+    buffer = io.BytesIO()
+    theirs.savefig(buffer, format="png", dpi=figures.SAVE_DPI, metadata=figures.PNG_METADATA,
+                   bbox_inches="tight")  # fmt: skip
+    assert figures.png_bytes(ours) == buffer.getvalue()
+
+
+@pytest.mark.parametrize(("make", "draws"), [(_laid_out_tight, 1), (_constrained_two_panels, 2)])
+def test_a_figure_is_drawn_once_on_its_way_to_a_png(make, draws, monkeypatch):
+    """A figure laid out by ``tight_layout`` is drawn once, with its pixels; one whose engine
+    places its axes is drawn first by savefig, as savefig does."""
+    from matplotlib.figure import Figure
+
+    fig = make()
+    figures.tidy_legends(fig)
+    calls = []
+    draw = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda self, renderer: calls.append(draw(self, renderer)))
+    assert figures.png_bytes(fig).startswith(b"\x89PNG")
+    assert len(calls) == draws
+
+
 DRAWS = [(_laid_out_tight, 0), (_legend_over_autoscaled_data, 0), (_constrained_two_panels, 1)]
 
 

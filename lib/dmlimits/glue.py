@@ -119,13 +119,9 @@ class _Png:
     """A figure rendered once to PNG bytes with fixed metadata (byte-identical across builds)."""
 
     def __init__(self, fig: Any) -> None:
-        import io
+        from .figures import png_bytes
 
-        from .figures import PNG_METADATA, SAVE_DPI
-
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=SAVE_DPI, metadata=PNG_METADATA, bbox_inches="tight")
-        self.png = buffer.getvalue()
+        self.png = png_bytes(fig)
 
     def _repr_png_(self) -> bytes:
         return self.png
