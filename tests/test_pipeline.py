@@ -588,6 +588,72 @@ def test_library_schedules_are_the_simulated_ones(backward):
         assert (got.order, got.n_pp, got.m, got.v, got.steps) == (name, n_pp, m, v, 1)
 
 
+def _list_schedule_as_first_written(orders, n_chunks, durations, latency=0, per_chunk=None):
+    """pipeline._list_schedule's rule as it was first written, one list of inputs per pass."""
+
+    def inputs(kind, chunk, micro):
+        if kind == "F":
+            return [("F", chunk - 1, micro)] if chunk > 0 else []
+        if kind == "B":
+            return [("F", chunk, micro)] + ([("B", chunk + 1, micro)] if chunk < n_chunks - 1
+                                            else [])  # fmt: skip
+        return [("B", chunk, micro)]
+
+    lasts = per_chunk or [durations] * n_chunks
+    n_pp, ends, placed = len(orders), {}, []
+    position, free = [0] * n_pp, [0] * n_pp
+    remaining = sum(map(len, orders))
+    while remaining:
+        progressed = False
+        for gpu, order in enumerate(orders):
+            while position[gpu] < len(order):
+                kind, chunk, micro = order[position[gpu]]
+                needs = inputs(kind, chunk, micro)
+                if any(i not in ends for i in needs):
+                    break
+                start = max([free[gpu]] + [ends[i] + (latency if i[1] % n_pp != gpu else 0)
+                                           for i in needs])  # fmt: skip
+                end = start + lasts[chunk][kind]
+                ends[(kind, chunk, micro)] = end
+                placed.append(pipeline.ScheduledPass(start, gpu, kind, chunk, micro, end))
+                free[gpu], position[gpu], remaining, progressed = end, position[gpu] + 1, \
+                    remaining - 1, True  # fmt: skip
+        if not progressed:
+            raise pipeline.ScheduleDeadlock("stalls")
+    return tuple(sorted(placed))
+
+
+@pytest.mark.parametrize("latency", [0, 0.25, 3])
+def test_the_list_scheduler_places_every_pass_as_the_rule_first_written(latency):
+    """The scheduler's inputs written out (for speed) place every pass where the rule with one
+    list of inputs per pass places it, to the number and its type (whole slots stay whole), or
+    deadlock with it: every order, with latency, uneven chunks and a weight-gradient pass."""
+    cases = []
+    for n_pp, m, v in product((1, 2, 3, 4), (1, 2, 3, 5, 8), (1, 2, 3)):
+        cases.append((pipeline._order_breadth_first(n_pp, v, m), v * n_pp))
+        cases.append((pipeline._order_interleaved(n_pp, v, m), v * n_pp))
+        if v == 1:
+            cases.append((pipeline._order_1f1b(n_pp, m), n_pp))
+    cases.append(([[("F", 0, 0), ("B", 0, 0), ("W", 0, 0), ("F", 0, 1), ("B", 0, 1), ("W", 0, 1)]],
+                  1))  # fmt: skip
+    for orders, n_chunks in cases:
+        plain = {"F": 1, "B": 2, "W": 1}
+        uneven = [{"F": 1 + 0.5 * (k % 2), "B": 2 + k, "W": 1} for k in range(n_chunks)]
+        for per_chunk in (None, uneven):
+            args = (orders, n_chunks, plain, latency, per_chunk)
+            try:
+                want = _list_schedule_as_first_written(*args)
+            except pipeline.ScheduleDeadlock:
+                with pytest.raises(pipeline.ScheduleDeadlock):
+                    pipeline._list_schedule(*args)
+                continue
+            got = pipeline._list_schedule(*args)
+            assert got == want
+            assert [type(x) for p in got for x in (p.start, p.end)] == [
+                type(x) for p in want for x in (p.start, p.end)
+            ]
+
+
 def test_library_schedule_bubble_is_the_formula_for_1f1b():
     for n_pp, m in product(STAGES, MICROBATCHES):
         got = pipeline.schedule(n_pp, m)
