@@ -1,5 +1,8 @@
 """Parts of the build pipeline that need no notebook execution."""
 
+import json
+from pathlib import Path
+
 import pytest
 import yaml
 from conftest import ROOT
@@ -334,7 +337,7 @@ def test_sync_writes_only_what_differs_and_removes_what_is_gone(tmp_path):
     old = 1_000_000_000_000_000_000
     for p in src.rglob("*"):
         os.utime(p, ns=(old, old))
-    assert build._sync(stage, src) == 2  # a changed, b new; _toc.yml the same bytes
+    assert build._sync(stage, src) == (2, [])  # a changed, b new; _toc.yml the same bytes
     assert (src / "notebooks" / "a.ipynb").read_text() == "new a"
     assert (src / "notebooks" / "a.ipynb").stat().st_mtime_ns > old  # Sphinx sees it changed
     assert (src / "_toc.yml").stat().st_mtime_ns == old  # ...and not this one
@@ -342,7 +345,61 @@ def test_sync_writes_only_what_differs_and_removes_what_is_gone(tmp_path):
     assert (src / "_build" / ".doctrees" / "a.doctree").is_file()
     assert (src / ".jupyter_cache" / "x").is_file()
     assert not (src / "_build" / "html").exists() and not (src / "_executed").exists()
-    assert build._sync(stage, src) == 0
+    assert build._sync(stage, src) == (0, [])
+
+
+def _execution(params: dict, *, shown: bool = False, output: str = "2.0e28") -> str:
+    """A chapter's execution as the build stages it (papermill's injected cell hidden)."""
+    injected = {
+        "cell_type": "code",
+        "source": f"scenario = {params!r}",
+        "outputs": [],
+        "metadata": {"tags": ["injected-parameters"] + ([] if shown else ["remove-cell"])},
+    }
+    body = {
+        "cell_type": "code",
+        "source": "glue('x', x)",
+        "metadata": {},
+        "outputs": [{"output_type": "display_data", "data": {"text/plain": output}}],
+    }
+    meta = {"kernelspec": {"name": "python3"}, "papermill": {"parameters": params},
+            "dmlimits": {"reused": {"reads": []}}}  # fmt: skip
+    return json.dumps({"cells": [injected, body], "metadata": meta, "nbformat": 4,
+                       "nbformat_minor": 5})  # fmt: skip
+
+
+def test_an_execution_copied_for_another_scenario_makes_the_same_page():
+    """Only what the page does not show may differ: the injected parameters (hidden) and the
+    metadata that records them; an output, a shown parameters cell or another key may not."""
+    a = _execution({"scenario": "h100"}).encode()
+    assert build.same_page(a, _execution({"scenario": "h100", "months": 6}).encode())
+    assert not build.same_page(a, _execution({"scenario": "h100"}, output="2.1e28").encode())
+    shown = _execution({"scenario": "h100"}, shown=True).encode()
+    assert not build.same_page(shown, _execution({"scenario": "a100"}, shown=True).encode())
+    other = json.loads(a)
+    other["metadata"]["kernelspec"] = {"name": "python2"}
+    assert not build.same_page(a, json.dumps(other).encode())
+    assert not build.same_page(b"not a notebook", b"not a notebook either")
+
+
+def test_sync_leaves_a_chapter_that_makes_the_same_page_unread(tmp_path):
+    """Sphinx sees no change to a chapter copied for another scenario (its kept source keeps
+    its old time); the build is told, to put the new bytes beside the page."""
+    import os
+
+    stage, src = tmp_path / "stage", tmp_path / "src"
+    _tree(stage, {"notebooks/a.ipynb": _execution({"months": 6}),
+                  "notebooks/b.ipynb": _execution({"months": 6}, output="9")})  # fmt: skip
+    _tree(src, {"notebooks/a.ipynb": _execution({"months": 3}),
+                "notebooks/b.ipynb": _execution({"months": 3})})  # fmt: skip
+    old = 1_000_000_000_000_000_000
+    for p in src.rglob("*"):
+        os.utime(p, ns=(old, old))
+    assert build._sync(stage, src) == (1, [Path("notebooks/a.ipynb")])
+    assert (src / "notebooks" / "a.ipynb").stat().st_mtime_ns == old
+    assert (src / "notebooks" / "b.ipynb").read_bytes() == (
+        stage / "notebooks/b.ipynb"
+    ).read_bytes()
 
 
 def test_a_states_key_is_the_sources_not_the_chapters_outputs(tmp_path, monkeypatch):

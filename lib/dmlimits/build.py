@@ -1127,16 +1127,58 @@ def sphinx_key(root: Path, stage: Path, names: list[str]) -> str:
     return h.hexdigest()[:20]
 
 
-def _sync(stage: Path, src: Path) -> int:
+#: What a chapter's execution holds that its page does not show: papermill's injected cell
+#: (hidden from the page, :func:`_hide_injected_parameters`) and, in the notebook's metadata,
+#: the parameters and what a copied execution read (:func:`dmlimits.chapter_reads.reparameterize`).
+_NOT_ON_THE_PAGE = ("papermill", "dmlimits")
+
+
+def _page_of(data: bytes) -> Any:
+    """An executed chapter as its page shows it: without the injected parameters' source or
+    the metadata of ``_NOT_ON_THE_PAGE`` (``None`` when it is not a notebook)."""
+    try:
+        nb = json.loads(data)
+        cells = nb["cells"]
+        meta = {k: v for k, v in nb["metadata"].items() if k not in _NOT_ON_THE_PAGE}
+        for cell in cells:
+            tags = cell.get("metadata", {}).get("tags", [])
+            if "injected-parameters" in tags:
+                if "remove-cell" not in tags:
+                    return None  # shown on the page: its source is the page's
+                cell["source"] = ""
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return cells, meta, {k: v for k, v in nb.items() if k not in ("cells", "metadata")}
+
+
+def same_page(old: bytes, new: bytes) -> bool:
+    """Whether two executions of a chapter make the same page: they differ at most in what the
+    page does not show (``_NOT_ON_THE_PAGE``), as a chapter copied for another scenario
+    differs from the execution it was copied from (its parameters)."""
+    page = _page_of(old)
+    return page is not None and page == _page_of(new)
+
+
+def _sync(stage: Path, src: Path) -> tuple[int, list[Path]]:
     """Make ``src`` hold the staged sources: write the files whose bytes differ (Sphinx sees
     them as changed by their new modification time), remove those the stage does not have
-    (not what a build wrote: ``_build`` and hidden folders); return how many were written."""
+    (not what a build wrote: ``_build`` and hidden folders); return how many were written, and
+    the executed chapters left as they were because they make the same page
+    (:func:`same_page`: a chapter copied for another scenario).  Sphinx neither reads nor
+    writes those pages again; the caller puts their staged bytes where Sphinx copies a page's
+    source (``_sources``), which is all of them that differs."""
     wanted = _staged_files(stage)
     written = 0
+    unread = []
     for rel, path in wanted.items():
         target = src / rel
-        if target.is_file() and target.read_bytes() == path.read_bytes():
-            continue
+        if target.is_file():
+            new, old = path.read_bytes(), target.read_bytes()
+            if new == old:
+                continue
+            if rel.suffix == ".ipynb" and same_page(old, new):
+                unread.append(rel)
+                continue
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
         written += 1
@@ -1146,7 +1188,7 @@ def _sync(stage: Path, src: Path) -> int:
             continue
         if target.is_file() and rel not in wanted:
             target.unlink()
-    return written
+    return written, unread
 
 
 @contextlib.contextmanager
@@ -1261,16 +1303,22 @@ def build_html(
             return
         src = folder / "src"
         fresh = not (src / "_build" / "html").is_dir()
-        written = _sync(stage, src)
+        written, unread = _sync(stage, src)
+        same = (f" ({len(unread)} chapter(s) copied for this scenario make the same page: "
+                "not read again)" if unread else "")  # fmt: skip
         if fresh:
             _say("no kept Sphinx state for these sources: every page is read and written")
         elif written:
-            _say(f"Sphinx's kept state: {written} changed file(s) to read and write again")
+            _say(f"Sphinx's kept state: {written} changed file(s) to read and write again{same}")
             _remove_late_assets(src / "_build" / "html")
         else:
-            _say("Sphinx's kept state: no source changed, no page to write")
+            _say(f"Sphinx's kept state: no source changed, no page to write{same}")
         _jupyter_book(src, every_page=False, jobs=jobs, started=started)
-        _copy_pages(src / "_build" / "html", stage / "_build" / "html")
+        html = stage / "_build" / "html"
+        _copy_pages(src / "_build" / "html", html)
+        for rel in unread:  # the page Sphinx kept, with this build's source beside it
+            if (html / "_sources" / rel).is_file():
+                shutil.copyfile(stage / rel, html / "_sources" / rel)
         (folder / _OK).touch()
 
 
