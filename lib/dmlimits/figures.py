@@ -233,7 +233,8 @@ def png_bytes(fig: plt.Figure) -> bytes:
     A figure whose axes no layout engine moves (the book's are laid out by ``tight_layout``
     before they are returned) needs no first draw: its tight box is measured as it stands,
     with a renderer at the saved resolution as ``savefig``'s, and handed to ``savefig``, which
-    then draws once.  The PNG is the one ``savefig(bbox_inches="tight")`` writes
+    then draws once; the placeholder engine ``tight_layout`` left is removed from the figure
+    (it moved nothing).  The PNG is the one ``savefig(bbox_inches="tight")`` writes
     (``tests/test_figures.py`` compares them).  A figure whose engine places its axes when
     drawn (a constrained layout) is saved by ``savefig`` as it is."""
     import io

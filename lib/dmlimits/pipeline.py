@@ -833,9 +833,9 @@ def _list_schedule(
     own chunk, then (below the last chunk) the backward pass through chunk ``k + 1``; a weight
     gradient for the backward pass through its own chunk.  A pass starts at the latest of its
     GPU's free time and its inputs' arrivals.  (Written out rather than listed per pass, and
-    the passes kept as plain tuples until they are sorted: a schedule of the pipeline chapter
-    has 110,592 passes, and this took 1.2 s; ``tests/test_pipeline.py`` compares it with the
-    rule as first written, one list of inputs per pass.)"""
+    the passes kept as plain tuples until they are sorted: the largest schedule of the pipeline
+    chapter has 110,592 passes, and a list of inputs per pass took twice as long;
+    ``tests/test_pipeline.py`` compares this with the rule written that way.)"""
     lasts = per_chunk or [durations] * n_chunks
     n_pp = len(orders)
     last = n_chunks - 1
