@@ -297,6 +297,20 @@ def test_the_disk_cache_returns_the_same_sweep(tmp_path, monkeypatch):
     assert search.cache_path(scn) != path
 
 
+def test_workers_take_one_scenario_of_each_other_formula_family_first():
+    """sweep_many hands its workers one scenario of each formula family the first scenario is
+    not of (its formulas are then built once, by one worker), then the first's family, then
+    the rest; the same scenarios, each once, whatever the order."""
+    h100, a100, v100, b200 = (sc.resolve(n) for n in ("h100", "a100", "v100", "b200"))
+    assert search._formula_family(h100) == search._formula_family(b200)
+    assert search._formula_family(a100) == search._formula_family(v100)
+    assert search._formula_family(h100) != search._formula_family(a100)
+    rest = [b200, a100, v100, sc.resolve("h100-sparse")]
+    ordered = search._families_first(h100, rest)
+    assert [x.name for x in ordered] == ["a100", "b200", "h100-sparse", "v100"]
+    assert search._families_first(h100, [b200]) == [b200]
+
+
 # --- Which parallelism when (the decision chart) -------------------------------------------------
 def test_parallelism_label_names_the_degrees_above_one():
     one = {"tp_model": 1, "tp_ff": 1, "pp": 1, "dp": 1, "ep": 1}
