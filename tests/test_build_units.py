@@ -577,3 +577,24 @@ def test_the_html_runner_turns_the_collector_off_while_the_command_runs(monkeypa
     assert jupyter_book_run.main(["ok"]) == 0
     assert jupyter_book_run.main(["fail"]) == 3
     assert seen == [False, False] and gc.isenabled()
+
+
+def test_the_closed_forms_are_built_and_kept_beside_the_sweeps(tmp_path, monkeypatch):
+    """keep_closed_forms builds, in a process of its own, the model's closed forms for each
+    sparsity and batch law of the scenarios (what the chapters read and the search does not
+    build), and keeps them where the chapters' kernels read them; nothing is started when they
+    are kept already, or when no formula is kept on disk."""
+    from dmlimits import formula_cache, model
+
+    scns = [resolve("h100"), resolve("h100-sparse"), resolve("h100", ["batch.law=none"])]
+    laws = [(False, "default"), (True, "default"), (False, "none")]
+    monkeypatch.setenv(formula_cache.CACHE_ENV, "off")
+    assert build.keep_closed_forms(scns) is None
+    monkeypatch.setenv(formula_cache.CACHE_ENV, str(tmp_path))
+    assert not any(model.closed_forms_kept(*law) for law in laws)
+    helper = build.keep_closed_forms(scns)
+    helper.join(timeout=600)
+    assert helper.exitcode == 0
+    assert all(model.closed_forms_kept(*law) for law in laws)
+    assert not model.closed_forms_kept(True, "none")  # no scenario of that law
+    assert build.keep_closed_forms(scns) is None

@@ -946,7 +946,9 @@ def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
     """Sweep every scenario the chapters read, once, on every core, into the disk cache that
     the notebooks' kernels then read (``_build/cache/sweeps`` unless the environment names
     another folder, or ``off``): those of :func:`dmlimits.book_sweeps.scenarios_swept`, then
-    those that depend on their results (:func:`dmlimits.book_sweeps.scenarios_swept_next`)."""
+    those that depend on their results (:func:`dmlimits.book_sweeps.scenarios_swept_next`).
+    Meanwhile the model's closed forms the chapters read are built and kept
+    (:func:`keep_closed_forms`)."""
     from . import book_sweeps, search
 
     keep_sweeps(work)
@@ -954,29 +956,86 @@ def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
         _say("sweep cache off: every notebook sweeps what it needs")
         return
     started = time.perf_counter()
+    first = book_sweeps.scenarios_swept(scn)
+    helper = keep_closed_forms([scn, *first])
     swept = needed = 0
-    for round_of in (book_sweeps.scenarios_swept, book_sweeps.scenarios_swept_next):
-        scns = round_of(scn)
-        needed += len(scns)
-        todo = [s for s in scns if not search.cache_path(s).is_file()]
-        if not todo:
-            continue
-        order = "first" if round_of is book_sweeps.scenarios_swept else "next"
-        _say(f"sweeping {len(todo)} of the {len(scns)} scenarios the chapters read {order}, "
-             f"on {jobs} core(s)")  # fmt: skip
-        count = [0]
-
-        def progress(_scn: Scenario, _seconds: float, todo: list = todo, count: list = count):
-            count[0] += 1
-            if count[0] % max(1, len(todo) // 4) == 0 or count[0] == len(todo):
-                _say(f"  {bar(count[0] / len(todo))} {count[0]}/{len(todo)} swept")
-
-        search.sweep_many(todo, jobs=jobs, progress=progress)
-        swept += len(todo)
+    try:
+        for scns, order in ((first, "first"), (None, "next")):
+            if scns is None:  # the second round depends on the first's results
+                scns = book_sweeps.scenarios_swept_next(scn)
+            needed += len(scns)
+            swept += _sweep_round(scns, order, jobs)
+    except BaseException:
+        if helper is not None:
+            helper.terminate()
+        raise
+    if helper is not None:
+        helper.join()
     if swept:
         _say(f"  swept in {time.perf_counter() - started:.1f} s")
     else:
         _say(f"all {needed} sweeps the chapters read are cached")
+
+
+def _sweep_round(scns: list[Scenario], order: str, jobs: int) -> int:
+    """Sweep those of ``scns`` that the cache lacks, with a progress bar; how many."""
+    from . import search
+
+    todo = [s for s in scns if not search.cache_path(s).is_file()]
+    if not todo:
+        return 0
+    _say(f"sweeping {len(todo)} of the {len(scns)} scenarios the chapters read {order}, "
+         f"on {jobs} core(s)")  # fmt: skip
+    count = [0]
+
+    def progress(_scn: Scenario, _seconds: float) -> None:
+        count[0] += 1
+        if count[0] % max(1, len(todo) // 4) == 0 or count[0] == len(todo):
+            _say(f"  {bar(count[0] / len(todo))} {count[0]}/{len(todo)} swept")
+
+    search.sweep_many(todo, jobs=jobs, progress=progress)
+    return len(todo)
+
+
+def keep_closed_forms(scns: list[Scenario]) -> Any:
+    """Build and keep on disk, in a process of its own, the model's closed forms and their
+    exponents (:func:`dmlimits.model.exponent_values`, :func:`dmlimits.model.along_compute`)
+    for each sparsity and batch law of ``scns``; the process, or ``None`` when the formulas
+    are not kept on disk or these are kept already.
+
+    The chapters read them, and the search does not build them: without this, the first
+    chapter to read them built them all (about six seconds of CPU on a loaded run of the
+    project's machine) while the other kernel ran.  Started with the sweeps, it takes a
+    core that is otherwise idle while the search builds its own formulas before its workers
+    start.  If it fails, the chapters build what it did not keep, and fail there, loudly."""
+    import multiprocessing
+
+    from . import formula_cache, model
+
+    laws: dict[tuple[bool, str], Scenario] = {}
+    for x in scns:
+        laws.setdefault((bool(x["model.sparse"]), str(x["batch.law"])), x)
+    if formula_cache.cache_dir() is None or all(model.closed_forms_kept(*law) for law in laws):
+        return None
+    helper = multiprocessing.get_context("fork").Process(
+        target=_build_closed_forms, args=(list(laws.values()),), daemon=True
+    )
+    helper.start()
+    return helper
+
+
+def _build_closed_forms(scns: list[Scenario]) -> None:
+    import numpy as np
+
+    from . import model
+
+    for signum in STOP_SIGNALS:  # stopped at once with the build, not by its handler
+        signal.signal(signum, signal.SIG_DFL)
+    # A failure here is met again, and reported, by the chapter that reads the formula.
+    with contextlib.suppress(Exception):
+        for x in scns:
+            model.exponent_values(x)
+            model.along_compute(x, np.array([1e25]))
 
 
 #: The environment variable that tells the build the public repository's URL (the publishing

@@ -398,6 +398,14 @@ def expressions(builder: Callable[..., Any]) -> Callable[..., Any]:
     return kept
 
 
+def is_kept(kept: Callable[..., Any], *args: Any) -> bool:
+    """Whether what the builder ``kept`` (wrapped by :func:`expressions`, under
+    ``functools.cache`` or not) returns for ``args`` is kept on disk."""
+    inner = getattr(kept, "__wrapped__", kept)
+    path = _path(f"expressions {inner.key}{args!r}", inner.build.__module__)
+    return path is not None and path.is_file()
+
+
 # --- Lambdified functions -----------------------------------------------------------------------
 def _modules_key(modules: Any) -> str:
     return repr(modules)

@@ -327,6 +327,12 @@ def _exponents(sparse: bool, law: str) -> dict[str, sp.Expr]:
     return {k: sp.factor(exponent(forms[k])) for k in EXPONENT_SYMBOLS}
 
 
+def closed_forms_kept(sparse: bool, law: str) -> bool:
+    """Whether the exponents of the closed forms for ``sparse`` and ``law`` (built with the
+    closed forms themselves) are kept on disk (:mod:`dmlimits.formula_cache`)."""
+    return formula_cache.is_kept(_exponents, bool(sparse), law)
+
+
 def law_values(scn: Scenario) -> dict[sp.Symbol, float]:
     """Numeric values of the laws' symbols in a scenario."""
     v = scn.values
