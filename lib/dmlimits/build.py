@@ -958,13 +958,10 @@ def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
     started = time.perf_counter()
     first = book_sweeps.scenarios_swept(scn)
     helper = keep_closed_forms([scn, *first])
-    swept = needed = 0
     try:
-        for scns, order in ((first, "first"), (None, "next")):
-            if scns is None:  # the second round depends on the first's results
-                scns = book_sweeps.scenarios_swept_next(scn)
-            needed += len(scns)
-            swept += _sweep_round(scns, order, jobs)
+        swept = _sweep_round(first, "first", jobs)
+        later = book_sweeps.scenarios_swept_next(scn)  # read from the first round's results
+        swept += _sweep_round(later, "next", jobs)
     except BaseException:
         if helper is not None:
             helper.terminate()
@@ -974,7 +971,7 @@ def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
     if swept:
         _say(f"  swept in {time.perf_counter() - started:.1f} s")
     else:
-        _say(f"all {needed} sweeps the chapters read are cached")
+        _say(f"all {len(first) + len(later)} sweeps the chapters read are cached")
 
 
 def _sweep_round(scns: list[Scenario], order: str, jobs: int) -> int:
