@@ -590,6 +590,7 @@ def test_the_closed_forms_are_built_and_kept_beside_the_sweeps(tmp_path, monkeyp
     laws = [(False, "default"), (True, "default"), (False, "none")]
     monkeypatch.setenv(formula_cache.CACHE_ENV, "off")
     assert build.keep_closed_forms(scns) is None
+    model.exponents(False, "default")  # held by this process, kept nowhere: kept all the same
     monkeypatch.setenv(formula_cache.CACHE_ENV, str(tmp_path))
     assert not any(model.closed_forms_kept(*law) for law in laws)
     helper = build.keep_closed_forms(scns)
@@ -597,4 +598,7 @@ def test_the_closed_forms_are_built_and_kept_beside_the_sweeps(tmp_path, monkeyp
     assert helper.exitcode == 0
     assert all(model.closed_forms_kept(*law) for law in laws)
     assert not model.closed_forms_kept(True, "none")  # no scenario of that law
+    keys = [json.loads(p.read_text()).get("key", "") for p in tmp_path.rglob("*.json")]
+    for sparse, law in laws:  # and the numpy functions of each closed form
+        assert any(k.startswith(f"lambdified model.closed_form {sparse} {law} ") for k in keys)
     assert build.keep_closed_forms(scns) is None

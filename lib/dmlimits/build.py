@@ -995,10 +995,9 @@ def _sweep_round(scns: list[Scenario], order: str, jobs: int) -> int:
 
 
 def keep_closed_forms(scns: list[Scenario]) -> Any:
-    """Build and keep on disk, in a process of its own, the model's closed forms and their
-    exponents (:func:`dmlimits.model.exponent_values`, :func:`dmlimits.model.along_compute`)
-    for each sparsity and batch law of ``scns``; the process, or ``None`` when the formulas
-    are not kept on disk or these are kept already.
+    """Build and keep on disk, in a process of its own, the model's closed forms
+    (:func:`dmlimits.model.keep_closed_forms`) for each sparsity and batch law of ``scns``;
+    the process, or ``None`` when the formulas are not kept on disk or these are kept already.
 
     The chapters read them, and the search does not build them: without this, the first
     chapter to read them built them all (about six seconds of CPU on a loaded run of the
@@ -1009,30 +1008,25 @@ def keep_closed_forms(scns: list[Scenario]) -> Any:
 
     from . import formula_cache, model
 
-    laws: dict[tuple[bool, str], Scenario] = {}
-    for x in scns:
-        laws.setdefault((bool(x["model.sparse"]), str(x["batch.law"])), x)
+    laws = list(dict.fromkeys((bool(x["model.sparse"]), str(x["batch.law"])) for x in scns))
     if formula_cache.cache_dir() is None or all(model.closed_forms_kept(*law) for law in laws):
         return None
     helper = multiprocessing.get_context("fork").Process(
-        target=_build_closed_forms, args=(list(laws.values()),), daemon=True
+        target=_build_closed_forms, args=(laws,), daemon=True
     )
     helper.start()
     return helper
 
 
-def _build_closed_forms(scns: list[Scenario]) -> None:
-    import numpy as np
-
+def _build_closed_forms(laws: list[tuple[bool, str]]) -> None:
     from . import model
 
     for signum in STOP_SIGNALS:  # stopped at once with the build, not by its handler
         signal.signal(signum, signal.SIG_DFL)
     # A failure here is met again, and reported, by the chapter that reads the formula.
     with contextlib.suppress(Exception):
-        for x in scns:
-            model.exponent_values(x)
-            model.along_compute(x, np.array([1e25]))
+        for law in laws:
+            model.keep_closed_forms(*law)
 
 
 #: The environment variable that tells the build the public repository's URL (the publishing

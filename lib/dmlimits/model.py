@@ -333,6 +333,15 @@ def closed_forms_kept(sparse: bool, law: str) -> bool:
     return formula_cache.is_kept(_exponents, bool(sparse), law)
 
 
+def keep_closed_forms(sparse: bool, law: str) -> None:
+    """Keep on disk (:mod:`dmlimits.formula_cache`, when it names a folder) the closed forms
+    for ``sparse`` and ``law``, their exponents and the numpy functions made from them, built
+    unless kept already, whether or not this process holds them (what it holds is read past)."""
+    sparse = bool(sparse)
+    for cached in (_closed_forms, _exponents, _lambdified):
+        cached.__wrapped__(sparse, law)
+
+
 def law_values(scn: Scenario) -> dict[sp.Symbol, float]:
     """Numeric values of the laws' symbols in a scenario."""
     v = scn.values
