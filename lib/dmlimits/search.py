@@ -1199,8 +1199,8 @@ def sweep(scn: Scenario) -> list[dict[str, Any]]:
 def _formula_family(scn: Scenario) -> tuple[Any, ...]:
     """The values of a scenario that decide which formulas its sweep builds beyond those every
     sweep builds: the matmul model's, with or without multicast
-    (:func:`dmlimits.matmul.cost_expressions` and the functions lambdified from them, about a
-    second and a half of building on the project's machine)."""
+    (:func:`dmlimits.matmul.cost_expressions` and the functions lambdified from them, about
+    three seconds of CPU to build on the project's machine in a slow hour)."""
     return (bool(scn["hardware.distributed_shared_memory"]),)
 
 
