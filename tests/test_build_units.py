@@ -602,3 +602,44 @@ def test_the_closed_forms_are_built_and_kept_beside_the_sweeps(tmp_path, monkeyp
     for sparse, law in laws:  # and the numpy functions of each closed form
         assert any(k.startswith(f"lambdified model.closed_form {sparse} {law} ") for k in keys)
     assert build.keep_closed_forms(scns) is None
+
+
+def test_an_executed_notebook_is_checked_whole_and_strictly(tmp_path):
+    """While chapters run, nbformat does not check each output as it arrives
+    (outputs_checked_whole); the executed notebook is checked whole, and one that fails the
+    check fails the build, naming the notebook (nbformat alone only logs it)."""
+    import nbformat
+    from nbformat.v4 import nbbase
+
+    checked = nbbase.validate
+    with build.outputs_checked_whole():
+        assert nbbase.validate is not checked
+        # The output a kernel message makes is built as before, without the check.
+        out = nbformat.v4.output_from_msg(
+            {"header": {"msg_type": "display_data"},
+             "content": {"data": {"text/plain": "1"}, "metadata": {}}}
+        )  # fmt: skip
+        assert out == {"output_type": "display_data", "data": {"text/plain": "1"},
+                       "metadata": {}}  # fmt: skip
+        with pytest.raises(RuntimeError), build.outputs_checked_whole():
+            raise RuntimeError("a chapter failed")
+        assert nbbase.validate is not checked  # the inner one restored the outer's
+    assert nbbase.validate is checked
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("1", execution_count=1)
+    cell.outputs = [nbformat.from_dict(
+        {"output_type": "display_data", "data": {"text/plain": "1"}, "metadata": {}}
+    )]  # fmt: skip
+    nb.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["injected-parameters"]}),
+                cell]  # fmt: skip
+    path = tmp_path / "chapter.ipynb"
+    nbformat.write(nb, path)
+    build._hide_injected_parameters(path)
+    assert nbformat.read(path, as_version=4).cells[0].metadata.tags == [
+        "injected-parameters", "remove-cell"
+    ]  # fmt: skip
+    cell.outputs[0]["output_type"] = "display"  # no such output in the schema
+    nbformat.write(nb, path)
+    with pytest.raises(build.BuildError, match=r"chapter\.ipynb is not a valid notebook"):
+        build._hide_injected_parameters(path)

@@ -722,11 +722,45 @@ def _execute_one(
     return Timing(name, time.perf_counter() - start)
 
 
+@contextlib.contextmanager
+def outputs_checked_whole():
+    """While the chapters run, nbformat does not check each output against the notebook
+    schema as the kernel sends it: each executed notebook is checked whole instead, strictly,
+    once it is written (``_hide_injected_parameters``).
+
+    nbformat checks every output it builds from a kernel's message with jsonschema, about
+    0.4 ms an output on the project's machine: about a second of the build process's CPU
+    over the book's 2,800 or so outputs, taken from the kernels' two cores.  The whole
+    notebook's check (fastjsonschema) takes about 0.03 s a chapter, and nbformat makes it
+    anyway when the notebook is read and written, but only logs what it finds: here a
+    notebook that fails it fails the build.  Restored on the way out, whatever happens."""
+    from nbformat.v4 import nbbase
+
+    checked = nbbase.validate
+    nbbase.validate = _not_checked_yet
+    try:
+        yield
+    finally:
+        nbbase.validate = checked
+
+
+def _not_checked_yet(node: Any, ref: str | None = None) -> None:
+    """In place of ``nbformat.v4.nbbase.validate`` (:func:`outputs_checked_whole`)."""
+
+
 def _hide_injected_parameters(path: Path) -> None:
-    """Keep papermill's injected-parameters cell (for re-execution) but out of the page."""
+    """Keep papermill's injected-parameters cell (for re-execution) but out of the page.
+    The notebook is checked whole against the notebook schema on the way: a notebook that
+    fails the check raises :class:`BuildError` (:func:`outputs_checked_whole`)."""
     import nbformat
 
-    nb = nbformat.read(path, as_version=4)
+    found: dict[str, Any] = {}
+    nb = nbformat.read(path, as_version=4, capture_validation_error=found)
+    if "ValidationError" in found:
+        raise BuildError(
+            f"{path.name} is not a valid notebook after its execution (nbformat "
+            f"{nbformat.__version__}'s schema): {found['ValidationError']}"
+        )
     for cell in nb.cells:
         tags = cell.metadata.setdefault("tags", [])
         if "injected-parameters" in tags and "remove-cell" not in tags:
@@ -872,35 +906,36 @@ def execute_notebooks(
     if own_server:
         forks = _fork_server()
     pool = ThreadPoolExecutor(max_workers=jobs)
-    try:
-        futures = {
-            pool.submit(_execute_one, root, stage, n, params, socket_dir, progress,
-                        reads.get(n), forks, source=sources[n]): n
-            for n in todo
-        }  # fmt: skip
-        parameterize_copies()  # while the first kernels start
-        for done, future in enumerate(as_completed(futures), start=1):
-            name = futures[future]
-            try:
-                t = future.result()
-            except Exception as exc:  # a notebook raised: report it fully, then fail
-                failures.append(_describe_failure(name, exc, stage))
-                progress.finish(name, f"[{done}/{len(todo)}] FAILED {name}.md")
-                continue
-            timings.append(t)
-            _cache_store(cache, keys[name], stage / f"{name}.ipynb")
-            if name in reads:
-                chapter_reads.remember(
-                    cache, source_keys[name], keys[name], scn, read_keys(reads[name])
-                )
-            progress.finish(name, f"[{done}/{len(todo)}] {name}.md  {t.seconds:.1f} s")
-    except BaseException:
-        # Interrupted: start nothing new and stop the kernels now, without waiting for them.
-        pool.shutdown(wait=False, cancel_futures=True)
-        stop_children()
-        raise
-    finally:
-        shutil.rmtree(socket_dir, ignore_errors=True)
+    with outputs_checked_whole():  # each notebook is checked whole once it is written
+        try:
+            futures = {
+                pool.submit(_execute_one, root, stage, n, params, socket_dir, progress,
+                            reads.get(n), forks, source=sources[n]): n
+                for n in todo
+            }  # fmt: skip
+            parameterize_copies()  # while the first kernels start
+            for done, future in enumerate(as_completed(futures), start=1):
+                name = futures[future]
+                try:
+                    t = future.result()
+                except Exception as exc:  # a notebook raised: report it fully, then fail
+                    failures.append(_describe_failure(name, exc, stage))
+                    progress.finish(name, f"[{done}/{len(todo)}] FAILED {name}.md")
+                    continue
+                timings.append(t)
+                _cache_store(cache, keys[name], stage / f"{name}.ipynb")
+                if name in reads:
+                    chapter_reads.remember(
+                        cache, source_keys[name], keys[name], scn, read_keys(reads[name])
+                    )
+                progress.finish(name, f"[{done}/{len(todo)}] {name}.md  {t.seconds:.1f} s")
+        except BaseException:
+            # Interrupted: start nothing new and stop the kernels now, without waiting for them.
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_children()
+            raise
+        finally:
+            shutil.rmtree(socket_dir, ignore_errors=True)
     pool.shutdown(wait=True)
     if own_server and forks is not None:
         forks.close()
