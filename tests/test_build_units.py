@@ -643,3 +643,25 @@ def test_an_executed_notebook_is_checked_whole_and_strictly(tmp_path):
     nbformat.write(nb, path)
     with pytest.raises(build.BuildError, match=r"chapter\.ipynb is not a valid notebook"):
         build._hide_injected_parameters(path)
+
+
+def test_the_chapters_run_with_each_output_unchecked_until_the_notebook_is_whole(
+    tmp_path, monkeypatch
+):
+    """execute_notebooks runs every chapter inside outputs_checked_whole, and leaves
+    nbformat's check of each output as it found it."""
+    from nbformat.v4 import nbbase
+
+    myst = "---\njupytext:\n  text_representation:\n    format_name: myst\n---\n"
+    (tmp_path / "chapter.md").write_text(myst + "\n```{code-cell}\n1\n```\n")
+    seen: list[bool] = []
+
+    def execute(root, stage, name, *args, **kwargs):
+        seen.append(nbbase.validate is build._not_checked_yet)
+        return build.Timing(name, 0.0)
+
+    monkeypatch.setattr(build, "_execute_one", execute)
+    monkeypatch.setenv(build.NOTEBOOK_CACHE_ENV, "off")
+    build.execute_notebooks(tmp_path, tmp_path / "stage", ["chapter"], {}, 1, forks=None)
+    assert seen == [True]
+    assert nbbase.validate is not build._not_checked_yet
