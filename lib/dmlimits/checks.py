@@ -37,6 +37,50 @@ def checking() -> bool:
     return not getattr(_TRUSTED, "on", False)
 
 
+def shown(x: Any) -> str:
+    """A number as the user would write it in an error message: ``4`` rather than ``4.0`` when
+    whole, ``2.5``, ``nan``, ``inf``."""
+    x = float(x)
+    return str(int(x)) if x.is_integer() else repr(x)
+
+
+def numbers(
+    name: str, value: Any, *, minimum: float = 0.0, strict: bool = False, whole: bool = False
+) -> np.ndarray:
+    """``value`` (a number or an array of them) as a float array whose every element is finite,
+    whole if ``whole``, and at least ``minimum`` (greater than it if ``strict``); otherwise a
+    ValueError naming the argument, its first bad element and what was expected, e.g.
+    ``n_gpu: got 2.5; expected whole numbers of at least 1``.  Inside
+    :func:`trusted_arguments` only the conversion to an array is done."""
+    what = "whole numbers" if whole else "finite numbers"
+    bound = f"greater than {minimum:g}" if strict else f"of at least {minimum:g}"
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: got {value!r:.80}; expected {what} {bound}") from None
+    if not checking():
+        return arr
+    ok = np.isfinite(arr) & ((arr > minimum) if strict else (arr >= minimum))
+    if whole:
+        ok &= np.mod(np.where(np.isfinite(arr), arr, 0.0), 1.0) == 0
+    if not np.all(ok):
+        bad = arr[~ok].flat[0] if arr.ndim else arr
+        raise ValueError(f"{name}: got {shown(bad)}; expected {what} {bound}")
+    return arr
+
+
+def counts(name: str, value: Any, minimum: int = 1) -> np.ndarray:
+    """:func:`numbers` for counts: whole numbers of at least ``minimum``."""
+    return numbers(name, value, minimum=minimum, whole=True)
+
+
+def flag(name: str, value: Any) -> bool:
+    """``value`` if it is True or False (numpy's booleans too); otherwise a ValueError."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name}: got {value!r:.80}; expected True or False")
+    return bool(value)
+
+
 def require_scenario(scn: Any) -> Scenario:
     """``scn`` if it is a :class:`~dmlimits.scenario.Scenario`; otherwise a ValueError saying
     what to pass."""

@@ -46,7 +46,7 @@ import sympy as sp
 from . import formula_cache, lazy
 from . import symbols as s
 from . import units as u
-from .checks import as_output, checking
+from .checks import as_output, checking, counts, numbers
 from .checks import require_scenario as _check_scenario
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .matmul import word
@@ -657,29 +657,10 @@ def check_level(level: Any) -> int:
     return int(level)
 
 
-def _numbers(name: str, value: Any, *, minimum: float, strict: bool, whole: bool) -> np.ndarray:
-    """``value`` as a float array, every element finite, whole if asked, and above ``minimum``."""
-    what = "whole numbers" if whole else "finite numbers"
-    bound = f"greater than {minimum:g}" if strict else f"of at least {minimum:g}"
-    try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: got {value!r:.80}; expected {what} {bound}") from None
-    if not checking():
-        return arr
-    ok = np.isfinite(arr) & ((arr > minimum) if strict else (arr >= minimum))
-    if whole:
-        ok &= np.isfinite(arr) & (np.mod(np.where(np.isfinite(arr), arr, 0.0), 1.0) == 0)
-    if not np.all(ok):
-        bad = arr[~ok].flat[0] if arr.ndim else arr
-        raise ValueError(f"{name}: got {float(bad)!r}; expected {what} {bound}")
-    return arr
-
-
 def _repeats(seq: Any, par: Any) -> tuple[np.ndarray, np.ndarray]:
     return (
-        _numbers("seq", seq, minimum=0, strict=False, whole=False),
-        _numbers("par", par, minimum=0, strict=True, whole=False),
+        numbers("seq", seq),
+        numbers("par", par, strict=True),
     )
 
 
@@ -688,7 +669,7 @@ def _cluster(n_gpu: Any, default: np.ndarray, least: Any) -> np.ndarray:
     participants of one collective."""
     if n_gpu is None:
         return default
-    n = _numbers("n_gpu", n_gpu, minimum=1, strict=False, whole=False)
+    n = numbers("n_gpu", n_gpu, minimum=1)
     nb, lb = np.broadcast_arrays(n, np.asarray(least, dtype=float))
     short = nb < lb
     if np.any(short):
@@ -805,8 +786,8 @@ def allreduce_bytes(scn: Scenario, words: Any, participants: Any) -> np.ndarray 
     ``participants``: ``2 (p - 1) / p * words * model.word_bytes``
     (the ``collectives-ring-allreduce`` derivation)."""
     scn = _check_scenario(scn)
-    w = _numbers("words", words, minimum=0, strict=False, whole=False)
-    p = _numbers("participants", participants, minimum=1, strict=False, whole=True)
+    w = numbers("words", words)
+    p = counts("participants", participants)
     shape = np.broadcast_shapes(w.shape, p.shape)
     value = _numeric_bytes()(w, p, float(scn["model.word_bytes"]))
     return _out([value], shape)[0]
@@ -831,8 +812,8 @@ def allreduce_time(
     """
     scn = _check_scenario(scn)
     level = check_level(level)
-    w = _numbers("words", words, minimum=0, strict=False, whole=False)
-    p = _numbers("participants", participants, minimum=1, strict=False, whole=True)
+    w = numbers("words", words)
+    p = counts("participants", participants)
     r_s, r_p = _repeats(seq, par)
     if level == 0:
         _check_node(scn, p, "participants")
@@ -862,7 +843,7 @@ def p2p_time(
     """
     scn = _check_scenario(scn)
     level = check_level(level)
-    w = _numbers("words", words, minimum=0, strict=False, whole=False)
+    w = numbers("words", words)
     r_s, r_p = _repeats(seq, par)
     n = _cluster(n_gpu, r_p, 1.0)
     shape = np.broadcast_shapes(w.shape, r_s.shape, r_p.shape, np.shape(n))
@@ -927,9 +908,9 @@ def _two_level_args(
     """The checked arguments of the two-level all-reduce's numeric functions, and the shape
     they broadcast to."""
     scn = _check_scenario(scn)
-    w = _numbers("words", words, minimum=0, strict=False, whole=False)
-    p0 = _numbers("p_intra", p_intra, minimum=1, strict=False, whole=True)
-    p1 = _numbers("p_inter", p_inter, minimum=1, strict=False, whole=True)
+    w = numbers("words", words)
+    p0 = counts("p_intra", p_intra)
+    p1 = counts("p_inter", p_inter)
     _check_node(scn, p0, "p_intra")
     r_s, r_p = _repeats(seq, par)
     n = _cluster(n_gpu, p0 * p1 * r_p, p0 * p1)
@@ -995,9 +976,9 @@ def allreduce_bytes_split(
     ``p_intra`` GPUs in each of ``p_inter`` nodes: (inside its node, between nodes), from
     :data:`TRAFFIC_FORMULAS` (the ``collectives-two-level-traffic`` derivation)."""
     scn = _check_scenario(scn)
-    w = _numbers("words", words, minimum=0, strict=False, whole=False)
-    p0 = _numbers("p_intra", p_intra, minimum=1, strict=False, whole=True)
-    p1 = _numbers("p_inter", p_inter, minimum=1, strict=False, whole=True)
+    w = numbers("words", words)
+    p0 = counts("p_intra", p_intra)
+    p1 = counts("p_inter", p_inter)
     shape = np.broadcast_shapes(w.shape, p0.shape, p1.shape)
     word_bytes = float(scn["model.word_bytes"])
     values = [f(w, p0, p1, word_bytes) for f in _numeric_bytes_split()]
@@ -1109,7 +1090,7 @@ def crossover_bytes(scn: Scenario, participants: Any, level: int) -> np.ndarray 
     the network has no bandwidth limit."""
     scn = _check_scenario(scn)
     level = check_level(level)
-    p = _numbers("participants", participants, minimum=2, strict=False, whole=True)
+    p = counts("participants", participants, 2)
     if level == 0:
         _check_node(scn, p, "participants")
     value = _numeric_crossover()(p, level_bandwidth(scn, level), level_latency(scn, level))
@@ -1127,8 +1108,8 @@ def crossover_bytes_split(
     one word.  Infinite when the network has no bandwidth limit.
     """
     scn = _check_scenario(scn)
-    p0 = _numbers("p_intra", p_intra, minimum=1, strict=False, whole=True)
-    p1 = _numbers("p_inter", p_inter, minimum=1, strict=False, whole=True)
+    p0 = counts("p_intra", p_intra)
+    p1 = counts("p_inter", p_inter)
     if np.any(p0 * p1 < 2):
         raise ValueError(
             f"p_intra * p_inter: got {float(np.min(p0 * p1))!r}; expected at least two GPUs "
@@ -1162,8 +1143,8 @@ def balanced_inter_bandwidth(scn: Scenario, p_intra: Any, p_inter: Any) -> np.nd
     (``network.intra_node.bandwidth``).  A slower InfiniBand level binds; a faster one leaves
     NVLink binding."""
     scn = _check_scenario(scn)
-    p0 = _numbers("p_intra", p_intra, minimum=2, strict=False, whole=True)
-    p1 = _numbers("p_inter", p_inter, minimum=2, strict=False, whole=True)
+    p0 = counts("p_intra", p_intra, 2)
+    p1 = counts("p_inter", p_inter, 2)
     _check_node(scn, p0, "p_intra")
     shape = np.broadcast_shapes(p0.shape, p1.shape)
     value = _numeric_balance()(p0, p1, float(scn["network.intra_node.bandwidth"]))
@@ -1183,7 +1164,7 @@ def node_grid(scn: Scenario, max_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """Participants for the figures: 1 to ``network.node_size`` GPUs in one node, then whole
     nodes, doubling up to ``max_nodes``.  Returns (GPUs per node, nodes), as arrays."""
     node = int(_check_scenario(scn)["network.node_size"])
-    n = int(_numbers("max_nodes", max_nodes, minimum=1, strict=False, whole=True))
+    n = int(counts("max_nodes", max_nodes))
     nodes = [1 << k for k in range(1, n.bit_length()) if 1 << k <= n]
     p0 = np.array([*range(1, node + 1), *[node] * len(nodes)], dtype=float)
     p1 = np.array([*[1] * node, *nodes], dtype=float)

@@ -42,7 +42,7 @@ from . import formula_cache, lazy, model, published
 from . import symbols as s
 from . import units as u
 from .checks import as_output as _out
-from .checks import checking
+from .checks import counts, flag, numbers
 from .checks import require_scenario as _check_scenario
 from .collectives import CommTime, LevelTimes
 from .derivation import Derivation, Step, Substitution, derivation, register
@@ -490,33 +490,8 @@ __getattr__ = lazy.attributes(__name__, COST_FORMULAS=_cost_formulas, SUMMARY=_s
 # --- Checks ----------------------------------------------------------------------------------
 
 
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name}: got {value!r}; expected True or False")
-    return value
-
-
-def _array(name: str, value: Any, *, whole: bool, minimum: float) -> np.ndarray:
-    what = "whole numbers" if whole else "finite numbers"
-    try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"{name}: got {value!r:.80}; expected {what} of at least {minimum:g}"
-        ) from None
-    if not checking():
-        return arr
-    ok = np.isfinite(arr) & (arr >= minimum)
-    if whole:
-        ok &= np.mod(np.where(np.isfinite(arr), arr, 0.0), 1.0) == 0
-    if not np.all(ok):
-        bad = arr[~ok].flat[0] if arr.ndim else arr
-        raise ValueError(f"{name}: got {float(bad)!r}; expected {what} of at least {minimum:g}")
-    return arr
-
-
 def _params(value: Any) -> np.ndarray:
-    arr = _array("n_params", value, whole=False, minimum=0.0)
+    arr = numbers("n_params", value)
     if np.any(arr <= 0):
         raise ValueError(
             f"n_params: got {float(arr[arr <= 0].flat[0])!r}; expected a positive "
@@ -527,7 +502,7 @@ def _params(value: Any) -> np.ndarray:
 
 def _cluster(n_gpu: Any, dp: np.ndarray) -> np.ndarray:
     """The cluster: a whole multiple of the data-parallel degree (whole replicas)."""
-    n = _array("n_gpu", n_gpu, whole=True, minimum=1)
+    n = counts("n_gpu", n_gpu)
     nb, db = np.broadcast_arrays(n, dp)
     bad = np.mod(nb, db) != 0
     if np.any(bad):
@@ -582,7 +557,7 @@ def dp_time(
     larger of the two levels' times, or their sum with ``overlap_levels=False`` (the authors'
     notebook).  Returns :class:`~dmlimits.collectives.CommTime`; arrays broadcast.
     """
-    overlap_levels = _flag("overlap_levels", overlap_levels)
+    overlap_levels = flag("overlap_levels", overlap_levels)
     args, shape = _time_args(scn, n_params, n_dp_intra, n_dp_inter, n_gpu)
     bandwidth = "dp_bandwidth" if overlap_levels else "dp_bandwidth_levels_added"
     return CommTime(
@@ -609,8 +584,8 @@ def _time_args(
     they broadcast to."""
     scn = _check_scenario(scn)
     n = _params(n_params)
-    p0 = _array("n_dp_intra", n_dp_intra, whole=True, minimum=1)
-    p1 = _array("n_dp_inter", n_dp_inter, whole=True, minimum=1)
+    p0 = counts("n_dp_intra", n_dp_intra)
+    p1 = counts("n_dp_inter", n_dp_inter)
     if scn["network.topology"] == "two-level":
         size = scn["network.node_size"]
         if np.any(p0 > size):
@@ -634,7 +609,7 @@ def dp_bytes_per_gpu(scn: Scenario, n_params: Any, n_dp: Any, n_gpu: Any = None)
     ``2 (N_DP - 1) N w / N_GPU`` (``n_gpu`` defaults to one GPU per replica)."""
     scn = _check_scenario(scn)
     n = _params(n_params)
-    p = _array("n_dp", n_dp, whole=True, minimum=1)
+    p = counts("n_dp", n_dp)
     gpus = p if n_gpu is None else _cluster(n_gpu, p)
     shape = np.broadcast_shapes(n.shape, p.shape, np.shape(gpus))
     return _out(_numeric("dp_bytes_per_gpu")(n, p, gpus, float(scn["model.word_bytes"])), shape)
@@ -645,12 +620,12 @@ def step_time(rest: Any, comm: CommTime, overlap_compute: bool = False) -> Any:
     all-reduce ``comm``.  Not overlapped (default: the reference notes, and the authors'
     notebook as run): ``rest + bandwidth + latency``; ``overlap_compute=True``: ``max(rest,
     bandwidth) + latency``."""
-    overlap_compute = _flag("overlap_compute", overlap_compute)
+    overlap_compute = flag("overlap_compute", overlap_compute)
     if not isinstance(comm, CommTime):
         raise ValueError(f"comm: got {type(comm).__name__}; expected a CommTime from dp_time")
-    r = _array("rest", rest, whole=False, minimum=0.0)
-    bw = _array("comm.bandwidth", comm.bandwidth, whole=False, minimum=0.0)
-    lat = _array("comm.latency", comm.latency, whole=False, minimum=0.0)
+    r = numbers("rest", rest)
+    bw = numbers("comm.bandwidth", comm.bandwidth)
+    lat = numbers("comm.latency", comm.latency)
     shape = np.broadcast_shapes(r.shape, bw.shape, lat.shape)
     name = "step_overlapped" if overlap_compute else "step_not_overlapped"
     return _out(_numeric(name)(r, bw, lat), shape)
@@ -658,7 +633,7 @@ def step_time(rest: Any, comm: CommTime, overlap_compute: bool = False) -> Any:
 
 def _memory_args(scn: Scenario, n_params: Any, n_gpu: Any) -> tuple[np.ndarray, ...]:
     n = _params(n_params)
-    gpus = _array("n_gpu", n_gpu, whole=True, minimum=1)
+    gpus = counts("n_gpu", n_gpu)
     return n, gpus, float(scn["hardware.hbm_capacity"]), float(scn["model.word_bytes"])
 
 
@@ -666,7 +641,7 @@ def memory_needed(scn: Scenario, n_params: Any, n_dp: Any) -> Any:
     """Bytes of parameters (in every replica) and optimizer state (sharded) in the cluster."""
     scn = _check_scenario(scn)
     n = _params(n_params)
-    p = _array("n_dp", n_dp, whole=True, minimum=1)
+    p = counts("n_dp", n_dp)
     shape = np.broadcast_shapes(n.shape, p.shape)
     value = _numeric("memory_needed")(n, p, 1.0, 1.0, float(scn["model.word_bytes"]))
     return _out(value, shape)
@@ -677,7 +652,7 @@ def memory_fits(scn: Scenario, n_params: Any, n_dp: Any, n_gpu: Any) -> Any:
     optimizer state (``N_GPU M_HBM >= N w N_DP + k_opt N w``); a bool or a bool array."""
     scn = _check_scenario(scn)
     n, gpus, cap, w = _memory_args(scn, n_params, n_gpu)
-    p = _array("n_dp", n_dp, whole=True, minimum=1)
+    p = counts("n_dp", n_dp)
     if np.any(p > np.broadcast_to(gpus, np.broadcast_shapes(p.shape, gpus.shape))):
         raise ValueError("n_dp: more replicas than GPUs (n_dp must be at most n_gpu)")
     need = _numeric("memory_needed")(n, p, gpus, cap, w)
@@ -701,9 +676,9 @@ def compute_ratio(scn: Scenario, n_dp: Any, batch: Any, experts: Any = 1) -> Any
     """Bandwidth time of the gradient all-reduce over the step's arithmetic time at the effective
     utilization, every replica in its own node (``data-parallel-compute-ratio``, step 6)."""
     scn = _check_scenario(scn)
-    p = _array("n_dp", n_dp, whole=True, minimum=1)
-    b = _array("batch", batch, whole=False, minimum=1)
-    e = _array("experts", experts, whole=False, minimum=1)
+    p = counts("n_dp", n_dp)
+    b = numbers("batch", batch, minimum=1)
+    e = numbers("experts", experts, minimum=1)
     shape = np.broadcast_shapes(p.shape, b.shape, e.shape)
     value = _numeric("compute_ratio")(
         p, e, float(scn["model.word_bytes"]), float(scn["hardware.effective_utilization"]),
@@ -721,7 +696,7 @@ def cluster_for(scn: Scenario, n_dp: Any) -> np.ndarray:
     """For each model of the sweep, the smallest cluster that trains it in time at the effective
     utilization, rounded up to a whole multiple of ``n_dp`` (whole replicas)."""
     scn = _check_scenario(scn)
-    p = _array("n_dp", n_dp, whole=True, minimum=1)
+    p = counts("n_dp", n_dp)
     sh = model.shapes(scn)
     return np.ceil(sh.min_gpus / p) * p
 
@@ -826,9 +801,9 @@ def parity_dp(scn: Scenario, batch: Any, experts: Any = 1, ratio: Any = 1.0) -> 
     own node, takes ``ratio`` times the step's arithmetic time (``data-parallel-compute-ratio``,
     step 7)."""
     scn = _check_scenario(scn)
-    b = _array("batch", batch, whole=False, minimum=1)
-    e = _array("experts", experts, whole=False, minimum=1)
-    r = _array("ratio", ratio, whole=False, minimum=0)
+    b = numbers("batch", batch, minimum=1)
+    e = numbers("experts", experts, minimum=1)
+    r = numbers("ratio", ratio)
     shape = np.broadcast_shapes(b.shape, e.shape, r.shape)
     value = _parity()(
         r, e, float(scn["model.word_bytes"]), float(scn["hardware.effective_utilization"]),
@@ -849,8 +824,8 @@ def arithmetic_time(scn: Scenario, n_active: Any, batch: Any, n_gpu: Any) -> Any
     six FLOP per active parameter per token of the batch."""
     scn = _check_scenario(scn)
     a = _params(n_active)
-    b = _array("batch", batch, whole=False, minimum=1)
-    g = _array("n_gpu", n_gpu, whole=False, minimum=1)
+    b = numbers("batch", batch, minimum=1)
+    g = numbers("n_gpu", n_gpu, minimum=1)
     shape = np.broadcast_shapes(a.shape, b.shape, g.shape)
     value = _arithmetic()(
         a, b, g, scn.peak_flops, float(scn["hardware.effective_utilization"]), _flop_per_mac(scn)

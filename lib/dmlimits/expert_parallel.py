@@ -43,7 +43,7 @@ from . import pipeline as pp
 from . import symbols as s
 from . import units as u
 from .checks import as_output as _out
-from .checks import checking
+from .checks import counts, numbers, shown
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .matmul import word
 from .scenario import Scenario
@@ -641,39 +641,15 @@ __getattr__ = lazy.attributes(
 
 
 # --- Checks ----------------------------------------------------------------------------------
-def _num(x: Any) -> str:
-    x = float(x)
-    return str(int(x)) if x.is_integer() else repr(x)
-
-
-def _numbers(name: str, value: Any, *, minimum: float, whole: bool, strict: bool = False):
-    what = "whole numbers" if whole else "finite numbers"
-    bound = f"greater than {minimum:g}" if strict else f"of at least {minimum:g}"
-    try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: got {value!r:.80}; expected {what} {bound}") from None
-    if not checking():
-        return arr
-    ok = np.isfinite(arr) & ((arr > minimum) if strict else (arr >= minimum))
-    if whole:
-        ok &= np.mod(np.where(np.isfinite(arr), arr, 0.0), 1.0) == 0
-    if not np.all(ok):
-        bad = arr[~ok].flat[0] if arr.ndim else arr
-        shown = _num(bad) if np.isfinite(bad) else repr(float(bad))
-        raise ValueError(f"{name}: got {shown}; expected {what} {bound}")
-    return arr
-
-
 def _group(scn: Scenario | None, ep_intra: Any, ep_inter: Any) -> tuple[np.ndarray, np.ndarray]:
-    n0 = _numbers("ep_intra", ep_intra, minimum=1, whole=True)
-    n1 = _numbers("ep_inter", ep_inter, minimum=1, whole=True)
+    n0 = counts("ep_intra", ep_intra)
+    n1 = counts("ep_inter", ep_inter)
     if scn is not None and scn["network.topology"] == "two-level":
         size = scn["network.node_size"]
         if np.any(n0 > size):
             bad = n0[n0 > size].flat[0] if n0.ndim else n0
             raise ValueError(
-                f"ep_intra: got {_num(bad)}; expected at most network.node_size = {size} GPUs "
+                f"ep_intra: got {shown(bad)}; expected at most network.node_size = {size} GPUs "
                 "of the expert-parallel group in one node"
             )
     return n0, n1
@@ -682,12 +658,12 @@ def _group(scn: Scenario | None, ep_intra: Any, ep_inter: Any) -> tuple[np.ndarr
 def _cluster(n_gpu: Any, group: np.ndarray) -> np.ndarray:
     if n_gpu is None:
         return group
-    n = _numbers("n_gpu", n_gpu, minimum=1, whole=False)
+    n = numbers("n_gpu", n_gpu, minimum=1)
     nb, gb = np.broadcast_arrays(n, group)
     if np.any(nb < gb):
         i = np.flatnonzero((nb < gb).ravel())[0]
         raise ValueError(
-            f"n_gpu: got {_num(nb.flat[i])}; expected at least the {_num(gb.flat[i])} GPUs of "
+            f"n_gpu: got {shown(nb.flat[i])}; expected at least the {shown(gb.flat[i])} GPUs of "
             "the expert-parallel group (ep_intra * ep_inter)"
         )
     return n
@@ -761,8 +737,8 @@ class Probabilities(NamedTuple):
 def ep_degree(n_gpu: Any, experts: Any) -> np.ndarray | float:
     """The paper's expert-parallel degree, ``gcd(N_GPU, S)``: the most GPUs that can share the
     experts of a block evenly while every other degree still divides the cluster."""
-    n = _numbers("n_gpu", n_gpu, minimum=1, whole=True)
-    e = _numbers("experts", experts, minimum=1, whole=True)
+    n = counts("n_gpu", n_gpu)
+    e = counts("experts", experts)
     shape = np.broadcast_shapes(n.shape, e.shape)
     return _out(_numeric("degree")(n.astype(np.int64), e.astype(np.int64)), shape)
 
@@ -770,8 +746,8 @@ def ep_degree(n_gpu: Any, experts: Any) -> np.ndarray | float:
 def node_split(n_ep: Any, node_size: Any) -> tuple[Any, Any]:
     """The split that keeps most of the group inside nodes: ``ep_intra = gcd(N_EP, node)``
     GPUs per node (so that it divides both), ``ep_inter = N_EP / ep_intra`` nodes."""
-    n = _numbers("n_ep", n_ep, minimum=1, whole=True).astype(np.int64)
-    k = _numbers("node_size", node_size, minimum=1, whole=True).astype(np.int64)
+    n = counts("n_ep", n_ep).astype(np.int64)
+    k = counts("node_size", node_size).astype(np.int64)
     intra = np.gcd(n, k)
     shape = np.broadcast_shapes(n.shape, k.shape)
     return _out(intra, shape), _out(n // intra, shape)
@@ -797,8 +773,8 @@ def ep_bytes(
     ep_inter``)."""
     scn = c._check_scenario(scn)
     n0, n1 = _group(scn, ep_intra, ep_inter)
-    d = _numbers("d_model", d_model, minimum=0, whole=False, strict=True)
-    t = _numbers("tokens", tokens, minimum=0, whole=False)
+    d = numbers("d_model", d_model, strict=True)
+    t = numbers("tokens", tokens)
     n = _cluster(n_gpu, n0 * n1)
     shape = np.broadcast_shapes(d.shape, t.shape, n0.shape, n1.shape, np.shape(n))
     args = (d, t, n0, n1, n, float(scn["model.word_bytes"]))
@@ -866,9 +842,9 @@ def _bandwidth_args(
     or crossings, named ``name``) and the shape they broadcast to."""
     scn = c._check_scenario(scn)
     n0, n1 = _group(scn, ep_intra, ep_inter)
-    d = _numbers("d_model", d_model, minimum=0, whole=False, strict=True)
-    t = _numbers("tokens", tokens, minimum=0, whole=False)
-    k = _numbers(name, count, minimum=0, whole=False)
+    d = numbers("d_model", d_model, strict=True)
+    t = numbers("tokens", tokens)
+    k = numbers(name, count)
     n = _cluster(n_gpu, n0 * n1)
     shape = np.broadcast_shapes(d.shape, t.shape, n0.shape, n1.shape, k.shape, np.shape(n))
     args = (
@@ -943,17 +919,17 @@ def _crossing_latency(scn: Scenario, args: tuple, level: int) -> Any:
 def ep_only_interfaces(n_layers: Any, n_pp: Any = 1, v: Any = 1) -> np.ndarray | float:
     """Layer interfaces per pass that carry expert traffic only, ``L - v N_PP`` (the others are
     pipeline stage crossings; the ``expert-parallel-interfaces`` derivation)."""
-    layers = _numbers("n_layers", n_layers, minimum=1, whole=True)
-    p = _numbers("n_pp", n_pp, minimum=1, whole=True)
-    vv = _numbers("v", v, minimum=1, whole=True)
+    layers = counts("n_layers", n_layers)
+    p = counts("n_pp", n_pp)
+    vv = counts("v", v)
     shape = np.broadcast_shapes(layers.shape, p.shape, vv.shape)
     out = np.broadcast_to(_numeric("ep_only")(layers, p, vv), shape)
     if np.any(out < 0):
         i = np.flatnonzero((out < 0).ravel())[0]
         lb, pb, vb = np.broadcast_arrays(layers, p, vv)
         raise ValueError(
-            f"n_pp: got {_num(pb.flat[i])} with v = {_num(vb.flat[i])}; expected v * n_pp at "
-            f"most n_layers = {_num(lb.flat[i])}"
+            f"n_pp: got {shown(pb.flat[i])} with v = {shown(vb.flat[i])}; expected v * n_pp at "
+            f"most n_layers = {shown(lb.flat[i])}"
         )
     return _out(out, shape)
 
@@ -963,7 +939,7 @@ def compute_ratio(scn: Scenario, d_ff: Any, ep_intra: Any, ep_inter: Any) -> np.
     the effective utilization (the ``expert-parallel-versus-compute`` derivation)."""
     scn = c._check_scenario(scn)
     n0, n1 = _group(scn, ep_intra, ep_inter)
-    f = _numbers("d_ff", d_ff, minimum=0, whole=False, strict=True)
+    f = numbers("d_ff", d_ff, strict=True)
     shape = np.broadcast_shapes(f.shape, n0.shape, n1.shape)
     value = _numeric("ratio")(
         f, n0, n1, float(scn["model.word_bytes"]), scn.peak_flops,
@@ -978,10 +954,10 @@ def layer_compute_time(scn: Scenario, d_model: Any, d_ff: Any, tokens: Any, n_gp
     ``n_gpu`` GPUs at the effective utilization, ``6 * 2 d_model d_ff n_tok / (N F eta)``."""
     scn = c._check_scenario(scn)
     fn = _numeric("layer_compute")
-    d = _numbers("d_model", d_model, minimum=0, whole=False, strict=True)
-    f = _numbers("d_ff", d_ff, minimum=0, whole=False, strict=True)
-    t = _numbers("tokens", tokens, minimum=0, whole=False)
-    n = _numbers("n_gpu", n_gpu, minimum=1, whole=False)
+    d = numbers("d_model", d_model, strict=True)
+    f = numbers("d_ff", d_ff, strict=True)
+    t = numbers("tokens", tokens)
+    n = numbers("n_gpu", n_gpu, minimum=1)
     shape = np.broadcast_shapes(d.shape, f.shape, t.shape, n.shape)
     value = fn(d, f, t, n, scn.peak_flops, float(scn["hardware.effective_utilization"]))
     return _out(value, shape)

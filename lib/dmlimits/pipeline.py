@@ -52,6 +52,7 @@ from . import formula_cache, lazy
 from . import symbols as s
 from . import units as u
 from .checks import as_output as _out
+from .checks import counts, flag, numbers, shown
 from .collectives import lat_level as _lat_level
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .matmul import word
@@ -410,42 +411,6 @@ SUMMARY = {
 
 
 # --- Checks --------------------------------------------------------------------------------
-def _counts(name: str, value: Any, minimum: int = 1) -> np.ndarray:
-    """``value`` as a float array of whole numbers of at least ``minimum``, or ValueError."""
-    try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"{name}: got {value!r:.80}; expected a whole number of at least {minimum} "
-            "or an array of them"
-        ) from None
-    ok = np.isfinite(arr) & (arr >= minimum) & (arr == np.round(arr))
-    if not np.all(ok):
-        bad = arr[~ok].flat[0] if arr.ndim else arr
-        raise ValueError(f"{name}: got {_num(bad)}; expected whole numbers of at least {minimum}")
-    return arr
-
-
-def _positive(name: str, value: Any) -> np.ndarray:
-    try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"{name}: got {value!r:.80}; expected a positive number or an array of them"
-        ) from None
-    ok = np.isfinite(arr) & (arr > 0)
-    if not np.all(ok):
-        bad = arr[~ok].flat[0] if arr.ndim else arr
-        raise ValueError(f"{name}: got {float(bad)!r}; expected finite numbers greater than zero")
-    return arr
-
-
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise ValueError(f"{name}: got {value!r:.80}; expected True or False")
-    return bool(value)
-
-
 def _integer(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer | float):
         raise ValueError(
@@ -456,29 +421,23 @@ def _integer(name: str, value: Any, minimum: int = 1) -> int:
     return int(value)
 
 
-def _num(x: Any) -> str:
-    """A number as the user would write it: ``4`` rather than ``4.0`` when whole."""
-    x = float(x)
-    return str(int(x)) if x.is_integer() else repr(x)
-
-
 def check_zero_bubble(n_pp: Any, m: Any, v: Any = 1) -> None:
     """Raise ValueError unless ZB-H2 applies: ``v = 1`` and ``m >= 2 N_PP`` (Qi et al. 2024)."""
-    p, mm, vv = _counts("n_pp", n_pp), _counts("m", m), _counts("v", v)
+    p, mm, vv = counts("n_pp", n_pp), counts("m", m), counts("v", v)
     p, mm, vv = np.broadcast_arrays(p, mm, vv)
     if np.any(vv != 1):
         bad = vv[vv != 1].flat[0]
         raise ValueError(
-            f"v: got {_num(bad)} with zero_bubble=True; zero bubble (ZB-H2) expects no "
+            f"v: got {shown(bad)} with zero_bubble=True; zero bubble (ZB-H2) expects no "
             "interleaving, v = 1"
         )
     need = ZERO_BUBBLE_MICROBATCHES_PER_STAGE * p
     if np.any(mm < need):
         i = np.flatnonzero((mm < need).ravel())[0]
         raise ValueError(
-            f"m: got {_num(mm.flat[i])} microbatches with n_pp = {_num(p.flat[i])} and "
+            f"m: got {shown(mm.flat[i])} microbatches with n_pp = {shown(p.flat[i])} and "
             f"zero_bubble=True; zero bubble (ZB-H2) expects m >= "
-            f"{ZERO_BUBBLE_MICROBATCHES_PER_STAGE} * n_pp = {_num(need.flat[i])}"
+            f"{ZERO_BUBBLE_MICROBATCHES_PER_STAGE} * n_pp = {shown(need.flat[i])}"
         )
 
 
@@ -513,8 +472,8 @@ def bubble_fraction(n_pp: Any, m: Any, v: Any = 1, zero_bubble: bool = False) ->
     ``m >= 2 N_PP``.  Erdil & Schneider-Joseph (2024); the ``pipeline-bubble-interleaved``
     derivation.  Arguments broadcast as numpy arrays; a float comes back for scalars.
     """
-    zero_bubble = _flag("zero_bubble", zero_bubble)
-    p, mm, vv = _counts("n_pp", n_pp), _counts("m", m), _counts("v", v)
+    zero_bubble = flag("zero_bubble", zero_bubble)
+    p, mm, vv = counts("n_pp", n_pp), counts("m", m), counts("v", v)
     shape = np.broadcast_shapes(p.shape, mm.shape, vv.shape)
     if zero_bubble:
         check_zero_bubble(p, mm, vv)
@@ -526,7 +485,7 @@ def flush_time(busy: Any, fraction: Any) -> np.ndarray | float:
     """The time of a flush whose GPUs compute for ``busy`` seconds and idle a share ``fraction``
     of it: ``t_busy / (1 - f)`` (the ``pipeline-flush-time`` derivation).  With ``busy = 1`` it is
     the factor by which the bubble stretches the step's compute."""
-    b = _positive("busy", busy)
+    b = numbers("busy", busy, strict=True)
     try:
         f = np.asarray(fraction, dtype=float)
     except (TypeError, ValueError):
@@ -545,8 +504,8 @@ def microbatches_for_bubble(n_pp: Any, max_fraction: Any, v: Any = 1) -> np.ndar
     count is at least ``N_PP`` (no waits at changes of chunk), and always for ``v = 1``.  The
     ``pipeline-microbatches`` derivation.
     """
-    p, vv = _counts("n_pp", n_pp), _counts("v", v)
-    f = _positive("max_fraction", max_fraction)
+    p, vv = counts("n_pp", n_pp), counts("v", v)
+    f = numbers("max_fraction", max_fraction, strict=True)
     if np.any(f >= 1):
         raise ValueError(
             f"max_fraction: got {float(f[f >= 1].flat[0] if f.ndim else f)!r}; "
@@ -562,13 +521,13 @@ def interleaving_factor(n_layers: Any, n_pp: Any) -> np.ndarray | float:
     ``N_PP`` must divide ``L`` (every stage holds whole blocks).  Erdil & Schneider-Joseph
     (2024) interleave fully (one block per chunk) rather than search ``v``.
     """
-    layers, p = _counts("n_layers", n_layers), _counts("n_pp", n_pp)
+    layers, p = counts("n_layers", n_layers), counts("n_pp", n_pp)
     layers, p = np.broadcast_arrays(layers, p)
     if np.any(np.mod(layers, p) != 0):
         i = np.flatnonzero((np.mod(layers, p) != 0).ravel())[0]
         raise ValueError(
-            f"n_pp: got {_num(p.flat[i])}, which does not divide n_layers = "
-            f"{_num(layers.flat[i])}; expected a divisor of the number of layers"
+            f"n_pp: got {shown(p.flat[i])}, which does not divide n_layers = "
+            f"{shown(layers.flat[i])}; expected a divisor of the number of layers"
         )
     return _out(np.where(p > 1, layers / p, 1.0), layers.shape)
 
@@ -576,7 +535,7 @@ def interleaving_factor(n_layers: Any, n_pp: Any) -> np.ndarray | float:
 def boundary_crossings(n_pp: Any, v: Any = 1) -> np.ndarray | float:
     """Chunk boundaries one microbatch crosses in each direction, ``v N_PP - 1``: with chunks
     assigned round-robin every one of them is a hop to the next GPU."""
-    p, vv = _counts("n_pp", n_pp), _counts("v", v)
+    p, vv = counts("n_pp", n_pp), counts("v", v)
     shape = np.broadcast_shapes(p.shape, vv.shape)
     return _out(_numeric("crossings")(p, vv), shape)
 
@@ -590,9 +549,9 @@ def level_crossings(pp_intra: Any, pp_inter: Any, v: Any = 1) -> tuple[Any, Any]
     to the first go between nodes when there is more than one node.  The two add up to
     :func:`boundary_crossings`, ``v N_PP - 1``.
     """
-    p0 = _counts("pp_intra", pp_intra)
-    p1 = _counts("pp_inter", pp_inter)
-    vv = _counts("v", v)
+    p0 = counts("pp_intra", pp_intra)
+    p1 = counts("pp_inter", pp_inter)
+    vv = counts("v", v)
     shape = np.broadcast_shapes(p0.shape, p1.shape, vv.shape)
     wraps = vv - 1
     many = p1 > 1
@@ -605,9 +564,9 @@ def boundary_bytes(d_model: Any, tokens: Any, word_bytes: Any) -> np.ndarray | f
     """Bytes ``tokens`` tokens move across one stage boundary in a step, forward and backward:
     ``2 w d_model n_tok`` (activations forward, their gradients backward; Erdil &
     Schneider-Joseph 2024).  Arguments broadcast as numpy arrays."""
-    d = _positive("d_model", d_model)
-    t = _positive("tokens", tokens)
-    w = _positive("word_bytes", word_bytes)
+    d = numbers("d_model", d_model, strict=True)
+    t = numbers("tokens", tokens, strict=True)
+    w = numbers("word_bytes", word_bytes, strict=True)
     shape = np.broadcast_shapes(d.shape, t.shape, w.shape)
     return _out(_numeric("boundary")(d, t, w), shape)
 
@@ -642,7 +601,7 @@ def least_microbatches(n_pp: Any, zero_bubble: bool = False, rule: str = "2n") -
     pipeline's latency; the authors' final code) or ``2 N_PP - 1`` (``"2n-1"``: the fewest
     with which the ZB-H2 schedule itself runs without idling; Qi et al. 2024)."""
     p = _integer("n_pp", n_pp)
-    zero_bubble = _flag("zero_bubble", zero_bubble)
+    zero_bubble = flag("zero_bubble", zero_bubble)
     if rule not in ZERO_BUBBLE_RULES:
         raise ValueError(f"rule: got {rule!r}; expected one of {', '.join(ZERO_BUBBLE_RULES)}")
     if not zero_bubble:
@@ -691,7 +650,7 @@ def deepest_pipeline(n_layers: Any, units: Any, zero_bubble: bool = True, rule: 
     """
     layers = _integer("n_layers", n_layers)
     n = _integer("units", units)
-    zero_bubble = _flag("zero_bubble", zero_bubble)
+    zero_bubble = flag("zero_bubble", zero_bubble)
     p = layers & -layers  # the largest power of two dividing the layers
     while p > 1 and not valid_microbatches(p, n, zero_bubble=zero_bubble, count=1, rule=rule):
         p //= 2

@@ -45,7 +45,7 @@ from . import matmul as mm
 from . import symbols as s
 from . import units as u
 from .checks import as_output as _out
-from .checks import checking
+from .checks import checking, counts, numbers
 from .checks import require_scenario as _check_scenario
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .matmul import b, word
@@ -616,24 +616,6 @@ def _count(name: str, value: Any) -> int:
     return int(number)
 
 
-def _numbers(name: str, value: Any, *, whole: bool) -> np.ndarray:
-    """``value`` as a float array of finite numbers greater than zero (whole if asked)."""
-    what = "whole numbers of at least 1" if whole else "finite numbers greater than zero"
-    try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: got {value!r:.80}; expected {what}") from None
-    if not checking():
-        return arr
-    ok = np.isfinite(arr) & (arr > 0)
-    if whole:
-        ok &= (arr >= 1) & (np.mod(np.where(np.isfinite(arr), arr, 0.0), 1.0) == 0)
-    if not np.all(ok):
-        bad = arr[~ok].flat[0] if arr.ndim else arr
-        raise ValueError(f"{name}: got {float(bad)!r}; expected {what}")
-    return arr
-
-
 def _divides(width_name: str, width: np.ndarray, degree_name: str, degree: np.ndarray) -> None:
     if not checking():
         return
@@ -764,11 +746,11 @@ def _numeric(name: str):
 
 
 def _shape_args(d_model: Any, d_ff: Any, tokens: Any, tp_model: Any, tp_ff: Any):
-    dm = _numbers("d_model", d_model, whole=True)
-    df = _numbers("d_ff", d_ff, whole=True)
-    tok = _numbers("tokens", tokens, whole=False)
-    pm = _numbers("tp_model", tp_model, whole=True)
-    pf = _numbers("tp_ff", tp_ff, whole=True)
+    dm = counts("d_model", d_model)
+    df = counts("d_ff", d_ff)
+    tok = numbers("tokens", tokens, strict=True)
+    pm = counts("tp_model", tp_model)
+    pf = counts("tp_ff", tp_ff)
     _divides("d_model", dm, "tp_model", pm)
     _divides("d_ff", df, "tp_ff", pf)
     shape = np.broadcast_shapes(dm.shape, df.shape, tok.shape, pm.shape, pf.shape)
@@ -929,8 +911,8 @@ def _family_args(
         raise ValueError(f"family: got {family!r}; expected 'tp_model' or 'tp_ff'")
     dm, df, tok, pm, pf, shape = _shape_args(d_model, d_ff, tokens, tp_model, tp_ff)
     group, width = (pm, df) if family == "tp_model" else (pf, dm)
-    i = _numbers("intra", intra, whole=True)
-    o = _numbers("inter", inter, whole=True)
+    i = counts("intra", intra)
+    o = counts("inter", inter)
     if checking() and np.any(
         np.broadcast_to(i * o, np.broadcast_shapes(i.shape, group.shape)) != group
     ):
