@@ -580,7 +580,7 @@ def test_the_html_runner_turns_the_collector_off_while_the_command_runs(monkeypa
 
 
 def test_the_closed_forms_are_built_and_kept_beside_the_sweeps(tmp_path, monkeypatch):
-    """keep_closed_forms builds, in a process of its own, the model's closed forms for each
+    """start_keeping_closed_forms builds, in a process of its own, the model's closed forms for each
     sparsity and batch law of the scenarios (what the chapters read and the search does not
     build), and keeps them where the chapters' kernels read them; nothing is started when they
     are kept already, or when no formula is kept on disk."""
@@ -589,11 +589,11 @@ def test_the_closed_forms_are_built_and_kept_beside_the_sweeps(tmp_path, monkeyp
     scns = [resolve("h100"), resolve("h100-sparse"), resolve("h100", ["batch.law=none"])]
     laws = [(False, "default"), (True, "default"), (False, "none")]
     monkeypatch.setenv(formula_cache.CACHE_ENV, "off")
-    assert build.keep_closed_forms(scns) is None
+    assert build.start_keeping_closed_forms(scns) is None
     model.exponents(False, "default")  # held by this process, kept nowhere: kept all the same
     monkeypatch.setenv(formula_cache.CACHE_ENV, str(tmp_path))
     assert not any(model.closed_forms_kept(*law) for law in laws)
-    helper = build.keep_closed_forms(scns)
+    helper = build.start_keeping_closed_forms(scns)
     helper.join(timeout=600)
     assert helper.exitcode == 0
     assert all(model.closed_forms_kept(*law) for law in laws)
@@ -601,7 +601,7 @@ def test_the_closed_forms_are_built_and_kept_beside_the_sweeps(tmp_path, monkeyp
     keys = [json.loads(p.read_text()).get("key", "") for p in tmp_path.rglob("*.json")]
     for sparse, law in laws:  # and the numpy functions of each closed form
         assert any(k.startswith(f"lambdified model.closed_form {sparse} {law} ") for k in keys)
-    assert build.keep_closed_forms(scns) is None
+    assert build.start_keeping_closed_forms(scns) is None
 
 
 def test_an_executed_notebook_is_checked_whole_and_strictly(tmp_path):

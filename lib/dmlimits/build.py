@@ -983,7 +983,7 @@ def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
     another folder, or ``off``): those of :func:`dmlimits.book_sweeps.scenarios_swept`, then
     those that depend on their results (:func:`dmlimits.book_sweeps.scenarios_swept_next`).
     Meanwhile the model's closed forms the chapters read are built and kept
-    (:func:`keep_closed_forms`)."""
+    (:func:`start_keeping_closed_forms`)."""
     from . import book_sweeps, search
 
     keep_sweeps(work)
@@ -992,7 +992,7 @@ def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
         return
     started = time.perf_counter()
     first = book_sweeps.scenarios_swept(scn)
-    helper = keep_closed_forms([scn, *first])
+    helper = start_keeping_closed_forms([scn, *first])
     try:
         swept = _sweep_round(first, "first", jobs)
         later = book_sweeps.scenarios_swept_next(scn)  # read from the first round's results
@@ -1029,7 +1029,7 @@ def _sweep_round(scns: list[Scenario], order: str, jobs: int) -> int:
     return len(todo)
 
 
-def keep_closed_forms(scns: list[Scenario]) -> Any:
+def start_keeping_closed_forms(scns: list[Scenario]) -> Any:
     """Build and keep on disk, in a process of its own, the model's closed forms
     (:func:`dmlimits.model.keep_closed_forms`) for each sparsity and batch law of ``scns``;
     the process, or ``None`` when the formulas are not kept on disk or these are kept already.
