@@ -258,13 +258,14 @@ def test_figures_draw():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"n_params": -1.0}, "n_params"),
-        ({"n_params": float("nan")}, "n_params"),
-        ({"n_dp_intra": 0}, "n_dp_intra"),
-        ({"n_dp_intra": 16}, "network.node_size"),
-        ({"n_dp_inter": 2.5}, "n_dp_inter"),
-        ({"n_gpu": 100}, "whole multiple"),
-        ({"overlap_levels": "yes"}, "overlap_levels"),
+        ({"n_params": -1.0}, "n_params: got -1; expected finite numbers greater than 0"),
+        ({"n_params": 0}, "n_params: got 0; expected finite numbers greater than 0"),
+        ({"n_params": float("nan")}, "n_params: got nan; expected finite numbers"),
+        ({"n_dp_intra": 0}, "n_dp_intra: got 0; expected whole numbers of at least 1"),
+        ({"n_dp_intra": 16}, "n_dp_intra: got 16; expected at most network.node_size = 8"),
+        ({"n_dp_inter": 2.5}, r"n_dp_inter: got 2\.5; expected whole numbers"),
+        ({"n_gpu": 100}, "n_gpu: got 100; expected a whole multiple of the data-parallel degree 8"),
+        ({"overlap_levels": "yes"}, "overlap_levels: got 'yes'; expected True or False"),
     ],
 )
 def test_dp_time_errors_name_the_bad_value(kwargs, match):

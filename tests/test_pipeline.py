@@ -782,7 +782,7 @@ def test_flush_time_is_the_derivation():
         sched.makespan
     )
     assert pipeline.flush_time(np.array([1.0, 2.0]), 0.5).tolist() == [2.0, 4.0]
-    with pytest.raises(ValueError, match=r"fraction: got 1\.0"):
+    with pytest.raises(ValueError, match=r"fraction: got 1; expected a number in \[0, 1\)"):
         pipeline.flush_time(1.0, 1.0)
     with pytest.raises(ValueError, match=r"busy: got 0; expected finite"):
         pipeline.flush_time(0.0, 0.5)

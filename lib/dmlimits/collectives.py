@@ -46,7 +46,7 @@ import sympy as sp
 from . import formula_cache, lazy
 from . import symbols as s
 from . import units as u
-from .checks import as_output, checking, counts, numbers
+from .checks import as_output, checking, counts, numbers, shown
 from .checks import require_scenario as _check_scenario
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .matmul import word
@@ -674,7 +674,7 @@ def _cluster(n_gpu: Any, default: np.ndarray, least: Any) -> np.ndarray:
     short = nb < lb
     if np.any(short):
         raise ValueError(
-            f"n_gpu: got {float(nb[short].flat[0])!r}; expected at least the "
+            f"n_gpu: got {shown(nb[short].flat[0])}; expected at least the "
             f"{float(lb[short].flat[0]):g} GPUs taking part in one collective"
         )
     return n
@@ -688,7 +688,7 @@ def _check_node(scn: Scenario, p_node: np.ndarray, name: str) -> None:
     if np.any(p_node > size):
         bad = p_node[p_node > size].flat[0] if p_node.ndim else p_node
         raise ValueError(
-            f"{name}: got {float(bad)!r} at level 0; expected at most network.node_size = {size} "
+            f"{name}: got {shown(bad)} at level 0; expected at most network.node_size = {size} "
             "GPUs (one NVLink node) under the two-level topology"
         )
 
@@ -1112,7 +1112,7 @@ def crossover_bytes_split(
     p1 = counts("p_inter", p_inter)
     if np.any(p0 * p1 < 2):
         raise ValueError(
-            f"p_intra * p_inter: got {float(np.min(p0 * p1))!r}; expected at least two GPUs "
+            f"p_intra * p_inter: got {shown(np.min(p0 * p1))}; expected at least two GPUs "
             "(alone, a GPU sends nothing and waits for nothing)"
         )
     per_word = allreduce_time_split(scn, 1.0, p0, p1, overlap_levels=overlap_levels)

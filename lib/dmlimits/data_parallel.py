@@ -42,7 +42,7 @@ from . import formula_cache, lazy, model, published
 from . import symbols as s
 from . import units as u
 from .checks import as_output as _out
-from .checks import counts, flag, numbers
+from .checks import counts, flag, numbers, shown
 from .checks import require_scenario as _check_scenario
 from .collectives import CommTime, LevelTimes
 from .derivation import Derivation, Step, Substitution, derivation, register
@@ -491,13 +491,7 @@ __getattr__ = lazy.attributes(__name__, COST_FORMULAS=_cost_formulas, SUMMARY=_s
 
 
 def _params(value: Any) -> np.ndarray:
-    arr = numbers("n_params", value)
-    if np.any(arr <= 0):
-        raise ValueError(
-            f"n_params: got {float(arr[arr <= 0].flat[0])!r}; expected a positive "
-            "number of parameters"
-        )
-    return arr
+    return numbers("n_params", value, strict=True)
 
 
 def _cluster(n_gpu: Any, dp: np.ndarray) -> np.ndarray:
@@ -507,7 +501,7 @@ def _cluster(n_gpu: Any, dp: np.ndarray) -> np.ndarray:
     bad = np.mod(nb, db) != 0
     if np.any(bad):
         raise ValueError(
-            f"n_gpu: got {float(nb[bad].flat[0])!r}; expected a whole multiple of the "
+            f"n_gpu: got {shown(nb[bad].flat[0])}; expected a whole multiple of the "
             f"data-parallel degree {float(db[bad].flat[0]):g} (every replica the same GPUs)"
         )
     return n
@@ -591,7 +585,7 @@ def _time_args(
         if np.any(p0 > size):
             bad = p0[p0 > size].flat[0] if p0.ndim else p0
             raise ValueError(
-                f"n_dp_intra: got {float(bad)!r}; expected at most network.node_size = {size} "
+                f"n_dp_intra: got {shown(bad)}; expected at most network.node_size = {size} "
                 "replicas in one NVLink node"
             )
     gpus = p0 * p1 if n_gpu is None else _cluster(n_gpu, p0 * p1)

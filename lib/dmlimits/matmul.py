@@ -45,7 +45,7 @@ import sympy as sp
 from . import formula_cache
 from . import symbols as s
 from . import units as u
-from .checks import as_output
+from .checks import as_output, numbers
 from .checks import require_scenario as _check_scenario
 from .derivation import Derivation, Step, Substitution, derivation, register
 from .scenario import Scenario
@@ -590,19 +590,6 @@ def check_kind(kind: Any) -> str:
     return kind
 
 
-def _dimension(name: str, value: Any) -> np.ndarray:
-    try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"{name}: got {value!r:.80}; expected a positive number or an array of positive numbers"
-        ) from None
-    if not np.all(np.isfinite(arr) & (arr > 0)):
-        bad = arr[~(np.isfinite(arr) & (arr > 0))].flat[0] if arr.ndim else arr
-        raise ValueError(f"{name}: got {float(bad)!r}; expected finite numbers greater than zero")
-    return arr
-
-
 def _hardware_values(scn: Scenario) -> tuple[float, ...]:
     values = [float(scn[key]) for key in _SCENARIO_KEYS.values()]
     return (*values, float(scn.peak_flops))
@@ -673,7 +660,9 @@ def _evaluate(
 ) -> list[np.ndarray | float]:
     scn = _check_scenario(scn)
     kind = check_kind(kind)
-    a1, a2, ab = _dimension("d1", x1), _dimension("d2", x2), _dimension("b", nb)
+    a1 = numbers("d1", x1, strict=True)
+    a2 = numbers("d2", x2, strict=True)
+    ab = numbers("b", nb, strict=True)
     shape = np.broadcast_shapes(a1.shape, a2.shape, ab.shape)
     multicast = bool(scn["hardware.distributed_shared_memory"])
     out = _numeric(kind, multicast, what)(a1, a2, ab, *_hardware_values(scn))
@@ -798,7 +787,7 @@ def tiling(scn: Scenario, d1: Any, d2: Any) -> dict[str, dict[str, float]]:
     tile's ``height`` and ``width`` in words.  Scalars only.
     """
     scn = _check_scenario(scn)
-    a1, a2 = float(_dimension("d1", d1)), float(_dimension("d2", d2))
+    a1, a2 = float(numbers("d1", d1, strict=True)), float(numbers("d2", d2, strict=True))
     room = boundary_capacities(bool(scn["hardware.distributed_shared_memory"]))
     names = [k for k in BOUNDARIES if k in room]
     exprs = tuple(e for k in names for e in tile_grid(room[k]))
@@ -820,7 +809,7 @@ def weights_streamed(scn: Scenario, d1: Any, d2: Any) -> dict[str, bool]:
     """Whether a ``d1 x d2`` shard's weights and gradients stream from HBM into L2 (``hbm``) and
     from L2 into the SMs (``l2``), or stay resident below that boundary."""
     scn = _check_scenario(scn)
-    a1, a2 = float(_dimension("d1", d1)), float(_dimension("d2", d2))
+    a1, a2 = float(numbers("d1", d1, strict=True)), float(numbers("d2", d2, strict=True))
     room = boundary_capacities(False)
     exprs = (streamed(room["l2-resident"]), streamed(room["registers-resident"]))
     hbm, l2 = _hardware_numbers(scn, exprs, a1, a2)
@@ -843,7 +832,9 @@ def level_traffic(
     each over its bandwidth is that level's time in :func:`level_times`."""
     scn = _check_scenario(scn)
     kind = check_kind(kind)
-    a1, a2, ab = _dimension("d1", d1), _dimension("d2", d2), _dimension("b", b)
+    a1 = numbers("d1", d1, strict=True)
+    a2 = numbers("d2", d2, strict=True)
+    ab = numbers("b", b, strict=True)
     shape = np.broadcast_shapes(a1.shape, a2.shape, ab.shape)
     multicast = bool(scn["hardware.distributed_shared_memory"])
     values = _traffic_function(kind, multicast)(a1, a2, ab, *_hardware_values(scn))

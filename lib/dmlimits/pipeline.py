@@ -493,7 +493,7 @@ def flush_time(busy: Any, fraction: Any) -> np.ndarray | float:
     ok = np.isfinite(f) & (f >= 0) & (f < 1)
     if not np.all(ok):
         bad = f[~ok].flat[0] if f.ndim else f
-        raise ValueError(f"fraction: got {float(bad)!r}; expected a number in [0, 1)")
+        raise ValueError(f"fraction: got {shown(bad)}; expected a number in [0, 1)")
     shape = np.broadcast_shapes(b.shape, f.shape)
     return _out(_numeric("flush")(b, f), shape)
 
@@ -508,7 +508,7 @@ def microbatches_for_bubble(n_pp: Any, max_fraction: Any, v: Any = 1) -> np.ndar
     f = numbers("max_fraction", max_fraction, strict=True)
     if np.any(f >= 1):
         raise ValueError(
-            f"max_fraction: got {float(f[f >= 1].flat[0] if f.ndim else f)!r}; "
+            f"max_fraction: got {shown(f[f >= 1].flat[0] if f.ndim else f)}; "
             "expected a fraction between 0 and 1"
         )
     shape = np.broadcast_shapes(p.shape, f.shape, vv.shape)
