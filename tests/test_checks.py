@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 from dmlimits import checks
 
+SHOWN = [
+    (4.0, "4"), (np.float64(-2.0), "-2"), (2.5, "2.5"), (float("nan"), "nan"),
+    (-np.inf, "-inf"), (1e15, "1000000000000000"), (-1e20, "-1e+20"), (3e-9, "3e-09"),
+]  # fmt: skip
 
-@pytest.mark.parametrize(
-    ("x", "text"),
-    [(4.0, "4"), (np.float64(-2.0), "-2"), (2.5, "2.5"), (float("nan"), "nan"), (-np.inf, "-inf")],
-)
+
+@pytest.mark.parametrize(("x", "text"), SHOWN)
 def test_a_number_is_shown_as_the_user_would_write_it(x, text):
     assert checks.shown(x) == text
 

@@ -39,9 +39,10 @@ def checking() -> bool:
 
 def shown(x: Any) -> str:
     """A number as the user would write it in an error message: ``4`` rather than ``4.0`` when
-    whole, ``2.5``, ``nan``, ``inf``."""
+    whole, ``2.5``, ``nan``, ``inf``, and ``1e+20`` rather than twenty-one digits (Python's own
+    ``repr`` from 1e16 on)."""
     x = float(x)
-    return str(int(x)) if x.is_integer() else repr(x)
+    return str(int(x)) if x.is_integer() and abs(x) < 1e16 else repr(x)
 
 
 def numbers(
