@@ -540,3 +540,34 @@ def test_level_times_are_the_split_level_by_level(scn):
                 _one_level(scn, level), words, p0, p1, seq, par, n, overlap_levels=False
             )  # fmt: skip
             np.testing.assert_allclose(part, alone.bandwidth, rtol=1e-14, atol=0)
+
+
+def test_equal_latency_times_both_show_in_the_time_figure():
+    """One node and the flat ring pay the same latency per phase here, so their two dotted
+    lines lie on one another: the drawn image shows both colours along that line, not only the
+    one drawn last (checked in the pixels, right of every crossover where only the latency lines
+    are drawn at that height)."""
+    import matplotlib.colors as mcolors
+    import matplotlib.pyplot as plt
+    from dmlimits.figures import PALETTE
+
+    node = int(H100["network.node_size"])
+    nodes = 16
+    lat_node = c.allreduce_time(H100, 1.0, node, 0).latency
+    lat_flat = c.allreduce_time(H100, 1.0, node * nodes, 1).latency
+    assert lat_node == pytest.approx(lat_flat, rel=1e-12)  # the case this test is about
+    fig = c.figure_allreduce_time(H100, nodes)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    rgba = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(float) / 255
+    (x0, y), (x1, _) = ax.transData.transform([(1e10, lat_node), (1e12, lat_node)])
+    row = rgba.shape[0] - round(float(y))
+    band = rgba[row - 2 : row + 3, int(x0) : int(x1)].reshape(-1, 3)
+    ink = 1 - band  # a pixel is ink * alpha + white: match each colour's ink, faded by alpha
+    for color in PALETTE[0], PALETTE[2]:  # one node, the flat ring
+        target = 1 - np.array(mcolors.to_rgb(color))
+        alpha = ink @ target / (target @ target)
+        off = np.linalg.norm(ink - alpha[:, None] * target, axis=1)
+        shown = int(np.sum((alpha > 0.5) & (off < 0.08)))
+        assert shown >= 20, f"{color} shows in {shown} pixels of the shared latency line"
+    plt.close(fig)

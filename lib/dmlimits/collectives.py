@@ -1219,9 +1219,13 @@ def figure_allreduce_time(
         ),
     ]
     fig, ax = plt.subplots(figsize=(7.6, 4.6))
-    for (label, t, cross), color in zip(cases, PALETTE, strict=False):
+    # Dots one line width long, two apart, each case's shifted by one: where two cases' latency
+    # times are equal (one node and the flat ring pay the same latency per phase when the two
+    # links' latencies are equal) their dots alternate instead of one line hiding the other.
+    dots = (1, len(cases) - 1)
+    for i, ((label, t, cross), color) in enumerate(zip(cases, PALETTE, strict=False)):
         ax.plot(size, t.total, color=color, lw=2, label=label)
-        ax.plot(size, np.broadcast_to(t.latency, size.shape), color=color, lw=1, ls=":")
+        ax.plot(size, np.broadcast_to(t.latency, size.shape), color=color, lw=1, ls=(i, dots))
         if _positive(t.bandwidth):
             ax.plot(size, t.bandwidth, color=color, lw=1, ls="--", alpha=0.7)
         if np.isfinite(cross):
@@ -1241,7 +1245,7 @@ def figure_allreduce_time(
             fontsize=8,
             color=PALETTE[6],
         )
-    ax.plot([], [], color="0.4", ls=":", lw=1, label="latency time")
+    ax.plot([], [], color="0.4", ls=(0, dots), lw=1, label="latency time")
     ax.plot([], [], color="0.4", ls="--", lw=1, label="bandwidth time")
     ax.plot([], [], "o", color="0.4", mfc="white", label="crossover: the two are equal")
     ax.set_xscale("log")
