@@ -271,7 +271,10 @@ def test_the_two_fits_are_compared_as_the_chapter_says():
                 max(getattr(f, name) for f in held),
             )
     assert r["one"]["ranges"]["collective"][0] == r["one"]["ranges"]["collective"][1]
-    assert r["three"]["held_out_points"] > r["one"]["held_out_points"]
+    # The chapter says three factors predict a source left out worse, printing both errors to a
+    # tenth of a point: the difference shows at that precision.
+    three, one = r["three"]["held_out_points"], r["one"]["held_out_points"]
+    assert three > one and f"{three:.1f}" != f"{one:.1f}", (three, one)
     table = confront.fits_compared_markdown(r)
     assert table.count("\n") == 3 and "held out" in table
 
