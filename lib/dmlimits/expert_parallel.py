@@ -999,7 +999,8 @@ def figure_remote_fraction(scn: Scenario, max_degree: int = 256):
         r"expert-parallel degree $N_{\mathrm{EP}}$ (packed into as few nodes as possible)"
     )
     ax.set_ylabel("share of tokens")
-    ax.legend(loc="center right", fontsize=8)
+    # The areas fill the axes: the legend goes under them, where it covers nothing.
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8)
     ax.set_title(f"Where the next expert lives ({node}-GPU nodes, uniform routing)", fontsize=10)
     fig.tight_layout()
     return fig
