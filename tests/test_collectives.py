@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import sympy as sp
-from conftest import assert_levels_add_up, derivations_of
+from conftest import assert_levels_add_up, derivations_of, pixels_of_colour
 from dmlimits import collectives as c
 from dmlimits import derivation, scenario, units
 from dmlimits import symbols as s
@@ -547,7 +547,6 @@ def test_equal_latency_times_both_show_in_the_time_figure():
     lines lie on one another: the drawn image shows both colours along that line, not only the
     one drawn last (checked in the pixels, right of every crossover where only the latency lines
     are drawn at that height)."""
-    import matplotlib.colors as mcolors
     import matplotlib.pyplot as plt
     from dmlimits.figures import PALETTE
 
@@ -557,17 +556,7 @@ def test_equal_latency_times_both_show_in_the_time_figure():
     lat_flat = c.allreduce_time(H100, 1.0, node * nodes, 1).latency
     assert lat_node == pytest.approx(lat_flat, rel=1e-12)  # the case this test is about
     fig = c.figure_allreduce_time(H100, nodes)
-    fig.canvas.draw()
-    ax = fig.axes[0]
-    rgba = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(float) / 255
-    (x0, y), (x1, _) = ax.transData.transform([(1e10, lat_node), (1e12, lat_node)])
-    row = rgba.shape[0] - round(float(y))
-    band = rgba[row - 2 : row + 3, int(x0) : int(x1)].reshape(-1, 3)
-    ink = 1 - band  # a pixel is ink * alpha + white: match each colour's ink, faded by alpha
-    for color in PALETTE[0], PALETTE[2]:  # one node, the flat ring
-        target = 1 - np.array(mcolors.to_rgb(color))
-        alpha = ink @ target / (target @ target)
-        off = np.linalg.norm(ink - alpha[:, None] * target, axis=1)
-        shown = int(np.sum((alpha > 0.5) & (off < 0.08)))
-        assert shown >= 20, f"{color} shows in {shown} pixels of the shared latency line"
+    for colour in PALETTE[0], PALETTE[2]:  # one node, the flat ring
+        shown = pixels_of_colour(fig, fig.axes[0], 1e10, 1e12, lat_node, colour)
+        assert shown >= 20, f"{colour} shows in {shown} pixels of the shared latency line"
     plt.close(fig)

@@ -293,3 +293,69 @@ def test_mathtext_layouts_shared_between_renderers_draw_the_same_pixels(monkeypa
         mathtext.MathTextParser, "_parse_cached", mathtext.MathTextParser._dmlimits_own
     )
     assert png() == shared
+
+
+def _three_curves(styles=None) -> plt.Figure:
+    """Three curves, the first and the last equal, drawn in three colours."""
+    fig, ax = plt.subplots()
+    x = np.linspace(0, 1, 40)
+    curves = [x**2, 1 - x, x**2]
+    for i, y in enumerate(curves):
+        ax.plot(x, y, color=figures.PALETTE[i], label=f"curve {i}",
+                ls=styles[i] if styles else "-")  # fmt: skip
+    ax.set_xlabel("x (s)")
+    ax.set_ylabel("y (s)")
+    return fig
+
+
+def test_a_line_hidden_under_another_colour_is_found_and_shared_styles_show_both():
+    """Equal curves in different colours: the last drawn hides the others, which the checker
+    says; with shared_line_styles their dashes alternate and both colours show in the pixels."""
+    from conftest import pixels_of_colour
+
+    problems = figures.check_figure(_three_curves())
+    assert any("'curve 0' lies under 'curve 2'" in p for p in problems), problems
+    x = np.linspace(0, 1, 40)
+    styles = figures.shared_line_styles([x**2, 1 - x, x**2])
+    assert styles[1] == "-" and styles[0] != styles[2]
+    assert styles[0][1] == styles[2][1] == (figures.SHARED_DASH, figures.SHARED_DASH)
+    fig = _three_curves(styles)
+    assert figures.check_figure(fig) == []
+    ax = fig.axes[0]
+    for colour in figures.PALETTE[0], figures.PALETTE[2]:
+        # Along y = 0.81 the curve x**2 is at x = 0.9; read a short stretch of it at each side.
+        assert pixels_of_colour(fig, ax, 0.85, 0.95, 0.81, colour) > 0, colour
+
+
+def test_coinciding_dots_become_rings():
+    sizes = figures.shared_marker_sizes([(0.0, 1.0), (0.5, 2.0), (0.0, 1.0), (0.0, 1.0)], 4.0)
+    assert sizes[1] == 4.0
+    assert sizes[0] > sizes[2] > sizes[3] == 4.0  # drawn largest first: each shows as a ring
+    fig = _three_curves(["-", "-", "--"])
+    ax = fig.axes[0]
+    for i in range(2):  # two dots of two colours at one place, alike
+        ax.plot(0.2, 0.5, "o", color=figures.PALETTE[3 + i], ms=4.0)
+    assert any("lies under" in p for p in figures.check_figure(fig))
+    ax.lines[3].set_markersize(8.0)
+    assert not any("lies under" in p for p in figures.check_figure(fig))
+
+
+def test_the_sensitivity_figure_shows_every_gpu_on_the_shared_latency_wall():
+    """The three GPUs share their latencies, so their latency walls are one curve: the right
+    panel shows each GPU's colour along it, and the checker finds nothing hidden."""
+    from conftest import pixels_of_colour
+    from dmlimits import closed_forms, whole_run
+    from dmlimits import scenario as sc
+
+    gpus = [sc.resolve(n) for n in ("v100", "a100", "h100")]
+    alphas = np.linspace(-0.2, 0.2, 81)
+    walls = [closed_forms.evaluate("latency_wall", g, alphas) for g in gpus]
+    assert all(np.allclose(w, walls[0], rtol=1e-12) for w in walls)  # the case tested here
+    fig = whole_run.sensitivity_figure(gpus, alphas)
+    assert figures.check_figure(fig) == []
+    ax = fig.axes[1]
+    k = np.searchsorted(alphas, -0.1)  # a stretch where the curve is nearly flat on its log axis
+    for i in range(len(gpus)):
+        shown = pixels_of_colour(fig, ax, alphas[k - 4], alphas[k + 4], walls[0][k],
+                                 figures.PALETTE[i])  # fmt: skip
+        assert shown > 0, f"{gpus[i].gpu_label} does not show on the shared latency wall"

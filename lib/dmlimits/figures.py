@@ -156,6 +156,89 @@ def _display_points(ax: plt.Axes) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty((0, 2))
 
 
+#: Length of one colour's dash, in line widths, where equal curves share a line
+#: (:func:`shared_line_styles`).
+SHARED_DASH = 3.0
+
+
+def _same_curve(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-9, atol=0.0, equal_nan=True))
+
+
+def shared_line_styles(curves: list[Any]) -> list[Any]:
+    """The line style of each of ``curves`` (their y values at the same x, drawn on one axes in
+    this order) so that every curve shows: solid where no other curve is equal to it; where
+    ``k`` curves are equal, dashes of :data:`SHARED_DASH` line widths with gaps for the other
+    ``k - 1``, the ``j``-th of them shifted by ``j`` dashes, so that their colours alternate
+    along the one line instead of the last drawn hiding the rest."""
+    groups: list[list[int]] = []
+    for i, y in enumerate(curves):
+        for group in groups:
+            if _same_curve(curves[group[0]], y):
+                group.append(i)
+                break
+        else:
+            groups.append([i])
+    styles: list[Any] = ["-"] * len(curves)
+    for group in groups:
+        if len(group) > 1:
+            gap = (len(group) - 1) * SHARED_DASH
+            for j, i in enumerate(group):
+                styles[i] = (j * SHARED_DASH, (SHARED_DASH, gap))
+    return styles
+
+
+def shared_marker_sizes(points: list[tuple[float, float]], size: float) -> list[float]:
+    """Marker sizes for ``points`` drawn on one axes in this order: ``size`` where no other
+    point is at the same place; where ``k`` points coincide, the first drawn is the largest and
+    each later one smaller, so that they show as rings around the last."""
+    out = [size] * len(points)
+    for i, p in enumerate(points):
+        same = [j for j, q in enumerate(points) if _same_curve(p, q)]
+        if len(same) > 1:
+            out[i] = size * (1 + 0.7 * (len(same) - 1 - same.index(i)))
+    return out
+
+
+def _dashes(line: Any) -> Any:
+    """How a line is dashed: its style, with the offset and pattern of a custom dash (kept by
+    matplotlib in ``_unscaled_dash_pattern`` since 3.6; the style alone where it is not)."""
+    return (line.get_linestyle(), repr(getattr(line, "_unscaled_dash_pattern", None)))
+
+
+def hidden_lines(ax: plt.Axes) -> list[tuple[str, str]]:
+    """Pairs ``(hidden, over)`` of the axes' data lines where a line of one colour is drawn on
+    the same points, dashed and marked the same way, as a later line of another colour, which
+    hides it completely (each named by its label, or its place among the axes' lines)."""
+    from matplotlib.colors import to_rgba
+
+    # A single marked point counts too: a dot can hide another.
+    lines = [
+        line for line in ax.get_lines()
+        if line.get_visible() and line.get_transform() == ax.transData and len(line.get_xdata())
+    ]  # fmt: skip
+    names = [
+        line.get_label() if not line.get_label().startswith("_") else f"unlabelled line {k}"
+        for k, line in enumerate(lines)
+    ]
+    out = []
+    for i, a in enumerate(lines):
+        for j in range(i + 1, len(lines)):
+            b = lines[j]
+            if (
+                to_rgba(a.get_color()) != to_rgba(b.get_color())
+                and _dashes(a) == _dashes(b)
+                and a.get_marker() == b.get_marker()
+                and (a.get_marker() in ("None", "", " ", None)
+                     or a.get_markersize() <= b.get_markersize())
+                and _same_curve(a.get_xydata(), b.get_xydata())
+            ):  # fmt: skip
+                out.append((names[i], names[j]))
+                break
+    return out
+
+
 def legend_overlap(ax: plt.Axes) -> int:
     """How many of ``_display_points`` the axes' legend box covers (0 without a legend)."""
     legend = ax.get_legend()
@@ -308,7 +391,8 @@ def check_figure(fig: plt.Figure, *, drawn: bool = False) -> list[str]:
     """What a reader would trip over in ``fig``, one sentence each (an empty list when none):
     data squeezed into a corner of a linear axis that spans decades, points collapsed into a
     small part of an axis, data outside the limits, a legend box over plotted points, two
-    labelled series drawn alike, an axis without a label, and multi-letter subscripts that
+    labelled series drawn alike, a line hidden under another colour's drawn on the same points
+    (:func:`hidden_lines`), an axis without a label, and multi-letter subscripts that
     mathtext would set in italics letter by letter.  The figure is laid out first, without
     painting its pixels (legends need a renderer), unless ``drawn`` says it is laid out as a
     draw would lay it out (:func:`tidy_legends` leaves it so: a legend it moves is found at its
@@ -357,6 +441,9 @@ def check_figure(fig: plt.Figure, *, drawn: bool = False) -> list[str]:
             if look in looks:
                 problems.append(f"{where}: {label!r} and {looks[look]!r} are drawn alike")
             looks[look] = label
+        for under, over in hidden_lines(ax):
+            problems.append(f"{where}: {under!r} lies under {over!r}, drawn the same way on "
+                            "the same points (figures.shared_line_styles shows both)")  # fmt: skip
         for name, text in (("x", ax.get_xlabel()), ("y", ax.get_ylabel())):
             if not text.strip() and not _labelled_elsewhere(fig, ax, name):
                 problems.append(f"{where}: the {name} axis has no label")

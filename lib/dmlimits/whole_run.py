@@ -16,7 +16,7 @@ import numpy as np
 
 from . import closed_forms, published, search
 from .book_sweeps import CHOICE_ALTERNATIVES, authors_year
-from .figures import PALETTE, _compute_axis
+from .figures import PALETTE, _compute_axis, shared_line_styles, shared_marker_sizes
 from .scenario import SCHEMA, Scenario
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
@@ -266,13 +266,19 @@ def sensitivity_figure(scns: list[Scenario], alphas: np.ndarray) -> plt.Figure:
     """Critical compute and the latency wall against the batch-to-depth exponent alpha, one
     curve per scenario; each scenario's own alpha (its laws' exponent) marked."""
     fig, axes = plt.subplots(1, 2, figsize=(7.0, 3.6), sharey=True)
-    for i, scn in enumerate(scns):
-        for ax, name in zip(axes, ("critical_compute", "latency_wall"), strict=True):
-            y = closed_forms.evaluate(name, scn, alphas)
-            ax.plot(alphas, y, color=PALETTE[i], lw=1.3, label=scn.gpu_label)
-            a0 = closed_forms.implied_alpha(scn)
-            ax.plot([a0], [closed_forms.evaluate(name, scn, np.array([a0]))[0]], "o",
-                    color=PALETTE[i], ms=4)  # fmt: skip
+    own = [closed_forms.implied_alpha(scn) for scn in scns]
+    for ax, name in zip(axes, ("critical_compute", "latency_wall"), strict=True):
+        # Scenarios may share a curve (the latency wall does not depend on the GPU's speed):
+        # equal curves alternate their colours' dashes, equal dots are drawn as rings.
+        curves = [closed_forms.evaluate(name, scn, alphas) for scn in scns]
+        dots = [(a0, closed_forms.evaluate(name, scn, np.array([a0]))[0])
+                for scn, a0 in zip(scns, own, strict=True)]  # fmt: skip
+        styles = shared_line_styles(curves)
+        sizes = shared_marker_sizes(dots, 4.0)
+        for i, scn in enumerate(scns):
+            ax.plot(alphas, curves[i], color=PALETTE[i], lw=1.3, ls=styles[i],
+                    label=scn.gpu_label)  # fmt: skip
+            ax.plot(*dots[i], "o", color=PALETTE[i], ms=sizes[i])
     for ax, title in zip(axes, ("critical compute", "latency wall"), strict=True):
         ax.set_yscale("log")
         ax.set_xlabel(r"exponent $\alpha$ of $B/L$ against compute")
