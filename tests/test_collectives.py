@@ -504,13 +504,19 @@ def test_node_grid_and_link_names():
 
 @pytest.mark.parametrize("scn", [H100, FLAT, UNLIMITED])
 def test_figures_draw_for_every_topology(scn):
+    """Each topology's figures pass the checker glue runs on every figure of the book: on an
+    unlimited network the one-node and flat-ring times are one line (their latency alone), and
+    on the h100 preset their latency lines are, which must not hide one another."""
     import matplotlib.pyplot as plt
+    from dmlimits import figures
 
     for fig in (
         c.figure_allreduce_time(scn, 16, mark_words=1e9, mark_label="a vector"),
         c.figure_allreduce_participants(scn, 1e9, 64),
     ):
         assert fig.axes and all(ax.lines for ax in fig.axes)
+        figures.tidy_legends(fig)
+        assert figures.check_figure(fig, drawn=True) == []
         plt.close(fig)
 
 

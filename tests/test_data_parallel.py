@@ -245,12 +245,21 @@ def test_reference_configs():
         dp.reference_configs("nonsense")
 
 
-def test_figures_draw():
+@pytest.mark.parametrize("name", ["h100", "h100-infinite-network-low-latency"])
+def test_figures_are_fit_to_read(name):
+    """The chapter's figures pass the checker glue runs on every figure of the book, with
+    unbounded bandwidth too, where every degree's all-reduce is its latency alone: one curve
+    for all four degrees, which must show each degree's colour."""
     import matplotlib.pyplot as plt
+    from dmlimits import figures
 
+    figures.apply_style()
+    scn = scenario.resolve(name)
     for make in (dp.figure_dp_time, dp.figure_dp_memory):
-        fig = make(H100)
+        fig = make(scn)
         assert fig.axes
+        figures.tidy_legends(fig)
+        assert figures.check_figure(fig, drawn=True) == []
         plt.close(fig)
 
 

@@ -319,6 +319,9 @@ def test_a_line_hidden_under_another_colour_is_found_and_shared_styles_show_both
     styles = figures.shared_line_styles([x**2, 1 - x, x**2])
     assert styles[1] == "-" and styles[0] != styles[2]
     assert styles[0][1] == styles[2][1] == (figures.SHARED_DASH, figures.SHARED_DASH)
+    # Dotted lines stay dotted: each colour's dot, then a gap a dot wide, in turn.
+    assert figures.shared_line_styles([x, x], ":") == [(0.0, (1.0, 3.0)), (2.0, (1.0, 3.0))]
+    assert figures.shared_line_styles([x, 1 - x], "--") == ["--", "--"]
     fig = _three_curves(styles)
     assert figures.check_figure(fig) == []
     ax = fig.axes[0]

@@ -1193,7 +1193,7 @@ def figure_allreduce_time(
     """
     import matplotlib.pyplot as plt
 
-    from .figures import PALETTE, apply_style
+    from .figures import PALETTE, apply_style, shared_line_styles, shared_marker_sizes
 
     apply_style()
     scn = _check_scenario(scn)
@@ -1219,18 +1219,22 @@ def figure_allreduce_time(
         ),
     ]
     fig, ax = plt.subplots(figsize=(7.6, 4.6))
-    # Dots one line width long, two apart, each case's shifted by one: where two cases' latency
-    # times are equal (one node and the flat ring pay the same latency per phase when the two
-    # links' latencies are equal) their dots alternate instead of one line hiding the other.
-    dots = (1, len(cases) - 1)
+    # Cases may share a line (one node and the flat ring pay the same latency per phase when
+    # the two links' latencies are equal; on an unlimited network every total is its latency):
+    # equal lines alternate their colours' dashes or dots, equal crossovers are drawn as rings.
+    times = [t for _, t, _ in cases]
+    totals = shared_line_styles([t.total for t in times])
+    floors = shared_line_styles([np.broadcast_to(t.latency, size.shape) for t in times], ":")
+    slopes = shared_line_styles([t.bandwidth for t in times], "--")
+    ends = [(c, np.interp(np.log(c), np.log(size), t.total)) for (_, t, c) in cases]
+    rings = shared_marker_sizes(ends, 6.0)
     for i, ((label, t, cross), color) in enumerate(zip(cases, PALETTE, strict=False)):
-        ax.plot(size, t.total, color=color, lw=2, label=label)
-        ax.plot(size, np.broadcast_to(t.latency, size.shape), color=color, lw=1, ls=(i, dots))
+        ax.plot(size, t.total, color=color, lw=2, ls=totals[i], label=label)
+        ax.plot(size, np.broadcast_to(t.latency, size.shape), color=color, lw=1, ls=floors[i])
         if _positive(t.bandwidth):
-            ax.plot(size, t.bandwidth, color=color, lw=1, ls="--", alpha=0.7)
+            ax.plot(size, t.bandwidth, color=color, lw=1, ls=slopes[i], alpha=0.7)
         if np.isfinite(cross):
-            at = np.interp(np.log(cross), np.log(size), t.total)
-            ax.plot([cross], [at], "o", color=color, ms=6, mfc="white", mew=1.5)
+            ax.plot(*ends[i], "o", color=color, ms=rings[i], mfc="white", mew=1.5)
     if mark_words is not None:
         ax.axvline(mark_words * word_bytes, color=PALETTE[6], lw=1, alpha=0.7)
         ax.annotate(
@@ -1245,7 +1249,7 @@ def figure_allreduce_time(
             fontsize=8,
             color=PALETTE[6],
         )
-    ax.plot([], [], color="0.4", ls=(0, dots), lw=1, label="latency time")
+    ax.plot([], [], color="0.4", ls=":", lw=1, label="latency time")
     ax.plot([], [], color="0.4", ls="--", lw=1, label="bandwidth time")
     ax.plot([], [], "o", color="0.4", mfc="white", label="crossover: the two are equal")
     ax.set_xscale("log")

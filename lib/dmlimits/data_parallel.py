@@ -707,18 +707,23 @@ def figure_dp_time(scn: Scenario, degrees: tuple[int, ...] = FIGURE_DEGREES):
     sh = model.shapes(scn)
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.5, 3.9))
     left.plot(sh.compute, sh.step_budget, "k-", lw=2, label="time budget of a step")
+    clusters = [cluster_for(scn, degree) for degree in degrees]
+    pairs = zip(degrees, clusters, strict=True)
+    totals = [dp_time(scn, sh.params, 1, degree, gpus).total for degree, gpus in pairs]
+    # Degrees may share a curve (with unbounded bandwidth every all-reduce is its latency):
+    # equal curves alternate their colours' dashes, and their markers are drawn as rings.
+    styles = figures.shared_line_styles(totals)
+    scale = figures.shared_marker_sizes(totals, 1.0)
     for i, degree in enumerate(degrees):
-        gpus = cluster_for(scn, degree)
-        comm = dp_time(scn, sh.params, 1, degree, gpus)
-        fits = memory_fits(scn, sh.params, degree, gpus)
+        fits = memory_fits(scn, sh.params, degree, clusters[i])
         color = figures.PALETTE[(i + 1) % len(figures.PALETTE)]
-        total = comm.total
-        left.plot(
-            sh.compute, total, "-", color=color, lw=1.2, label=f"$N_{{\\mathrm{{DP}}}}$ = {degree}"
-        )
-        left.plot(sh.compute[fits], total[fits], "o", ms=3, color=color)
-        left.plot(sh.compute[~fits], total[~fits], "o", ms=4, mfc="none", color=color)
-        right.plot(sh.compute, total / sh.step_budget, "-o", ms=2.5, color=color)
+        total, ls, k = totals[i], styles[i], scale[i]
+        left.plot(sh.compute, total, color=color, lw=1.2, ls=ls,
+                  label=f"$N_{{\\mathrm{{DP}}}}$ = {degree}")  # fmt: skip
+        left.plot(sh.compute[fits], total[fits], "o", ms=3 * k, color=color)
+        left.plot(sh.compute[~fits], total[~fits], "o", ms=4 * k, mfc="none", color=color)
+        right.plot(sh.compute, total / sh.step_budget, color=color, ls=ls, marker="o",
+                   ms=2.5 * k)  # fmt: skip
     for ax in (left, right):
         ax.set_xscale("log")
         ax.set_yscale("log")

@@ -166,12 +166,13 @@ def _same_curve(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-9, atol=0.0, equal_nan=True))
 
 
-def shared_line_styles(curves: list[Any]) -> list[Any]:
+def shared_line_styles(curves: list[Any], style: str = "-") -> list[Any]:
     """The line style of each of ``curves`` (their y values at the same x, drawn on one axes in
-    this order) so that every curve shows: solid where no other curve is equal to it; where
-    ``k`` curves are equal, dashes of :data:`SHARED_DASH` line widths with gaps for the other
-    ``k - 1``, the ``j``-th of them shifted by ``j`` dashes, so that their colours alternate
-    along the one line instead of the last drawn hiding the rest."""
+    this order, each meant to be drawn in ``style``) so that every curve shows: ``style`` where
+    no other curve is equal to it; where ``k`` curves are equal, each colour's dash (or dot, for
+    ``style`` ``":"``) with room for the other ``k - 1``, the ``j``-th of them shifted by ``j``,
+    so that their colours alternate along the one line instead of the last drawn hiding the
+    rest.  Dashes are :data:`SHARED_DASH` line widths long, dots one, a dot apart."""
     groups: list[list[int]] = []
     for i, y in enumerate(curves):
         for group in groups:
@@ -180,19 +181,21 @@ def shared_line_styles(curves: list[Any]) -> list[Any]:
                 break
         else:
             groups.append([i])
-    styles: list[Any] = ["-"] * len(curves)
+    styles: list[Any] = [style] * len(curves)
+    on, off = (1.0, 1.0) if style == ":" else (SHARED_DASH, 0.0)
     for group in groups:
-        if len(group) > 1:
-            gap = (len(group) - 1) * SHARED_DASH
+        k = len(group)
+        if k > 1:
             for j, i in enumerate(group):
-                styles[i] = (j * SHARED_DASH, (SHARED_DASH, gap))
+                styles[i] = (j * (on + off), (on, k * (on + off) - on))
     return styles
 
 
-def shared_marker_sizes(points: list[tuple[float, float]], size: float) -> list[float]:
-    """Marker sizes for ``points`` drawn on one axes in this order: ``size`` where no other
-    point is at the same place; where ``k`` points coincide, the first drawn is the largest and
-    each later one smaller, so that they show as rings around the last."""
+def shared_marker_sizes(points: list[Any], size: float) -> list[float]:
+    """Marker sizes for ``points`` (or the markers of whole curves) drawn on one axes in this
+    order: ``size`` where no other point (curve) is at the same place; where ``k`` coincide,
+    the first drawn is the largest and each later one smaller, so that they show as rings
+    around the last."""
     out = [size] * len(points)
     for i, p in enumerate(points):
         same = [j for j, q in enumerate(points) if _same_curve(p, q)]
@@ -209,8 +212,9 @@ def _dashes(line: Any) -> Any:
 
 def hidden_lines(ax: plt.Axes) -> list[tuple[str, str]]:
     """Pairs ``(hidden, over)`` of the axes' data lines where a line of one colour is drawn on
-    the same points, dashed and marked the same way, as a later line of another colour, which
-    hides it completely (each named by its label, or its place among the axes' lines)."""
+    the same points, dashed and marked the same way, as a later line of another colour at least
+    as wide, which hides it completely (each named by its label, or its place among the axes'
+    lines)."""
     from matplotlib.colors import to_rgba
 
     # A single marked point counts too: a dot can hide another.
@@ -229,6 +233,7 @@ def hidden_lines(ax: plt.Axes) -> list[tuple[str, str]]:
             if (
                 to_rgba(a.get_color()) != to_rgba(b.get_color())
                 and _dashes(a) == _dashes(b)
+                and a.get_linewidth() <= b.get_linewidth()
                 and a.get_marker() == b.get_marker()
                 and (a.get_marker() in ("None", "", " ", None)
                      or a.get_markersize() <= b.get_markersize())
