@@ -288,3 +288,48 @@ def test_level_times_are_the_times_level_by_level(topology):
                 key = ("network.inter_node.bandwidth", "network.intra_node.bandwidth")[level]
                 fast = sc.Scenario(name=scn.name, values={**scn.values, key: math.inf})
                 np.testing.assert_allclose(part, whole_of(fast, *args).bandwidth, rtol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("name", "sets"),
+    [
+        ("h100-sparse", []),  # the latency of a step's crossings passes the budget in the sweep
+        ("h100-deepseek-batch", ["model.sparse=true"]),  # big batches: it never does
+        ("h100-infinite-network-low-latency-sparse", []),  # no bandwidth time at all
+    ],
+)
+def test_the_sweep_summary_says_what_the_table_holds(name, sets):
+    """The chapter's paragraph under the sweep figure, for scenarios where its first wording
+    (a peak, a fall, a crossing of the budget) did not hold: each number it prints is the
+    table's, and each case it states is the table's case."""
+    from dmlimits.glue import sci
+
+    scn = sc.resolve(name, sets=sets)
+    tab = ep.sweep_table(scn)
+    text = ep.sweep_summary(scn, tab)
+    ratio, share = tab["ratio"], tab["latency_share"]
+    if np.any(ratio > 0):
+        assert f"peaks at {ratio.max():.2g}," in text and f"to {ratio[-1]:.2g} at the top" in text
+    else:
+        assert "no bandwidth time" in text and "peaks" not in text
+    over = tab["compute"][share >= 1]
+    if over.size:
+        assert f"from {sci(over[0])} FLOP on" in text
+    else:
+        assert f"to {share.max():.2g} of a step's time budget at most" in text
+    assert ("never takes a whole step" in text) == (over.size == 0)
+
+
+def test_the_sweep_figure_is_fit_to_read_with_unbounded_bandwidth():
+    """With unbounded bandwidth the bandwidth ratio is zero, which a log axis cannot show: the
+    figure says so in its legend instead of plotting points outside its limits."""
+    import matplotlib.pyplot as plt
+    from dmlimits import figures
+
+    figures.apply_style()
+    fig = ep.figure_sweep(sc.resolve("h100-infinite-network-low-latency-sparse"))
+    figures.tidy_legends(fig)
+    assert figures.check_figure(fig, drawn=True) == []
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert any(label.endswith(": zero, not drawn") for label in labels)
+    plt.close(fig)

@@ -1037,6 +1037,45 @@ def sweep_table(scn: Scenario) -> dict[str, np.ndarray]:
     }
 
 
+def sweep_summary(scn: Scenario, tab: dict[str, np.ndarray] | None = None) -> str:
+    """What :func:`figure_sweep` shows, in the chapter's words, for any scenario: where the
+    bandwidth ratio peaks and ends (or that it is zero: unbounded bandwidth), and from which
+    compute the latency of a step's expert crossings alone exceeds the step's time budget (or
+    how close it comes when it never does within the sweep).  ``tab`` is
+    :func:`sweep_table`'s, computed here when not given."""
+    import math
+
+    from .glue import sci
+
+    tab = sweep_table(scn) if tab is None else tab
+    ratio, share, experts = tab["ratio"], tab["latency_share"], tab["experts"]
+    if not np.any(ratio > 0):
+        first = "With unbounded bandwidth the expert traffic takes no bandwidth time in the sweep."
+    else:
+        k = int(np.argmax(ratio))
+        node = int(scn["network.node_size"])
+        first = (f"Across the sweep the bandwidth ratio peaks at {ratio[k]:.2g}, for the model "
+                 f"with {experts[k]:.0f} experts per block")  # fmt: skip
+        if node > 1 and math.gcd(int(experts[k]), node) == 1:
+            first += (", a count that shares no factor with the node size and so forces the "
+                      "whole group across nodes")  # fmt: skip
+        if k < len(ratio) - 1 and ratio[-1] < ratio[k]:
+            first += f"; from there it falls with the hidden width, to {ratio[-1]:.2g} at the top"
+            first += " of the sweep."
+        else:
+            first += "."
+    over = tab["compute"][share >= 1]
+    contrast = ", by contrast," if np.any(ratio > 0) else ""
+    second = f"The latency of expert crossings{contrast} grows with the number of layers and steps"
+    if over.size:
+        second += (f", and alone it would exceed a whole step's time budget from {sci(over[0])} "
+                   "FLOP on.")  # fmt: skip
+    else:
+        second += (f", to {share.max():.2g} of a step's time budget at most: within this sweep "
+                   "it never takes a whole step.")  # fmt: skip
+    return f"{first} {second}"
+
+
 def figure_sweep(scn: Scenario):
     """Expert traffic over the sparse sweep: bandwidth time against compute time (it hides),
     and the expert latency of a step against the step's time budget (it does not)."""
@@ -1046,14 +1085,11 @@ def figure_sweep(scn: Scenario):
 
     tab = sweep_table(scn)
     fig, ax = plt.subplots()
-    ax.plot(
-        tab["compute"],
-        tab["ratio"],
-        "o-",
-        ms=3,
-        color=PALETTE[0],
-        label="bandwidth time / matmul time, per layer",
-    )
+    label = "bandwidth time / matmul time, per layer"
+    shown = tab["ratio"] > 0  # unbounded bandwidth: zero, which a log axis cannot show
+    if not shown.any():
+        label += ": zero, not drawn"
+    ax.plot(tab["compute"][shown], tab["ratio"][shown], "o-", ms=3, color=PALETTE[0], label=label)
     ax.plot(
         tab["compute"],
         tab["latency_share"],
