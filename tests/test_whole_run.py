@@ -160,3 +160,22 @@ def test_the_comparison_with_the_authors_is_swept_up_front(monkeypatch):
     whole_run.reference_exceptions(list(sc.compared(sc.PAPER_PRESETS, scn).values()))
     assert following  # some settings differ from the authors': their year is swept again
     assert set(asked) - first == {search._key(s) for s in following}
+
+
+@pytest.mark.parametrize("name", ["h100", "h100-deepseek-batch"])
+def test_the_wall_is_named_only_where_the_sweep_reaches_it(name):
+    """The reproduction chapter's words for the latency wall: between the last feasible and the
+    first infeasible grid point where the sweep has one (h100); where every point of the sweep
+    finishes in time (the DeepSeek batch law), the wall is said to lie beyond the sweep and no
+    region is said to be shaded, as the headline figure shades none."""
+    from dmlimits.glue import sci
+
+    last, first = whole_run.wall_between(sc.resolve(name))
+    words = whole_run.wall_phrases(sc.resolve(name))
+    assert sci(last) in words["falls"] and sci(last) in words["takeaway"]
+    if math.isnan(first):
+        assert name == "h100-deepseek-batch"
+        assert "beyond the sweep" in words["falls"] and "no region is shaded" in words["caption"]
+    else:
+        assert name == "h100" and first > last
+        assert sci(first) in words["caption"] and "no cluster of any size" in words["falls"]

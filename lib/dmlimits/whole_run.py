@@ -46,6 +46,32 @@ def wall_between(scn: Scenario) -> tuple[float, float]:
     return (ok[-1] if ok else math.nan, bad[0] if bad else math.nan)
 
 
+def wall_phrases(scn: Scenario) -> dict[str, str]:
+    """The reproduction chapter's words for where the latency wall stands, for any scenario:
+    ``falls`` ends the description of the curve, ``caption`` says what the headline figure
+    shades, ``takeaway`` closes the chapter.  Where a grid point is infeasible the wall is
+    between the last feasible point and it; where every point of the sweep is feasible (a
+    batch law that grows the batch fast enough) the wall lies beyond the sweep, and the words
+    say so instead of naming a wall the sweep never reached."""
+    from .glue import sci
+
+    last, first = wall_between(scn)
+    if first == first:  # an infeasible grid point: the wall is within the sweep
+        return {
+            "falls": (f"falls until, past {sci(last)} FLOP, no cluster of any size can finish in "
+                      "time: the latency wall."),
+            "caption": f"the shaded region right of {sci(first)} FLOP is infeasible.",
+            "takeaway": f"no run beyond {sci(last)} FLOP finishes in time.",
+        }  # fmt: skip
+    return {
+        "falls": (f"falls up to the top of the sweep, {sci(last)} FLOP, where a cluster still "
+                  "finishes in time: in this scenario the latency wall lies beyond the sweep."),
+        "caption": "every model of the sweep finishes in time, so no region is shaded.",
+        "takeaway": (f"every run of the sweep, up to {sci(last)} FLOP, finishes in time: the "
+                     "wall lies beyond it."),
+    }  # fmt: skip
+
+
 def utilization_at(scn: Scenario, compute: np.ndarray) -> np.ndarray:
     """The scenario's utilization interpolated in log compute (``NaN`` outside its feasible
     grid)."""
