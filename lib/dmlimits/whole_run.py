@@ -299,12 +299,22 @@ def sensitivity_figure(scns: list[Scenario], alphas: np.ndarray) -> plt.Figure:
         curves = [closed_forms.evaluate(name, scn, alphas) for scn in scns]
         dots = [(a0, closed_forms.evaluate(name, scn, np.array([a0]))[0])
                 for scn, a0 in zip(scns, own, strict=True)]  # fmt: skip
-        styles = shared_line_styles(curves)
+        styles = [st if np.isfinite(c).any() else "-"
+                  for st, c in zip(shared_line_styles(curves), curves, strict=True)]  # fmt: skip
         sizes = shared_marker_sizes(dots, 4.0)
         for i, scn in enumerate(scns):
-            ax.plot(alphas, curves[i], color=PALETTE[i], lw=1.3, ls=styles[i],
+            # Critical compute is infinite with unbounded bandwidth between nodes: not drawn.
+            finite = np.isfinite(curves[i])
+            ax.plot(alphas[finite], curves[i][finite], color=PALETTE[i], lw=1.3, ls=styles[i],
                     label=scn.gpu_label)  # fmt: skip
-            ax.plot(*dots[i], "o", color=PALETTE[i], ms=sizes[i])
+            if np.isfinite(dots[i][1]):
+                ax.plot(*dots[i], "o", color=PALETTE[i], ms=sizes[i])
+        if not any(np.isfinite(c).any() for c in curves):
+            pad = 0.05 * (alphas[-1] - alphas[0])  # matplotlib's margin, as the other panel
+            ax.set_xlim(alphas[0] - pad, alphas[-1] + pad)
+            ax.text(0.5, 0.5, "infinite: unbounded bandwidth\nbetween nodes, not drawn",
+                    transform=ax.transAxes, ha="center", va="center", fontsize=9,
+                    color="0.3")  # fmt: skip
     for ax, title in zip(axes, ("critical compute", "latency wall"), strict=True):
         ax.set_yscale("log")
         ax.set_xlabel(r"exponent $\alpha$ of $B/L$ against compute")
