@@ -17,6 +17,18 @@ EXECUTED = BUILD / "executed"
 SHARED = ROOT.parent / "shared"
 
 
+@pytest.fixture(autouse=True)
+def _same_working_directory():
+    """Every test leaves the working directory where it found it: a test that moves it and
+    does not come back fails, and the next test on its worker starts where it should."""
+    before = os.getcwd()
+    yield
+    after = os.getcwd()
+    if after != before:
+        os.chdir(before)
+        pytest.fail(f"the test left the working directory at {after} (it was {before})")
+
+
 @functools.cache
 def _builders() -> dict:
     from dmlimits.derivation import builders

@@ -70,10 +70,10 @@ def test_pages_read_in_parallel_are_the_pages_read_serially(tmp_path):
 def test_each_page_of_the_api_reference_is_read_in_a_process_of_its_own():
     import sphinx.builders
     import yaml
-    from dmlimits import build, sphinxext
+    from dmlimits import sphinxext
 
     # The pages named are the book's: a renamed page would be read with ten others again.
-    toc = (build.project_root() / "_toc.yml").read_text()
+    toc = (ROOT / "_toc.yml").read_text()
     files = {e["file"] for p in yaml.safe_load(toc)["parts"] for e in p["chapters"]}
     assert set(sphinxext.READ_ALONE) <= files
     sphinxext._read_alone_in_parallel()
