@@ -169,6 +169,24 @@ READ
 
 
 @pytest.mark.slow
+def test_chapters_run_side_by_side_leave_the_working_directory_alone(tmp_path, monkeypatch):
+    """papermill enters each notebook's folder for the whole process and goes back to the one
+    it found: with two chapters at once, the second went back to the folder the first had
+    entered, and the build (a test, here) was left in the staged notebooks' folder."""
+    root = tmp_path / "project"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "requirements.txt").write_text("")
+    names = [f"notebooks/toy{i}" for i in range(4)]
+    for n in names:
+        (root / f"{n}.md").write_text(TOY.replace("READ", "import time; time.sleep(0.3)"))
+    monkeypatch.setenv(build.NOTEBOOK_CACHE_ENV, "off")
+    here = Path.cwd()
+    scn = sc.resolve("h100")
+    build.execute_notebooks(root, tmp_path / "stage", names, build.notebook_parameters(scn), 2)
+    assert Path.cwd() == here
+
+
+@pytest.mark.slow
 def test_a_build_copies_a_chapter_that_read_none_of_the_changes(tmp_path, monkeypatch):
     """Real kernels: a chapter reading the GPU's SMs is copied into a book with a longer run,
     with the new parameters injected, and executed again for another GPU; a chapter that reads

@@ -905,6 +905,11 @@ def execute_notebooks(
     own_server = isinstance(forks, str) and forks == "own"
     if own_server:
         forks = _fork_server()
+    # papermill enters each notebook's folder for its run (os.chdir, for the whole process) and
+    # goes back to the folder it found; two runs at once can leave the process in a staged
+    # folder (one goes back to where the other had gone). Every chapter has the same folder, so
+    # each kernel starts in the right one; the process goes back to its own when they end.
+    here = os.getcwd()
     pool = ThreadPoolExecutor(max_workers=jobs)
     with outputs_checked_whole():  # each notebook is checked whole once it is written
         try:
@@ -937,6 +942,7 @@ def execute_notebooks(
         finally:
             shutil.rmtree(socket_dir, ignore_errors=True)
     pool.shutdown(wait=True)
+    os.chdir(here)
     if own_server and forks is not None:
         forks.close()
     if failures:
