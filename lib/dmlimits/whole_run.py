@@ -310,7 +310,7 @@ def sensitivity_figure(scns: list[Scenario], alphas: np.ndarray) -> plt.Figure:
             if np.isfinite(dots[i][1]):
                 ax.plot(*dots[i], "o", color=PALETTE[i], ms=sizes[i])
         if not any(np.isfinite(c).any() for c in curves):
-            pad = 0.05 * (alphas[-1] - alphas[0])  # matplotlib's margin, as the other panel
+            pad = plt.rcParams["axes.xmargin"] * (alphas[-1] - alphas[0])  # as the other panel
             ax.set_xlim(alphas[0] - pad, alphas[-1] + pad)
             ax.text(0.5, 0.5, "infinite: unbounded bandwidth\nbetween nodes, not drawn",
                     transform=ax.transAxes, ha="center", va="center", fontsize=9,
