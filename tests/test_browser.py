@@ -90,3 +90,14 @@ def test_the_headline_figure_is_saved_for_people_to_look_at(built_book):
     page = "notebooks/reproduction.html"
     shot = browser.screenshot(HTML, page, BUILD / "screenshots" / "reproduction.png")
     assert shot.stat().st_size > 50_000
+
+
+def test_a_table_wider_than_the_column_is_caught_and_named(built_book, monkeypatch):
+    page = "notebooks/reproduction.html"
+    accepted = {k: v for k, v in browser.WIDE_TABLES_ACCEPTED.items() if k[0] != page}
+    accepted[(page, "Fitted nowhere")] = "a table the page does not have"
+    monkeypatch.setattr(browser, "WIDE_TABLES_ACCEPTED", accepted)
+    problems = browser.check_site(HTML, only=[page])
+    found = {(p.kind, p.detail[:14]) for p in problems}
+    assert ("table wider than the column", "Compute (FLOP)") in found, problems
+    assert ("table listed as wide fits the column", "Fitted nowhere") in found, problems

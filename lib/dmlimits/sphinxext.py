@@ -10,6 +10,13 @@
   removes duplicate script *files* but not duplicate inline bodies, and the second
   ``const THEBE_JS_URL`` is a JavaScript error in the reader's console.  Identical inline
   scripts are dropped here.
+* **Tables sized to the text column.**  The book's tables hold up to thirteen columns of
+  numbers, and the theme sets them in the body's type with wide padding, so most were wider
+  than the column and scrolled sideways.  A style sheet of the book's own (:data:`STYLE_SHEET`,
+  written into the output's ``_static`` when the builder starts, so that every page links it
+  with its checksum) sets them a size smaller with narrower padding, and lets a scenario's name
+  in a table break after its hyphens: Sphinx keeps inline code on one line, and
+  ``h100-infinite-network-low-latency-sparse`` made its column 364 pixels wide.
 * **Binder opens the MyST source.**  The build executes each chapter into an ``.ipynb`` beside
   it, so the theme's Binder button would open ``notebooks/NAME.ipynb``, a file the repository
   does not have (it keeps the MyST ``.md``, which Binder opens as a notebook through jupytext).
@@ -73,6 +80,25 @@ def _copy_mathjax(app, exception) -> None:
             shutil.copytree(src, target / part, dirs_exist_ok=True)
         else:
             shutil.copy2(src, target / part)
+
+
+#: The book's own style sheet (its rules and their reasons in the module's docstring), linked
+#: from every page.
+STYLE_SHEET = "dmlimits.css"
+STYLE = """\
+/* dmlimits: tables sized to the text column (see dmlimits.sphinxext). */
+main table.table { font-size: 0.875em; }
+main table.table td, main table.table th { padding-left: 0.3rem; padding-right: 0.3rem; }
+main table.table code.literal span.pre { white-space: normal; }
+"""
+
+
+def _write_style_sheet(app) -> None:
+    if app.builder.format != "html":
+        return
+    static = Path(app.outdir) / "_static"
+    static.mkdir(parents=True, exist_ok=True)
+    (static / STYLE_SHEET).write_text(STYLE)
 
 
 def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
@@ -347,6 +373,8 @@ def setup(app):
     app.connect("config-inited", _no_type_comments)
     app.add_domain(_numref_domain(), override=True)
     app.connect("build-finished", _copy_mathjax)
+    app.add_css_file(STYLE_SHEET)
+    app.connect("builder-inited", _write_style_sheet)
     # Early: html-page-context stops at the first handler that returns a template name.
     app.connect("html-page-context", _dedupe_scripts, priority=100)
     # After the theme adds its launch buttons (priority 501).
