@@ -98,6 +98,25 @@ def test_sci(value, text):
     assert g.sci(value) == text
 
 
+@pytest.mark.parametrize(
+    ("value", "unit", "digits", "text"),
+    [
+        # The assumptions page printed the batch law's anchor, 3e23 FLOP, as "300 × 10²³":
+        # the mantissa's zeros were cut with its decimal point.
+        (3e23, "FLOP", 6, "3 × 10²³ FLOP"),
+        (3e23, "FLOP", 5, "3 × 10²³ FLOP"),
+        (2.0004e23, "", 5, "2.0004 × 10²³"),
+        (1.5e20, "FLOP", 6, "1.5 × 10²⁰ FLOP"),
+        (2.5, "", 4, "2.5"),
+        (1.0005, "", 4, "1"),
+        (1830e6, "Hz", 4, "1.83 GHz"),
+        (50 * 2**20, "byte", 4, "50 MiB"),
+    ],
+)
+def test_quantity_keeps_the_mantissa_whole(value, unit, digits, text):
+    assert g.quantity(value, unit, digits) == text
+
+
 @pytest.mark.parametrize("text", ["4,194,304", "1,000", "128", "True", "2.05 × 10²⁸",
                                   "at 1,024 GPUs", "it's", "(1, 2)", ""])  # fmt: skip
 def test_glued_text_reaches_the_page_as_it_is(text):

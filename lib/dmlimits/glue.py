@@ -179,7 +179,7 @@ def quantity(value: float, unit: str = "", digits: int = 4) -> str:
                 if "e" not in number:
                     return f"{number} {prefix}{_SI_UNITS[unit]}"
                 break
-    text = sci(value, digits).replace(".000", "")
+    text = sci(value, digits)
     if "×" in text:
         mantissa, power = text.split(" × ")
         mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
