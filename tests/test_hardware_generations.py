@@ -16,6 +16,16 @@ def test_every_value_has_a_source_and_every_key_is_set(gpu):
         assert len(source) > 20, (gpu, key)
 
 
+@pytest.mark.parametrize("gpu", ("v100", "a100", "h100"))
+def test_the_papers_own_values_are_not_credited_to_a_whitepaper(gpu):
+    """The effective utilization (a measured derate) and the kernel latency are the authors';
+    the hardware's counts and bandwidths come from NVIDIA's whitepapers through their code."""
+    sources = hardware.gpu_sources(gpu)
+    for key in hardware.AUTHORS_OWN:
+        assert sources[key] == hardware.PAPER, (gpu, key)
+    assert "whitepaper" in sources["hardware.sms"]
+
+
 @pytest.mark.parametrize(
     ("gpu", "peak"),
     [("h200", 989.4e12), ("b200", 2.25e15), ("gb200-nvl72", 2.5e15), ("gtx580", 1.581e12)],
