@@ -438,7 +438,8 @@ def min_nanobatch_derivation() -> Derivation:
 
 
 MULTICAST = Substitution(
-    "a multicast sends each value once, and each of the other SMs of the row of tiles receives it",
+    "a multicast sends each value once, and each of the other SMs of the column of tiles "
+    "receives it",
     {n_tx: 1, n_rx: tile_rows - 1},
     kind="assumption",
     source="erdil2024datamovement",
@@ -455,8 +456,9 @@ def multicast_derivation() -> Derivation:
         "What distributed shared memory moves between SMs",
         [
             Step(
-                "With $r_{\\mathrm{t}} \\times c_{\\mathrm{t}}$ per-SM tiles, every SM of a row "
-                "of $r_{\\mathrm{t}}$ tiles needs the same input values, and transfers between SMs "
+                "With $r_{\\mathrm{t}} \\times c_{\\mathrm{t}}$ per-SM tiles, the "
+                "$r_{\\mathrm{t}}$ SMs of a column of tiles, one in each row, need the same "
+                "input values, and transfers between SMs "
                 "are counted at both ends: each value costs its sends and receives. Each of the "
                 "$c_{\\mathrm{t}} - 1$ SMs that does not own a partial output sends it, and the "
                 "owner receives it: two transfers each.",
@@ -464,8 +466,9 @@ def multicast_derivation() -> Derivation:
             ),
             Step(
                 "A multicast reaches all the SMs that need a value with one send, the input "
-                "crossing $r_{\\mathrm{t}}$ times (none at all when $r_{\\mathrm{t}} = 1$: the "
-                "value stays where it is).",
+                "crossing $r_{\\mathrm{t}}$ times. This holds for more than one row of tiles; "
+                "with a single row no other SM needs the input, and the model charges nothing "
+                "for it.",
                 m2,
                 using=MULTICAST,
             ),
@@ -981,10 +984,14 @@ def figure_level_times(scn: Scenario, d1: Any, d2: Any, kind: str) -> Figure:
     nb = np.arange(PAD_MULTIPLE, 2**13 + 1, PAD_MULTIPLE, dtype=float)
     parts = level_times(scn, d1, d2, nb, kind)
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.8))
-    styles = ("-", "-", "--", "-", "-.")
-    for i, key in enumerate((*LEVELS, "arithmetic", "latency")):
+    # HBM blue, L2 red, shared memory orange dashed, arithmetic purple, the kernel latency grey
+    # dash-dot: the arithmetic in the palette's teal was hard to tell from HBM's blue.
+    styles = {"hbm": (0, "-"), "l2": (1, "-"), "shared": (2, "--"), "arithmetic": (5, "-"),
+              "latency": (6, "-.")}  # fmt: skip
+    for key in (*LEVELS, "arithmetic", "latency"):
         value = np.broadcast_to(parts[key], nb.shape)
-        left.plot(nb, value * 1e6, color=PALETTE[i], ls=styles[i], label=LEVEL_LABELS[key])
+        colour, ls = styles[key]
+        left.plot(nb, value * 1e6, color=PALETTE[colour], ls=ls, label=LEVEL_LABELS[key])
     left.plot(nb, parts["total"] * 1e6, color="black", lw=2, ls=":", label="total")
     left.set_ylabel("time (µs)")
     left.legend(fontsize=8, loc="upper left")
