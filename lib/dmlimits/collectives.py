@@ -282,7 +282,7 @@ def ring_allreduce_derivation() -> Derivation:
         chapter=CHAPTER,
         notes=(
             "Erdil & Schneider-Joseph (2024) cost every all-reduce as this reduce-scatter and "
-            "all-gather (reference notes, section 5); the byte count is the classic one of "
+            "all-gather; the byte count is the classic one of "
             "Patarasuk & Yuan (2009).",
         ),
     )
@@ -341,8 +341,8 @@ def repeated_allreduce_derivation() -> Derivation:
             Step("Put in the bytes of one all-reduce.", a3, using=RING_BYTES),
             Step("Two phases.", a4, using=CONSTANTS),
             Step(
-                "This is the form of Erdil & Schneider-Joseph (2024): the latency is paid only "
-                "when $p > 1$ (with one participant nothing is sent).",
+                "This is the form of Erdil & Schneider-Joseph (2024), for $p > 1$: with one "
+                "participant nothing is sent, and the library charges no latency either.",
                 a5,
             ),
         ],
@@ -550,8 +550,7 @@ def two_level_allreduce_derivation() -> Derivation:
                 "between nodes, others are reduced or gathered inside them.  So the bandwidth "
                 "times of the levels overlap and the slower one binds; but every chunk goes "
                 "through reduce-scatter, the between-node all-reduce and all-gather in that "
-                "order, so the latencies add (Erdil & Schneider-Joseph 2024, reference notes, "
-                "section 5).",
+                "order, so the latencies add (Erdil & Schneider-Joseph 2024).",
                 h1,
             ),
             Step(
@@ -563,10 +562,11 @@ def two_level_allreduce_derivation() -> Derivation:
             ),
             Step("Two phases at each level.", h3, using=CONSTANTS),
             Step(
-                "Collect the latencies.  In the between-node term the shard ($n_{\\mathrm{w}} / "
-                "p_0$ words) and its $p_0$ side-by-side copies have cancelled: it is the cluster "
+                "Collect the latencies.  (In the between-node term the shard, "
+                "$n_{\\mathrm{w}} / p_0$ words, and its $p_0$ side-by-side copies cancelled in "
+                "the step before: it is the cluster "
                 "form of an all-reduce of the whole vector among $p_1$, which is how the paper "
-                "accounts for the levels one by one.",
+                "accounts for the levels one by one.)",
                 h4,
             ),
             Step(
@@ -587,7 +587,7 @@ def two_level_allreduce_derivation() -> Derivation:
         notes=(
             "Adding the bandwidth times instead (no overlap between levels) bounds the time from "
             "above; earlier versions of the authors' code added them, while their final code "
-            "and the reference notes take the larger: overlap_levels=False gives the sum.",
+            "(October 2024) takes the larger: overlap_levels=False gives the sum.",
         ),
     )
 

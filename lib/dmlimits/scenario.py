@@ -149,8 +149,8 @@ SCHEMA: dict[str, Field] = {
     "training.tokens_per_param": _pos(20.0, "training tokens per parameter (Chinchilla)"),
     "training.year_seconds": _pos(
         SECONDS_PER_YEAR,
-        "seconds in a year, to turn months into seconds: 365.25 days (the reference notes and "
-        "the authors' closed-form notebook); the authors' search notebook uses 3.154e7",
+        "seconds in a year, to turn months into seconds: 365.25 days (the authors' closed-form "
+        "notebook); the authors' search notebook uses 3.154e7",
         "s",
     ),
     # model.*
