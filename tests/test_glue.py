@@ -111,6 +111,9 @@ def test_sci(value, text):
         (1.0005, "", 4, "1"),
         (1830e6, "Hz", 4, "1.83 GHz"),
         (50 * 2**20, "byte", 4, "50 MiB"),
+        (0, "byte", 4, "0 B"),
+        (0, "s", 4, "0 s"),
+        (0, "", 4, "0"),
     ],
 )
 def test_quantity_keeps_the_mantissa_whole(value, unit, digits, text):

@@ -166,6 +166,8 @@ def quantity(value: float, unit: str = "", digits: int = 4) -> str:
     ``1.125 µs``, ``50 MiB``, ``4,194,304 tokens``; at most ``digits`` significant digits, no
     trailing zeros, no ``e+12``."""
     value = float(value)
+    if value == 0 and unit in _SI_UNITS:
+        return f"0 {_SI_UNITS[unit]}"  # "0 B", as "50 MiB" and "3.352 TB/s"; never "0 byte"
     if unit == "byte":
         for size, name in _BINARY:
             if value >= size and value % size == 0 and value / size < 1e4:
