@@ -1,5 +1,6 @@
 """Derivations: every one verifies; a broken step is caught and named."""
 
+import itertools
 import json
 import re
 
@@ -282,6 +283,25 @@ def test_display_equations_fit_the_column():
                 if printing.visible_width(line) > printing.MAX_WIDTH + 4:
                     wide.append((f"{d.name}-{i}", printing.visible_width(line)))
     assert not wide, wide
+
+
+def test_a_broken_line_starts_with_its_operator():
+    """Where a display breaks a sum, the next line starts with the sign that joins it (a lost
+    sign turns a sum into a product): expert parallelism's (7.22) read ``1 - \\delta`` over
+    ``\\frac{\\delta - 1}{N}(N - 1)``, its ``+`` gone, when a negative term was broken."""
+    bare = []
+    for d in every_derivation():
+        for i, st in enumerate(d.steps, 1):
+            tex = st.latex()
+            if not tex.startswith("\\begin{aligned}"):
+                continue
+            lines = tex.split("\n")[1:-1]
+            for before, line in itertools.pairwise(lines):
+                body = line.removeprefix("&\\quad ").removeprefix("&= ").lstrip("& ")
+                if not (body[:1] in "+-" or before.rstrip(" \\").endswith(",")
+                        or line.startswith("&= ")):  # fmt: skip
+                    bare.append((f"{d.name}-{i}", line[:60]))
+    assert not bare, bare
 
 
 # --- Reasons typeset, one meaning per symbol (issue #13) ----------------------------------------

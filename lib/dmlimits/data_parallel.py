@@ -548,8 +548,9 @@ def dp_time(
     ``n_params`` gradient words all-reduced among ``n_dp_intra * n_dp_inter`` replicas,
     ``n_dp_intra`` per node in ``n_dp_inter`` nodes, on a cluster of ``n_gpu`` GPUs (default: one
     GPU per replica; otherwise a whole multiple of the data-parallel degree).  Bandwidth: the
-    larger of the two levels' times, or their sum with ``overlap_levels=False`` (the authors'
-    notebook).  Returns :class:`~dmlimits.collectives.CommTime`; arrays broadcast.
+    larger of the two levels' times (as the authors' final code), or their sum with
+    ``overlap_levels=False`` (as earlier versions of their code).  Returns
+    :class:`~dmlimits.collectives.CommTime`; arrays broadcast.
     """
     overlap_levels = flag("overlap_levels", overlap_levels)
     args, shape = _time_args(scn, n_params, n_dp_intra, n_dp_inter, n_gpu)

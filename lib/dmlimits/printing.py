@@ -217,7 +217,13 @@ def _lines(printer: BookPrinter, expr: sp.Basic, width: int, depth: int = 0) -> 
             elif visible_width(term_tex) <= width:
                 lines.append(term_tex)
             else:
-                sign = "+ " if term_tex.startswith("+ ") else ""
+                # A term that prints with a minus is broken as its negation after a "- ": broken
+                # as it is, its factors print without the sign (``\\frac{\\delta - 1}{N}`` for
+                # ``- \\frac{1 - \\delta}{N}``) and the line lost the operator that joins it.
+                if term_tex.startswith("-"):
+                    sign, term = "- ", -term
+                else:
+                    sign = "+ " if term_tex.startswith("+ ") else ""
                 inner = _lines(printer, term, width - 2, depth + 1)
                 inner[0] = sign + inner[0]
                 lines += inner
