@@ -315,3 +315,21 @@ def test_dp_level_times_are_dp_time_level_by_level(scn):
     summed = dp.dp_time(scn, params, intra, inter, gpus, overlap_levels=False)
     assert_levels_add_up(t, summed, unlimited=scn is UNLIMITED)
     assert (t.level1[:, :, 0] == 0).all()  # one node: nothing between nodes
+
+
+def test_the_batch_bounds_replicas_in_the_searchs_unit_of_a_microbatch():
+    """A replica needs one unit of a microbatch a step: a token by default (as the search
+    lists configurations), a whole sequence with ``search.microbatch_unit=sequence``; the
+    chapter said sequences whatever the setting."""
+    tokens = scenario.resolve("h100")
+    sequences = scenario.resolve("h100", ["search.microbatch_unit=sequence"])
+    batch = np.array([4_194_304.0, 2.0**24])
+    np.testing.assert_array_equal(dp.batch_bound(tokens, batch), batch)
+    np.testing.assert_array_equal(
+        dp.batch_bound(sequences, batch), batch / sequences["model.sequence_length"]
+    )
+    assert dp.batch_bound(tokens, 1024, 8) == 128
+    assert dp.batch_bound_label(tokens) == "tokens per batch"
+    assert dp.batch_bound_label(sequences) == "sequences per batch"
+    with pytest.raises(ValueError, match="batch"):
+        dp.batch_bound(tokens, -1.0)

@@ -738,10 +738,30 @@ def figure_dp_time(scn: Scenario, degrees: tuple[int, ...] = FIGURE_DEGREES):
     return fig
 
 
+def batch_bound(scn: Scenario, batch: Any, experts: Any = 1) -> np.ndarray:
+    """The most replicas a batch of ``batch`` tokens allows: each needs at least one unit of a
+    microbatch a step (``search.microbatch_unit``: a token, the default, or a whole sequence),
+    and with ``experts`` experts the search splits the batch among them first, as it lists
+    configurations (:mod:`dmlimits.search`).  Arrays broadcast."""
+    from . import pipeline
+
+    scn = _check_scenario(scn)
+    unit = pipeline.unit_tokens(scn["search.microbatch_unit"], scn["model.sequence_length"])
+    batch = numbers("batch", batch, strict=True)
+    experts = numbers("experts", experts, strict=True)
+    return np.floor(np.asarray(batch, dtype=float) / (np.asarray(experts, dtype=float) * unit))
+
+
+def batch_bound_label(scn: Scenario) -> str:
+    """What :func:`batch_bound` counts, for a legend: ``tokens per batch`` by default."""
+    unit = _check_scenario(scn)["search.microbatch_unit"]
+    return f"{unit}s per batch" + (" per expert" if scn["model.sparse"] else "")
+
+
 def figure_dp_memory(scn: Scenario):
     """The largest data-parallel degree the memory allows on the smallest cluster that trains
-    each model in time, against the sequences in a batch and the degree at which the
-    all-reduce takes as long as the arithmetic."""
+    each model in time, against the most replicas the batch allows (:func:`batch_bound`) and
+    the degree at which the all-reduce takes as long as the arithmetic."""
     from . import figures
 
     scn = _check_scenario(scn)
@@ -757,7 +777,11 @@ def figure_dp_memory(scn: Scenario):
         label="largest $N_{\\mathrm{DP}}$ that fits in HBM",
     )
     ax.plot(
-        sh.compute, sh.batch / scn["model.sequence_length"], "s-", ms=3, label="sequences per batch"
+        sh.compute,
+        batch_bound(scn, sh.batch, sh.experts),
+        "s-",
+        ms=3,
+        label=f"most replicas the batch allows ({batch_bound_label(scn)})",
     )
     parity = parity_dp(scn, sh.batch, sh.experts)
     ax.plot(
