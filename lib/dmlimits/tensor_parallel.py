@@ -480,9 +480,10 @@ def crossover_derivation() -> Derivation:
             ),
             Step("Put in both times.", x2, using=times),
             Step(
-                "Write the widths as shard sides times the degrees.  The nanobatch cancels: "
-                "both times grow with it alike, so batching does not help; only the shard's "
-                "size and the link do.",
+                "Write the widths as shard sides times the degrees.  The nanobatch is a "
+                "factor of both sides, and it cancels when the side is solved for below: both "
+                "times grow with it alike, so batching does not help; only the shard's size "
+                "and the link do.",
                 x3,
                 using=SHARD_SIDES,
             ),
