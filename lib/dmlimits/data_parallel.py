@@ -892,6 +892,8 @@ __all__ = [
     "COST_FORMULAS",
     "SUMMARY",
     "arithmetic_time",
+    "batch_bound",
+    "batch_bound_label",
     "cluster_for",
     "compute_ratio",
     "dp_bytes_per_gpu",
