@@ -66,6 +66,22 @@ def test_analytic_beside_simulated(h100):
     (row,) = whole_run.analytic_vs_simulated([h100])
     assert 0.5 < row["linear_end"] / row["t_crit"] < 2
     assert 0.5 < row["last_feasible"] / row["t_limit"] < 2
+    assert row["wall_reached"]
+
+
+def test_a_sweep_that_never_meets_the_wall_is_not_compared_with_it():
+    """Under the DeepSeek batch law every run of the sweep finishes in time: its last feasible
+    point is the sweep's end, far short of the closed-form wall; the table marks it and gives
+    the factor as a lower bound, and the figure draws it hollow (a reviewer found it counted
+    as a wall 0.058 times the closed form)."""
+    deepseek = sc.resolve("h100-deepseek-batch")
+    (row,) = whole_run.analytic_vs_simulated([deepseek])
+    assert not row["wall_reached"] and row["last_feasible"] < row["t_limit"]
+    line = whole_run.analytic_table([row]).splitlines()[-1]
+    assert "(the sweep's end)" in line and "≥ " in line
+    fig = whole_run.analytic_figure([row])
+    hollow = [ln for ln in fig.axes[0].lines if ln.get_markerfacecolor() == "none"]
+    assert len(hollow) == 1 and hollow[0].get_ydata()[0] == row["last_feasible"]
 
 
 def test_move_phrase_and_trend():
@@ -176,6 +192,8 @@ def test_the_wall_is_named_only_where_the_sweep_reaches_it(name):
     if math.isnan(first):
         assert name == "h100-deepseek-batch"
         assert "beyond the sweep" in words["falls"] and "no region is shaded" in words["caption"]
+        assert "before any wall" in words["wall"]
     else:
         assert name == "h100" and first > last
         assert sci(first) in words["caption"] and "no cluster of any size" in words["falls"]
+        assert words["wall"] == f"the wall comes after {sci(last)}"

@@ -49,7 +49,8 @@ def wall_between(scn: Scenario) -> tuple[float, float]:
 def wall_phrases(scn: Scenario) -> dict[str, str]:
     """The reproduction chapter's words for where the latency wall stands, for any scenario:
     ``falls`` ends the description of the curve, ``caption`` says what the headline figure
-    shades, ``takeaway`` closes the chapter.  Where a grid point is infeasible the wall is
+    shades, ``takeaway`` closes the chapter, ``wall`` completes "linear scaling ends at X and"
+    where scenarios are set side by side.  Where a grid point is infeasible the wall is
     between the last feasible point and it; where every point of the sweep is feasible (a
     batch law that grows the batch fast enough) the wall lies beyond the sweep, and the words
     say so instead of naming a wall the sweep never reached."""
@@ -62,6 +63,7 @@ def wall_phrases(scn: Scenario) -> dict[str, str]:
                       "time: the latency wall."),
             "caption": f"the shaded region right of {sci(first)} FLOP is infeasible.",
             "takeaway": f"no run beyond {sci(last)} FLOP finishes in time.",
+            "wall": f"the wall comes after {sci(last)}",
         }  # fmt: skip
     return {
         "falls": (f"falls up to the top of the sweep, {sci(last)} FLOP, where a cluster still "
@@ -69,6 +71,7 @@ def wall_phrases(scn: Scenario) -> dict[str, str]:
         "caption": "every model of the sweep finishes in time, so no region is shaded.",
         "takeaway": (f"every run of the sweep, up to {sci(last)} FLOP, finishes in time: the "
                      "wall lies beyond it."),
+        "wall": f"the sweep ends, at {sci(last)} FLOP, before any wall",
     }  # fmt: skip
 
 
@@ -329,7 +332,8 @@ def analytic_vs_simulated(scns: list[Scenario]) -> list[dict[str, Any]]:
     """For each scenario the closed forms under its own batch and depth laws beside the
     simulated limits: critical compute and the linear-scaling end, the latency wall and the
     last feasible grid point (closed forms ``NaN`` for sparse scenarios, where they do not
-    apply)."""
+    apply), and ``wall_reached``: whether the sweep has an infeasible point at all.  Where it
+    has none the last feasible point is the sweep's end, and the wall lies beyond it."""
     out = []
     for scn in scns:
         h = search.headline(scn)
@@ -337,6 +341,7 @@ def analytic_vs_simulated(scns: list[Scenario]) -> list[dict[str, Any]]:
             "scenario": scn.name, "t_crit": h["t_crit_own_flop"],
             "linear_end": h["linear_scaling_end_flop"], "t_limit": h["t_limit_own_flop"],
             "last_feasible": h["last_feasible_flop"],
+            "wall_reached": math.isfinite(wall_between(scn)[1]),
             "alpha": closed_forms.implied_alpha(scn),
         })  # fmt: skip
     return out
@@ -431,7 +436,13 @@ def analytic_figure(rows: list[dict[str, Any]]) -> plt.Figure:
         x = np.array([r[a] for r in rows])
         y = np.array([r[b] for r in rows])
         ok = np.isfinite(x) & np.isfinite(y)
-        ax.plot(x[ok], y[ok], m, color=PALETTE[i], ms=5, label=label, alpha=0.8)
+        # A sweep with no infeasible point ends before the wall: its last point is hollow.
+        short = np.array([b == "last_feasible" and not r["wall_reached"] for r in rows])
+        ax.plot(x[ok & ~short], y[ok & ~short], m, color=PALETTE[i], ms=5, label=label,
+                alpha=0.8)  # fmt: skip
+        if (ok & short).any():
+            ax.plot(x[ok & short], y[ok & short], m, color=PALETTE[i], ms=5, mfc="none",
+                    label="end of a sweep that never meets the wall")  # fmt: skip
         if ok.any():
             lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
     ax.plot([lo / 3, hi * 3], [lo / 3, hi * 3], color="0.5", lw=0.8, ls="--")
@@ -461,7 +472,8 @@ def headline_table(scns: list[Scenario]) -> str:
     """One row per scenario: where linear scaling ends (the grid point, the feasible grid
     point before it and the crossing interpolated between them: the grid's spacing decides
     the end only within that bracket), the plateau, the last feasible point and the two
-    closed forms under the scenario's own laws (a dash for sparse scenarios)."""
+    closed forms under the scenario's own laws (a dash for sparse scenarios).  A last feasible
+    point that is the end of a sweep in which every run finishes in time is marked so."""
     lines = [
         "| Scenario | Linear scaling ends (FLOP) | Grid point before | Crossing, interpolated "
         "| Plateau utilization | Last feasible (FLOP) | Critical compute (FLOP) "
@@ -470,10 +482,11 @@ def headline_table(scns: list[Scenario]) -> str:
     ]
     for scn in scns:
         h = search.headline(scn)
+        end = "" if math.isfinite(wall_between(scn)[1]) else " (the sweep's end)"
         lines.append(
             f"| `{scn.name}` | {sci(h['linear_scaling_end_flop'])} | "
             f"{sci(h['linear_scaling_before_flop'])} | {sci(h['linear_scaling_crossing_flop'])} | "
-            f"{h['plateau_utilization']:.3f} | {sci(h['last_feasible_flop'])} | "
+            f"{h['plateau_utilization']:.3f} | {sci(h['last_feasible_flop'])}{end} | "
             f"{sci(h['t_crit_own_flop'])} | {sci(h['t_limit_own_flop'])} |"
         )
     return "\n".join(lines)
@@ -575,17 +588,22 @@ def factor(a: float, b: float) -> str:
 
 def analytic_table(rows: list[dict[str, Any]]) -> str:
     """The closed forms beside the search, with each search result as a factor of its closed
-    form; a dash where a closed form does not apply (sparse) or a limit is missing."""
+    form; a dash where a closed form does not apply (sparse) or a limit is missing.  Where the
+    sweep never meets the wall its last point is marked as the sweep's end, and the factor is
+    a lower bound."""
     lines = [
         "| Scenario | $\\alpha$ | Critical compute | Linear scaling ends | Factor "
         "| Latency wall (closed form) | Last feasible | Factor |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        short = not r["wall_reached"]
+        end = " (the sweep's end)" if short else ""
+        bound = "≥ " if short and math.isfinite(r["t_limit"]) else ""
         lines.append(
             f"| `{r['scenario']}` | {r['alpha']:.3f} | {sci(r['t_crit'])} | "
             f"{sci(r['linear_end'])} | {factor(r['t_crit'], r['linear_end'])} | "
-            f"{sci(r['t_limit'])} | {sci(r['last_feasible'])} | "
+            f"{sci(r['t_limit'])} | {sci(r['last_feasible'])}{end} | {bound}"
             f"{factor(r['t_limit'], r['last_feasible'])} |"
         )
     return "\n".join(lines)
