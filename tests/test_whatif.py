@@ -123,3 +123,28 @@ def test_what_the_h100_limits_ignore(tornado):
     assert moved["wall"]["HBM bandwidth"] == 0.0
     assert moved["linear_end"]["training duration"] > 0
     assert moved["wall"]["training duration"] > 0
+
+
+def test_a_limit_left_undefined_is_named_but_not_ranked_first():
+    """A variant with no feasible run moves the wall 'infinitely far'; the chapter called that
+    assumption the one both limits are most sensitive to, against its own tornado, whose longest
+    finite bars were another's (found by a reviewer)."""
+    inf = float("inf")
+    ranked = {
+        "linear_end": [("depth-law exponent", inf), ("batch-law exponent", 3.4), ("x", 0.0)],
+        "wall": [("depth-law exponent", inf), ("batch-law exponent", 4.5), ("x", 0.1)],
+    }
+    words = whatif.sensitivity_words(ranked)
+    assert words["sentence"].startswith(
+        "Of the finite moves, both limits move farthest with the batch-law exponent (3.4 and 4.5"
+    )
+    assert 'the depth-law exponent leaves a limit undefined ("none")' in words["sentence"]
+    assert words["takeaway"].endswith(": the assumption to pin down first")
+    apart = whatif.sensitivity_words({"linear_end": [("a", 1.0)], "wall": [("b", 2.0)]})
+    assert apart["sentence"] == (
+        "Of the finite moves, the end of linear scaling moves farthest with the a (1 decades), "
+        "and the wall moves farthest with the b (2 decades)"
+    )
+    assert apart["takeaway"].endswith("the assumptions to pin down first")
+    idle = whatif.sensitivity_words({"linear_end": [("a", 0.0)], "wall": [("a", 0.0)]})
+    assert idle["sentence"].startswith("No assumption moves either limit")

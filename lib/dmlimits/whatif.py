@@ -184,6 +184,40 @@ def ranking(base: dict[str, float], rows: list[TornadoRow], what: str) -> list[t
     return sorted(((r.label, moves(base, r, what)) for r in rows), key=lambda t: -t[1])
 
 
+def sensitivity_words(ranked: dict[str, list[tuple[str, float]]]) -> dict[str, str]:
+    """The what-if chapter's words on which assumption moves each limit farthest, from the
+    :func:`ranking` of ``"linear_end"`` and ``"wall"``: ``sentence`` names the largest finite
+    move of each limit in decades, and then the assumptions with a variant that leaves a limit
+    undefined ("none" in the tornado), which are a different world rather than an uncertainty
+    and so are not ranked first; ``takeaway`` adds which assumptions to pin down first."""
+
+    def top(what: str) -> tuple[str, float] | None:
+        return next(((lab, d) for lab, d in ranked[what] if math.isfinite(d) and d > 0), None)
+
+    end, wall = top("linear_end"), top("wall")
+    if end is None and wall is None:
+        head = "No assumption moves either limit by a grid point"
+        pin = "none of them needs pinning down first"
+    elif end is not None and wall is not None and end[0] == wall[0]:
+        head = (f"Of the finite moves, both limits move farthest with the {end[0]} "
+                f"({end[1]:.2g} and {wall[1]:.2g} decades)")  # fmt: skip
+        pin = "the assumption to pin down first"
+    else:
+        parts = [f"{name} moves farthest with the {t[0]} ({t[1]:.2g} decades)"
+                 for name, t in (("the end of linear scaling", end), ("the wall", wall))
+                 if t is not None]  # fmt: skip
+        head = "Of the finite moves, " + ", and ".join(parts)
+        pin = f"the assumption{'s' if len(parts) == 2 else ''} to pin down first"
+    undefined = sorted({lab for what in ranked for lab, d in ranked[what] if math.isinf(d)})
+    tail = ""
+    if undefined:
+        names = " and ".join([", ".join(undefined[:-1]), undefined[-1]] if undefined[:-1]
+                             else undefined)  # fmt: skip
+        tail = (f'. Halving or doubling the {names} leaves a limit undefined ("none"), a '
+                "different world rather than an uncertainty")  # fmt: skip
+    return {"sentence": head + tail, "takeaway": f"{head}: {pin}"}
+
+
 def samples(scn: Scenario, n: int, seed: int = 0) -> list[dict[str, float]]:
     """``n`` joint draws of the assumptions of :data:`RANGES` (log-uniform, reproducible)."""
     scn = require_scenario(scn)
