@@ -21,6 +21,7 @@ def test_markdown_has_a_row_per_parallelism():
     for e in summary.entries():
         assert text.count(f"<{e['module']}>") == 2  # a table row and its details
         assert e["what_moves"] in text and e["link"] in text
+        assert f"$ per {e['volume_per']} |" in text and f"$ per {e['latency_per']} |" in text
 
 
 def test_a_module_without_summary_is_refused(monkeypatch):

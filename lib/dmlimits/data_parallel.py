@@ -476,6 +476,8 @@ def _summary() -> dict[str, Any]:
         "what_moves": "the weight gradients of all parameters, summed across the replicas once "
         "per step",
         "volume": _cost_formulas()["dp_bytes_per_gpu"][0],
+        "volume_per": "GPU and step",
+        "latency_per": "step",
         "link": "InfiniBand between nodes (NVLink for the replicas that share a node)",
         "overlaps_compute": False,
         "latency": co.RING_PHASES * (co.lat0 + co.lat1),

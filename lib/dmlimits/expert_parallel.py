@@ -622,6 +622,8 @@ def _summary() -> dict[str, Any]:
         ),
         # Expected bytes per GPU per layer interface, forward and backward.
         "volume": _p_remote().subs(n_ep0 * n_ep1, n_ep) * pp.BOUNDARY_BYTES / N,
+        "volume_per": "GPU and layer interface (expected)",
+        "latency_per": "layer interface",
         "link": "NVLink inside the node; InfiniBand once the group spans nodes",
         "overlaps_compute": True,
         # One message each way per layer interface, at the highest level the group spans.

@@ -404,6 +404,8 @@ SUMMARY = {
         "boundary (every chunk boundary with interleaving), point to point"
     ),
     "volume": BOUNDARY_BYTES,
+    "volume_per": "stage boundary, for the tokens that cross it",
+    "latency_per": "step (one microbatch's crossings)",
     "link": "InfiniBand between nodes (NVLink for consecutive stages that share a node)",
     "overlaps_compute": True,
     "latency": BOUNDARY_PASSES * CROSSINGS * _lat_level,

@@ -1,6 +1,8 @@
 """Every parallelism at a glance: what moves, how much, over which link, whether it overlaps
-with compute, and the latency it pays.  Each parallelism's module declares its own ``SUMMARY``
-(sympy expressions in registered symbols); this module only collects and renders them."""
+with compute, and the latency it pays, each with what it is counted per (a GPU and a step, a
+layer, a stage boundary), since the parallelisms' costs are not counted alike.  Each
+parallelism's module declares its own ``SUMMARY`` (sympy expressions in registered symbols);
+this module only collects and renders them."""
 
 from __future__ import annotations
 
@@ -10,7 +12,16 @@ from . import units as u
 from .symbols import REGISTRY
 
 MODULES = ("data_parallel", "tensor_parallel", "pipeline", "expert_parallel")
-KEYS = ("parallelism", "what_moves", "volume", "link", "overlaps_compute", "latency")
+KEYS = (
+    "parallelism",
+    "what_moves",
+    "volume",
+    "volume_per",
+    "link",
+    "overlaps_compute",
+    "latency",
+    "latency_per",
+)
 
 
 def entries() -> list[dict]:
@@ -43,8 +54,8 @@ def markdown() -> str:
         link = f"{{doc}}`{e['parallelism']} <{e['module']}>`"
         overlap = "yes" if e["overlaps_compute"] else "no"
         table.append(
-            f"| {link} | ${REGISTRY.latex(e['volume'])}$ | "
-            f"${REGISTRY.latex(e['latency'])}$ | {overlap} |"
+            f"| {link} | ${REGISTRY.latex(e['volume'])}$ per {e['volume_per']} | "
+            f"${REGISTRY.latex(e['latency'])}$ per {e['latency_per']} | {overlap} |"
         )
         details.append(
             f"{link}\n: **What moves:** {e['what_moves']}  \n  **Over which link:** {e['link']}"

@@ -591,6 +591,8 @@ def _summary() -> dict[str, Any]:
             "token, forward and backward together"
         ),
         "volume": sp.simplify(_cost_formulas()["tp_bytes"][0] / b),
+        "volume_per": "GPU, layer and token",
+        "latency_per": "layer",
         "link": "NVLink inside a node; InfiniBand once a group spans nodes",
         "overlaps_compute": True,
         "latency": latency_time_derivation().result.rhs,
