@@ -4,11 +4,11 @@ For every page: the console has no errors; every equation was typeset by MathJax
 element holds MathJax output, no MathJax error, no raw TeX left in the visible text) and fits
 the text column, displayed or inline; every image loaded and has an alt text that says what it
 shows; the text has no number printed as ``1e+11``, no Python repr (``None``, ``nan``,
-``array(``) and no doubled word (code, math and the API reference's signatures, which are code,
-are not text); no table scrolls sideways but those listed; the previous and next links lead
-to pages that load.  Pages are served from 127.0.0.1 by a throwaway HTTP server; the browser
-is Debian's Chromium (/usr/bin/chromium) with its driver, never a downloaded one, and makes no
-request beyond this machine.
+``array(``), no Markdown backticks and no doubled word (code, math and the API reference's
+signatures, which are code, are not text); no table scrolls sideways but those listed; the
+previous and next links lead to pages that load.  Pages are served from 127.0.0.1 by a
+throwaway HTTP server; the browser is Debian's Chromium (/usr/bin/chromium) with its driver,
+never a downloaded one, and makes no request beyond this machine.
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\(frac|mathrm|left|right|alpha|
 RAW_NUMBER = re.compile(r"\d\.?\d*[eE][+-]\d")
 REPR = re.compile(r"\b(None|nan|NaN|inf)\b|array\(|<figure>")
 DOUBLED = re.compile(r"\b([A-Za-z]+) \1\b")
+# Markdown that reached the page as text: a glued string is pasted as it is, so backticks in it
+# show instead of making code.
+RAW_MARKDOWN = re.compile(r"`[^`]+`")
 # Wider than the text column, or than the equation's own box (which leaves room for the
 # equation's number and scrolls what does not fit: a reader sees a scroll bar).
 WIDE_EQUATIONS = """
@@ -212,8 +215,9 @@ def check_page(driver, base: str, page: str) -> list[Problem]:
     if raw:
         problems.append(Problem(page, "raw TeX in the text", raw.group(0)))
     for line in visible.splitlines():
-        for pattern, kind in ((RAW_NUMBER, "raw exponent"), (REPR, "Python repr"),
-                              (DOUBLED, "doubled word")):  # fmt: skip
+        patterns = ((RAW_NUMBER, "raw exponent"), (REPR, "Python repr"),
+                    (DOUBLED, "doubled word"), (RAW_MARKDOWN, "raw Markdown"))  # fmt: skip
+        for pattern, kind in patterns:
             m = pattern.search(line)
             if m and not (kind == "doubled word" and m.group(1).lower() in ("that", "had")):
                 problems.append(Problem(page, kind, line[max(0, m.start() - 40) : m.end() + 40]))
