@@ -76,15 +76,11 @@ def test_times_in_seconds_and_memory_in_bytes():
 
 
 def test_summary_entry():
-    assert set(dp.SUMMARY) == {
-        "parallelism",
-        "what_moves",
-        "volume",
-        "link",
-        "overlaps_compute",
-        "latency",
-    }
+    from dmlimits import summary
+
+    assert set(dp.SUMMARY) == set(summary.KEYS)
     assert dp.SUMMARY["parallelism"] == "data"
+    assert (dp.SUMMARY["volume_per"], dp.SUMMARY["latency_per"]) == ("GPU and step", "step")
     assert dp.SUMMARY["overlaps_compute"] is False
     units.check_unit(dp.SUMMARY["volume"], REGISTRY.units, units.byte)
     units.check_unit(dp.SUMMARY["latency"], REGISTRY.units, units.second)
