@@ -220,6 +220,22 @@ def fit_summary() -> dict:
         "half_large_MiB": f.half_peak_message(max(m.nodes)) / 2**20,
         # The fit's bus bandwidth over the node's network ports (one a GPU).
         "nic_efficiency": runs.measured_collective_efficiency(),
+        # The largest message measured: its bus bandwidths and the fit's error there (the fit
+        # weighs every point's relative error alike, and most points are smaller messages).
+        **_largest_message(f, m),
+    }
+
+
+def _largest_message(f: nccl.Fit, m: nccl.Measurements) -> dict:
+    at = m.message_bytes == m.message_bytes.max()
+    errors = f.relative_errors[at]
+    return {
+        "largest_GiB": float(m.message_bytes.max()) / 2**30,
+        "largest_lo_GBps": float(m.busbw[at].min()) / nccl.GB,
+        "largest_hi_GBps": float(m.busbw[at].max()) / nccl.GB,
+        "largest_err_lo_pct": -100 * float(errors.max()),
+        "largest_err_hi_pct": -100 * float(errors.min()),
+        "largest_all_below": bool(np.all(errors < 0)),
     }
 
 
