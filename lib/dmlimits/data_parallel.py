@@ -52,8 +52,9 @@ from .scenario import Scenario
 CHAPTER = "data_parallel"
 
 # --- Definitional constants ------------------------------------------------------------------
-# Optimizer state in multiples of the parameter bytes (the paper's factor; e.g. Adam's two
-# moments and a master copy), sharded across the data-parallel replicas.
+# Optimizer state in multiples of the parameter bytes (the paper's factor; Adam's two moments
+# and a master copy in full precision would be six times 16-bit parameters), sharded across the
+# data-parallel replicas.
 OPTIMIZER_FACTOR = 4
 # The figures' data-parallel degrees (each replica in its own node).
 FIGURE_DEGREES = (16, 128, 1024, 8192)
