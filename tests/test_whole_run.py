@@ -197,3 +197,20 @@ def test_the_wall_is_named_only_where_the_sweep_reaches_it(name):
         assert name == "h100" and first > last
         assert sci(first) in words["caption"] and "no cluster of any size" in words["falls"]
         assert words["wall"] == f"the wall comes after {sci(last)}"
+
+
+def test_the_cluster_change_is_said_as_the_rows_show_it():
+    """Search exercises 2 and 3 said 'a smaller cluster finishes in time' and 'utilization
+    rises' whatever the search found; in a B200 build it kept the same cluster (found by a
+    reviewer building other scenarios)."""
+    a = {"n_gpu": 4096.0, "utilization": 0.55}
+    assert whole_run.cluster_change(a, {"n_gpu": 2048.0, "utilization": 0.6}).startswith(
+        "a smaller cluster finishes in time: the search takes 2,048 GPUs instead of 4,096"
+    )
+    assert whole_run.cluster_change(a, {"n_gpu": 4096.0, "utilization": 0.55}) == (
+        "the search keeps the cluster of 4,096 GPUs, and utilization stays at 0.550"
+    )
+    assert "larger cluster" in whole_run.cluster_change(a, {"n_gpu": 8192.0, "utilization": 0.5})
+    assert whole_run.cluster_change(a, {"n_gpu": 8192.0, "utilization": 0.5}).endswith(
+        "utilization falls to 0.500"
+    )

@@ -691,6 +691,28 @@ def move_phrase(before: float, after: float, what: str = "it") -> str:
     return f"moves {what} from {pretty(before)} to {pretty(after)} FLOP ({how})"
 
 
+def cluster_change(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """What a changed assumption does to the cluster that trains one model, for glued prose:
+    ``before`` and ``after`` are that model's rows of two sweeps (:func:`nearest`)."""
+    from .glue import sci as pretty
+
+    n0, n1 = float(before["n_gpu"]), float(after["n_gpu"])
+    u0, u1 = float(before["utilization"]), float(after["utilization"])
+    way = "rises" if u1 > u0 + 5e-4 else "falls" if u1 < u0 - 5e-4 else "stays"
+    util = f"utilization {way} {'at' if way == 'stays' else 'to'} {u1:.3f}"
+    if n1 < n0:
+        return (
+            f"a smaller cluster finishes in time: the search takes {pretty(n1)} GPUs instead "
+            f"of {pretty(n0)}, each with a larger share of every matmul, and {util}"
+        )
+    if n1 > n0:
+        return (
+            f"the search needs a larger cluster, {pretty(n1)} GPUs instead of {pretty(n0)}, "
+            f"and {util}"
+        )
+    return f"the search keeps the cluster of {pretty(n1)} GPUs, and {util}"
+
+
 def trend_word(first: float, last: float, tolerance: float = 0.05) -> str:
     """'rises', 'falls' or 'stays about level' between two shares."""
     if last > first + tolerance:
