@@ -214,3 +214,14 @@ def test_the_cluster_change_is_said_as_the_rows_show_it():
     assert whole_run.cluster_change(a, {"n_gpu": 8192.0, "utilization": 0.5}).endswith(
         "utilization falls to 0.500"
     )
+
+
+def test_a_build_says_how_it_departs_from_the_papers_h100():
+    """The reproduction and closed-forms chapters call a match with the published values the
+    model's only for the paper's H100 setting, and otherwise say what the build changes."""
+    assert whole_run.departure_from_h100(sc.resolve("h100")) == ""
+    assert whole_run.departure_from_h100(sc.resolve("b200")).startswith("runs the B200")
+    slow = sc.resolve("h100", ["network.inter_node.bandwidth=25e9", "batch.law=none"])
+    assert whole_run.departure_from_h100(slow) == (
+        "changes batch.law, network.inter_node.bandwidth"
+    )

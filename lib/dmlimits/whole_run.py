@@ -691,6 +691,18 @@ def move_phrase(before: float, after: float, what: str = "it") -> str:
     return f"moves {what} from {pretty(before)} to {pretty(after)} FLOP ({how})"
 
 
+def departure_from_h100(scn: Scenario) -> str:
+    """How a build departs from the paper's H100 setting, whose results are the published ones,
+    for glued prose: ``""`` when it does not, ``"runs the B200 ..."`` for another GPU, else
+    ``"changes"`` and the keys it changes."""
+    from .scenario import resolve
+
+    if scn["gpu"] != "h100":
+        return f"runs the {scn.gpu_label}"
+    changed = sorted(scn.differences(resolve("h100")))
+    return "changes " + ", ".join(changed) if changed else ""
+
+
 def cluster_change(before: dict[str, Any], after: dict[str, Any]) -> str:
     """What a changed assumption does to the cluster that trains one model, for glued prose:
     ``before`` and ``after`` are that model's rows of two sweeps (:func:`nearest`)."""
