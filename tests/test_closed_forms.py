@@ -92,6 +92,38 @@ def test_overrides_reach_the_closed_forms(h100, setting, key, factor):
     assert cf.values(sc.resolve("h100", [setting]))[key] == pytest.approx(factor * base)
 
 
+@pytest.mark.parametrize(
+    ("setting", "alpha", "name", "symbol", "key"),
+    [
+        ("network.inter_node.bandwidth", 0.0, "critical_compute", "bw1", "t_crit_flop"),
+        ("network.inter_node.bandwidth", 0.2, "critical_compute", "bw1", "t_crit_flop"),
+        ("hardware.hbm_bandwidth", 0.2, "critical_compute", "bw_hbm", "t_crit_flop"),
+        ("hardware.kernel_latency", 0.1, "latency_wall", "t_lam", "t_limit_flop"),
+    ],
+)
+def test_a_power_of_a_closed_form_is_how_far_it_moves(h100, setting, alpha, name, symbol, key):
+    """power_of's exponent, read at the scenario's alpha, is the move of the closed form when
+    the value behind the symbol is multiplied by 3 (the what-if chapter's exercises read it)."""
+    from dmlimits import collectives as coll
+    from dmlimits import matmul
+
+    sym = {"bw1": coll.bw1, "bw_hbm": matmul.bw_hbm, "t_lam": cf.t_lam}[symbol]
+    base = sc.resolve_overrides(h100, {"closed_forms.alpha": alpha})
+    moved = sc.resolve_overrides(base, {setting: 3 * base[setting]})
+    power = float(cf.power_of(name, sym).subs(s.alpha_ratio, alpha))
+    assert cf.values(moved)[key] / cf.values(base)[key] == pytest.approx(3**power, rel=1e-9)
+    assert power != 0
+
+
+def test_a_power_of_a_symbol_the_form_lacks_is_refused():
+    from dmlimits import collectives as coll
+
+    with pytest.raises(ValueError, match=r"W_net1 for the closed form 'latency_wall'"):
+        cf.power_of("latency_wall", coll.bw1)
+    with pytest.raises(ValueError, match=r"closed form: got 'wall'; expected one of"):
+        cf.power_of("wall", s.train_time)
+
+
 def test_network_variants(h100):
     flat = cf.values(sc.resolve("h100-global-nvlink"))
     unlimited = cf.values(sc.resolve("h100-infinite-network-low-latency"))

@@ -334,6 +334,24 @@ def evaluate(name: str, scn: Scenario, alpha: Any = None, laws: str = "paper") -
     return float(out) if out.ndim == 0 else out
 
 
+def power_of(name: str, symbol: sp.Symbol) -> sp.Expr:
+    """The power with which one closed form (a key of :data:`COST_FORMULAS`) grows with one of
+    its symbols, ``d ln f / d ln x``, with the smallest nanobatch and shard put in: the
+    exponent of ``x`` where the form is a power law of it (``4 / (1 - 2 alpha)`` for the
+    critical compute and the InfiniBand bandwidth, ``coll.bw1``).  Raises ``ValueError`` for a
+    symbol the form does not contain."""
+    forms = _cost_formulas()
+    if name not in forms:
+        raise ValueError(f"closed form: got {name!r}; expected one of {sorted(forms)}")
+    expr = forms[name][0].subs({n_hbm: forms["nanobatch"][0], a_ib: forms["shard"][0]})
+    if symbol not in expr.free_symbols:
+        raise ValueError(
+            f"symbol: got {symbol} for the closed form {name!r}; expected one of "
+            f"{sorted(str(x) for x in expr.free_symbols)}"
+        )
+    return sp.simplify(sp.diff(sp.log(expr), symbol) * symbol)
+
+
 def applies(scn: Scenario) -> bool:
     """Whether the closed forms apply: they are derived for dense models (a run of ``N``
     parameters does ``6 k_D N^2`` FLOP), not for mixtures of experts."""
