@@ -1,4 +1,4 @@
-"""Closed forms: the critical compute and the latency wall (reference notes, section 7).
+"""Closed forms: the critical compute and the latency wall (Erdil & Schneider-Joseph 2024).
 
 Erdil & Schneider-Joseph (2024) bound the search's results with two formulas that need no
 search.  *Critical compute* is the largest training run whose every 8-GPU node can still run
@@ -53,7 +53,9 @@ t_lam = _decl(
     "latency of one communication on a step's critical path", _S, defined_in=CHAPTER,
 )  # fmt: skip
 
-# --- Constants of the closed forms (the authors' notebook; reference notes, section 7) -------
+# --- Constants of the closed forms (the authors' notebook) ----------------------------------
+# The authors' final code for Erdil & Schneider-Joseph (2024): layer_and_batch_scaling.ipynb in
+# the public repository ege-erdil/limits_to_distributed_training, commit b1f771c (October 2024).
 #: Words of HBM traffic per weight each time a matmul uses it: the notebook charges 2 x 2 bytes
 #: per weight; we read that as a 16-bit weight read and a 16-bit value written back.
 HBM_WORDS_PER_WEIGHT = 2

@@ -2,8 +2,9 @@
 
 Erdil & Schneider-Joseph (2024, "Data movement limits to frontier model training",
 arXiv:2411.01137) charge every exchange of data between GPUs with a simple bandwidth-plus-latency
-model on a hierarchical network (section 5 of the project's reference notes, which reconstruct it
-from the authors' public code).  This module derives those costs itself, in sympy:
+model on a hierarchical network (in the authors' final code, ``optimal_parallelism.ipynb`` in
+the public repository ``ege-erdil/limits_to_distributed_training``, commit b1f771c, October
+2024).  This module derives those costs itself, in sympy:
 
 * **The network.**  Level 0 is the NVLink node of ``network.node_size`` GPUs; level 1 is
   InfiniBand between nodes.  Each level has a bidirectional bandwidth per GPU ``W_l`` (so
@@ -25,8 +26,10 @@ from the authors' public code).  This module derives those costs itself, in symp
   the node, all-reduce of each GPU's ``1 / p_0`` shard with its counterparts in the other
   ``p_1 - 1`` nodes, all-gather in the node.  Bandwidth times of the two levels overlap (the larger
   binds; they use different links and the collective streams in chunks) and latencies add (every
-  chunk passes the phases in order), as in the reference notes.  ``overlap_levels=False`` adds the
-  bandwidth times instead.
+  chunk passes the phases in order), as the authors' final code combines an all-reduce's levels
+  (each level's traffic there is a whole all-reduce of every word among that level's GPUs; the
+  search's ``search.level_times`` key says how a step combines them).  ``overlap_levels=False``
+  adds the bandwidth times instead.
 
 Every cost is a sympy expression in registered symbols (:data:`COST_FORMULAS`); the numeric
 functions are lambdified from those same expressions and broadcast over numpy arrays of words,

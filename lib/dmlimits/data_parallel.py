@@ -2,8 +2,9 @@
 
 Erdil & Schneider-Joseph (2024, "Data movement limits to frontier model training",
 arXiv:2411.01137) replicate the model ``N_DP`` times; each replica trains on its share of the
-batch, and at the end of every optimizer step the replicas sum their weight gradients (section 5
-of the project's reference notes, which reconstruct the model from the authors' public code).
+batch, and at the end of every optimizer step the replicas sum their weight gradients (in the
+authors' final code, ``optimal_parallelism.ipynb`` in the public repository
+``ege-erdil/limits_to_distributed_training``, commit b1f771c, October 2024).
 This module derives that cost itself, in sympy, from the collectives module's expressions:
 
 * **The all-reduce.**  One all-reduce of all ``N`` gradient words per step, among the ``N_DP``
@@ -12,12 +13,12 @@ This module derives that cost itself, in sympy, from the collectives module's ex
   with ``n_w = N``, one repetition, spread over the ``N_GPU`` GPUs of the cluster (each GPU
   all-reduces the gradients of its own shard of the model, ``N N_DP / N_GPU`` words).
 * **Two explicit choices.**  ``overlap_levels`` (default ``True``): the bandwidth times of the
-  two levels overlap and the larger binds, as the reference notes say and the authors' final
-  code does; ``False`` adds them, as earlier versions of their code did.  ``overlap_compute``
-  (default ``False``): the all-reduce waits for the step's last gradients and is not hidden
-  behind compute (nor stretched by the pipeline bubble), as the reference notes say and the
-  authors' notebook runs it (``overlap_DP = 0``); ``True`` hides its bandwidth time behind the
-  rest of the step, the default of their function's signature.  Latency is never hidden.
+  two levels overlap and the larger binds, as the authors' final code does; ``False`` adds
+  them, as earlier versions of their code did.  ``overlap_compute`` (default ``False``): the
+  all-reduce waits for the step's last gradients and is not hidden behind compute (nor
+  stretched by the pipeline bubble), as the authors' notebook runs it (``overlap_DP = 0``);
+  ``True`` hides its bandwidth time behind the rest of the step, the default of their
+  function's signature.  Latency is never hidden.
 * **Memory.**  Parameters are replicated across the ``N_DP`` replicas; the optimizer state, four
   times the parameter bytes, is sharded across them.  The cluster fits the run when
   ``N_GPU M_HBM >= N w N_DP + k_opt N w`` (activations are not modelled); solved for ``N_DP``
@@ -615,9 +616,9 @@ def dp_bytes_per_gpu(scn: Scenario, n_params: Any, n_dp: Any, n_gpu: Any = None)
 
 def step_time(rest: Any, comm: CommTime, overlap_compute: bool = False) -> Any:
     """Seconds of one optimizer step: ``rest`` (the step without the all-reduce) plus the
-    all-reduce ``comm``.  Not overlapped (default: the reference notes, and the authors'
-    notebook as run): ``rest + bandwidth + latency``; ``overlap_compute=True``: ``max(rest,
-    bandwidth) + latency``."""
+    all-reduce ``comm``.  Not overlapped (default: the authors' notebook as run):
+    ``rest + bandwidth + latency``; ``overlap_compute=True``: ``max(rest, bandwidth) +
+    latency``."""
     overlap_compute = flag("overlap_compute", overlap_compute)
     if not isinstance(comm, CommTime):
         raise ValueError(f"comm: got {type(comm).__name__}; expected a CommTime from dp_time")

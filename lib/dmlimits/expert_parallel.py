@@ -2,8 +2,9 @@
 
 Erdil & Schneider-Joseph (2024, "Data movement limits to frontier model training",
 arXiv:2411.01137) spread the ``S`` experts of every block over ``N_EP = gcd(N_GPU, S)`` GPUs
-(section 5 of the project's reference notes, which reconstruct the model from the authors'
-public code).  This module derives that part of the model in sympy:
+(in the authors' final code, ``optimal_parallelism.ipynb`` in the public repository
+``ege-erdil/limits_to_distributed_training``, commit b1f771c, October 2024).  This module
+derives that part of the model in sympy:
 
 * **Placement.**  The expert-parallel group splits over the hierarchy like every other degree:
   ``N_EP = N_EP,0 N_EP,1``, ``N_EP,0`` GPUs in each of ``N_EP,1`` nodes, each GPU holding
@@ -801,8 +802,8 @@ def ep_time(
 
     Bandwidth: the expected point-to-point time at each level, the levels added (the
     ``expert-parallel-interface`` derivation).  Latency: ``latency="highest"`` (default: the
-    reference notes and the authors' final code) charges one message each way per interface at
-    the highest level the group spans, nothing for a group of one GPU; ``"expected"`` weights
+    authors' final code) charges one message each way per interface at the highest level the
+    group spans, nothing for a group of one GPU; ``"expected"`` weights
     the levels' latencies by their probabilities, as earlier versions of the authors' code did.
     Returns
     :class:`~dmlimits.collectives.CommTime`; arguments broadcast as numpy arrays.

@@ -1,9 +1,11 @@
 """GPU presets: every hardware value the model uses, each with its source.
 
-Values follow Erdil & Schneider-Joseph (2024) as reconstructed in the project's reference notes
-(the authors' public code, ``gpu/gpu_model.py``), which in turn take them from NVIDIA's
-architecture whitepapers.  A preset supplies the ``hardware.*`` and ``network.*`` keys of a
-scenario; any of them can be overridden.
+Values follow Erdil & Schneider-Joseph (2024) as set in the authors' final code
+(``gpu/gpu_model.py`` in the public repository ``ege-erdil/limits_to_distributed_training``,
+commit b1f771c, October 2024), which takes most of them from NVIDIA's documents and a few from
+measurements or its authors' estimates; each value below names its own source.
+A preset supplies the ``hardware.*`` and ``network.*`` keys of a scenario; any of them can be
+overridden.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Erdil & Schneider-Joseph (2024, "Data movement limits to frontier model training",
 arXiv:2411.01137) time every matmul of a training step with a roofline over the GPU's memory
-hierarchy.  This module rebuilds that model (section 4 of the project's reference notes, which
-reconstruct it from the authors' public code ``gpu/gpu_model.py``) in our own terms:
+hierarchy.  This module rebuilds that model (in the authors' final code, ``gpu/gpu_model.py`` in
+the public repository ``ege-erdil/limits_to_distributed_training``, commit b1f771c, October
+2024) in our own terms:
 
 * **The operation.**  A weight operand of ``d1 x d2`` meets a *nanobatch* of ``b`` tokens.  Three
   kinds occur in training: the forward pass ``Y = W X`` and the activation gradient
@@ -59,15 +60,15 @@ CHAPTER = "matmul"
 # One multiply-accumulate is a multiply and an add: two FLOP (the usual convention, also the
 # model chapter's).
 FLOP_PER_MAC = 2
-# Tensor cores work on fixed fragments; the reference notes (section 4) pad every dimension of
-# the arithmetic to a multiple of 8.
+# Tensor cores work on fixed fragments; the authors' final code (gpu/gpu_model.py) pads every
+# dimension of the arithmetic to a multiple of 8.
 PAD_MULTIPLE = 8
 # Shared memory: 32 banks per SM, each 4 bytes wide per clock (NVIDIA CUDA C++ Programming
-# Guide, "Shared Memory"; the reference notes, section 3).
+# Guide, "Shared Memory"; the authors' final code, gpu/gpu_model.py).
 SHARED_BANKS = 32
 BANK_BYTES = 4
-# Usable share of L2 and of the register file for tiles (the reference notes, section 3; the
-# rest holds addresses, indices and buffers).
+# Usable share of L2 and of the register file for tiles (the authors' final code,
+# gpu/gpu_model.py; the rest holds addresses, indices and buffers).
 USABLE_FRACTION = sp.Rational(3, 4)
 
 KINDS = ("forward", "activation-grad", "weight-grad")
@@ -676,8 +677,8 @@ def matmul_time(scn: Scenario, d1: Any, d2: Any, b: Any, kind: str) -> np.ndarra
     """Seconds for one matmul of a ``d1 x d2`` weight shard and ``b`` tokens on one GPU.
 
     ``kind`` is ``"forward"``, ``"activation-grad"`` or ``"weight-grad"``; ``d1``, ``d2``, ``b``
-    broadcast as numpy arrays (a float comes back for scalars).  Erdil & Schneider-Joseph (2024),
-    section 4 of the reference notes.
+    broadcast as numpy arrays (a float comes back for scalars).  Erdil & Schneider-Joseph (2024);
+    the single-GPU model of the authors' final code, ``gpu/gpu_model.py``.
     """
     return _evaluate(scn, d1, d2, b, kind, ("total",))[0]
 
@@ -713,7 +714,8 @@ def min_nanobatch(scn: Scenario, derated: bool = True) -> float:
     arithmetic (the ``matmul-min-nanobatch`` derivation).
 
     ``derated=False`` uses the peak rate instead of the derated one, as the paper's closed form
-    for the critical compute does (Erdil & Schneider-Joseph 2024; reference notes, section 7).
+    for the critical compute does (Erdil & Schneider-Joseph 2024; the authors' final code,
+    ``layer_and_batch_scaling.ipynb``).
     """
     scn = _check_scenario(scn)
     if not isinstance(derated, bool):

@@ -2,9 +2,10 @@
 
 Erdil & Schneider-Joseph (2024, "Data movement limits to frontier model training",
 arXiv:2411.01137) split the ``L`` blocks of the model into ``N_PP`` pipeline stages (``N_PP``
-divides ``L``) and each step's batch, per pipeline, into ``m`` microbatches
-(section 5 of the project's reference notes, which reconstruct the model from the authors'
-public code).  This module derives the parts of that model that belong to the pipeline itself:
+divides ``L``) and each step's batch, per pipeline, into ``m`` microbatches (in the authors'
+final code, ``optimal_parallelism.ipynb`` in the public repository
+``ege-erdil/limits_to_distributed_training``, commit b1f771c, October 2024).  This module
+derives the parts of that model that belong to the pipeline itself:
 
 * **The bubble of 1F1B.**  In the one-forward-one-backward schedule (PipeDream-Flush; Narayanan
   et al. 2021) every stage waits while the first microbatch's forward pass fills the pipeline and
@@ -61,7 +62,7 @@ CHAPTER = "pipeline"
 
 # --- Definitional constants ------------------------------------------------------------------
 # Zero bubble (ZB-H2) needs at least this many microbatches per stage (Qi et al. 2024; the
-# reference notes, section 5).
+# authors' final code, optimal_parallelism.ipynb).
 ZERO_BUBBLE_MICROBATCHES_PER_STAGE = 2
 # The paper's search tries this many of the smallest valid microbatch counts.
 SEARCH_MICROBATCH_COUNT = 4
@@ -635,7 +636,7 @@ def valid_microbatches(
 
     ``units`` is what one pipeline handles per step, in the microbatch unit (tokens by
     default, :func:`unit_tokens`): the batch over the experts and the data-parallel degree.
-    Erdil & Schneider-Joseph (2024); reference notes, section 5.
+    Erdil & Schneider-Joseph (2024); the authors' final code, ``optimal_parallelism.ipynb``.
     """
     n = _integer("units", units)
     k = _integer("count", count)
@@ -648,7 +649,8 @@ def deepest_pipeline(n_layers: Any, units: Any, zero_bubble: bool = True, rule: 
     handling ``units`` per step; 1 when no deeper pipeline has one.
 
     Powers of two because the paper's clusters are ``S 2^i`` GPUs, so for a dense model every
-    parallelism degree is one (Erdil & Schneider-Joseph 2024; reference notes, section 2).
+    parallelism degree is a power of two (Erdil & Schneider-Joseph 2024; the authors' final code,
+    ``optimal_parallelism.ipynb``).
     """
     layers = _integer("n_layers", n_layers)
     n = _integer("units", units)

@@ -248,10 +248,12 @@ SCHEMA: dict[str, Field] = {
         "isqrt",
         "2D split rule of tensor parallelism (chapter 'Tensor parallelism'): isqrt "
         "(floor(sqrt(N_TP)) <= N_TP,ff <= 4 floor(sqrt(N_TP)); the authors' final code) or exact "
-        "(sqrt(N_TP) <= N_TP,ff <= 4 sqrt(N_TP), the rule as the paper states it)",
+        "(sqrt(N_TP) <= N_TP,ff <= 4 sqrt(N_TP), the rule without rounding)",
         choices=("isqrt", "exact"),
     ),
-    # closed_forms.*: the power laws of the closed forms (reference notes, section 7)
+    # closed_forms.*: the power laws of the closed forms (Erdil & Schneider-Joseph 2024; the
+    # authors' final code, layer_and_batch_scaling.ipynb in the public repository
+    # ege-erdil/limits_to_distributed_training, commit b1f771c, October 2024)
     "closed_forms.batch_tokens": _pos(
         4e6, "batch at the anchor compute in the closed forms (the authors' notebook)", "tokens"
     ),

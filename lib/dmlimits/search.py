@@ -1,4 +1,4 @@
-"""The search for the best parallelism at every model size (reference notes, section 6).
+"""The search for the best parallelism at every model size (Erdil & Schneider-Joseph 2024).
 
 For one model of the sweep and one cluster of ``N`` GPUs, every candidate configuration is
 enumerated at once as numpy arrays: the factorization ``N / N_EP = N_TP N_DP N_PP`` with the

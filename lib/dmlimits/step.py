@@ -2,11 +2,20 @@
 
 The pieces come from the chapters: the matmul time of a step on one GPU (matmul chapter), the
 bandwidth and latency times of tensor, pipeline and expert parallelism and of the gradient
-all-reduce, and the pipeline's bubble fraction.  Following Erdil & Schneider-Joseph (2024;
-reference notes, section 6): the pipeline's bandwidth time hides behind its matmuls, the
-bubble stretches what the pipeline does, latency is never hidden, and the gradient all-reduce
-follows the pipeline (the reference notes' order, which the paper's printed results need; the
-``search.dp_overlap`` key lets it overlap the pipeline instead).
+all-reduce, and the pipeline's bubble fraction.  Following Erdil & Schneider-Joseph (2024): the
+pipeline's bandwidth time hides behind its matmuls, the bubble stretches what the pipeline does,
+latency adds to the step except that a zero-bubble schedule overlaps its pipeline's latency with
+its work, and the gradient all-reduce follows the pipeline (the order in which the authors' final
+code was run, ``overlap_DP = 0`` in ``optimal_parallelism.ipynb`` of
+``ege-erdil/limits_to_distributed_training``, commit b1f771c, October 2024, and which the
+paper's printed results need; the ``search.dp_overlap`` key lets it overlap the pipeline
+instead).
+
+That code takes the zero-bubble overlap (the larger of the pipeline's network time and its
+latency) after the pipeline's time has been computed from the network time alone, so as run a
+zero-bubble pipeline pays no latency there; this module counts it.  The search's best
+configurations are the same either way at every grid point of the paper's settings
+(``tests/test_search.py``, ``test_the_authors_options_reproduce_every_grid_point``).
 """
 
 from __future__ import annotations

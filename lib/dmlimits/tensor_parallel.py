@@ -1,8 +1,9 @@
 """Tensor parallelism: each weight matrix split over a two-dimensional grid of GPUs.
 
 Erdil & Schneider-Joseph (2024, "Data movement limits to frontier model training",
-arXiv:2411.01137) always split tensor parallelism in two dimensions (section 5 of the project's
-reference notes, which reconstruct the model from the authors' public code):
+arXiv:2411.01137) always split tensor parallelism in two dimensions (in the authors' final code,
+``optimal_parallelism.ipynb`` in the public repository
+``ege-erdil/limits_to_distributed_training``, commit b1f771c, October 2024):
 
 * **The grid.**  ``N_TP = N_TP,model * N_TP,ff`` GPUs share one layer.  Each holds a
   ``(d_model / N_TP,model) x (d_ff / N_TP,ff)`` shard of both weight matrices of the MLP.
@@ -61,7 +62,8 @@ PASSES = 2
 # weight gradient).
 MATRICES = 2
 MATMULS_PER_LAYER = MATRICES * len(mm.KINDS)
-# The split rule: sqrt(N_TP) <= N_TP,ff <= FF_SPREAD sqrt(N_TP) (reference notes, section 5).
+# The split rule: sqrt(N_TP) <= N_TP,ff <= FF_SPREAD sqrt(N_TP) (Erdil & Schneider-Joseph 2024;
+# the authors' final code, optimal_parallelism.ipynb, with the roots rounded down: tp_splits).
 FF_SPREAD = 4
 SPLIT_RULES = ("exact", "isqrt")
 
@@ -509,8 +511,9 @@ def crossover_derivation() -> Derivation:
         chapter=CHAPTER,
         notes=(
             "At the peak rate (eta = 1) and InfiniBand bandwidth this is the minimum shard size "
-            "a of the paper's closed form for the critical compute (reference notes, "
-            "section 7); crossover_shard(scn, 1, derated=False) gives that number.",
+            "a of the paper's closed form for the critical compute (Erdil & Schneider-Joseph "
+            "2024; the authors' final code, layer_and_batch_scaling.ipynb); "
+            "crossover_shard(scn, 1, derated=False) gives that number.",
         ),
     )
 
@@ -688,7 +691,7 @@ def tp_splits(n_tp: Any, rule: str = _DEFAULT_SPLIT) -> list[tuple[int, int]]:
     ``rule="isqrt"`` (the default, the authors' final code): ``floor(sqrt(N_TP)) <= N_TP,ff <=
     4 floor(sqrt(N_TP))``; rounding the root down admits a few splits with
     ``N_TP,model > N_TP,ff`` (at ``N_TP`` of two or eight, say).  ``rule="exact"`` applies the
-    rule as the reference notes state it, ``sqrt(N_TP) <= N_TP,ff <= 4 sqrt(N_TP)``, in
+    rule without rounding, as this book states it, ``sqrt(N_TP) <= N_TP,ff <= 4 sqrt(N_TP)``, in
     integers: ``N_TP,ff^2 >= N_TP`` and ``N_TP,ff^2 <= 16 N_TP``.
     """
     n = _count("n_tp", n_tp)
@@ -930,7 +933,8 @@ def crossover_shard(scn: Scenario, level: Any, dims: int = 2, derated: bool = Tr
     ``dims=2``: the side of a square ``s x s`` shard (the ``tensor-parallel-crossover``
     derivation); ``dims=1``: the ``d_ff`` side of a 1D (Megatron) shard whose other side is the
     whole ``d_model`` (``tensor-parallel-crossover-1d``).  ``derated=False`` uses the peak rate,
-    as the paper's closed form does (reference notes, section 7).  Infinite bandwidth gives 0.
+    as the paper's closed form does (Erdil & Schneider-Joseph 2024; the authors' final code,
+    ``layer_and_batch_scaling.ipynb``).  Infinite bandwidth gives 0.
     """
     scn = _check_scenario(scn)
     level = coll.check_level(level)
