@@ -188,8 +188,9 @@ def assert_levels_add_up(levels, whole, unlimited: bool) -> None:
 
 def pixels_of_colour(fig, ax, x0: float, x1: float, y: float, colour: str) -> int:
     """How many pixels of ``fig`` as drawn show ``colour`` (faded by antialiasing no more than to
-    half) within two pixels of the horizontal line ``y`` of ``ax`` between ``x0`` and ``x1``
-    (data coordinates; a curve there is nearly horizontal, or ``y`` is one point of it)."""
+    half) within 1.3 points (two pixels at 110 per inch) of the horizontal line ``y`` of ``ax``
+    between ``x0`` and ``x1`` (data coordinates; a curve there is nearly horizontal, or ``y``
+    is one point of it)."""
     import matplotlib.colors as mcolors
     import numpy as np
 
@@ -197,7 +198,8 @@ def pixels_of_colour(fig, ax, x0: float, x1: float, y: float, colour: str) -> in
     rgb = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(float) / 255
     (a, row), (b, _) = ax.transData.transform([(x0, y), (x1, y)])
     row = rgb.shape[0] - round(float(row))
-    band = rgb[row - 2 : row + 3, int(min(a, b)) : int(max(a, b)) + 1].reshape(-1, 3)
+    half = max(2, round(1.3 * fig.dpi / 72))  # the band's half-height in pixels
+    band = rgb[row - half : row + half + 1, int(min(a, b)) : int(max(a, b)) + 1].reshape(-1, 3)
     ink = 1 - band  # a pixel is the colour's ink times its alpha on white
     target = 1 - np.array(mcolors.to_rgb(colour))
     alpha = ink @ target / (target @ target)

@@ -19,14 +19,18 @@ import numpy as np
 from . import model
 from .scenario import Scenario
 
-DPI = 110  # on screen: the size a figure is drawn at
+DPI = 110  # a figure's size on a page of ordinary density, in pixels per inch
 #: PNGs are written at twice that, so that they stay sharp on high-density screens; the page
 #: scales them to the column.
 SAVE_DPI = 2 * DPI
 PNG_METADATA = {"Software": None}  # no version string: identical bytes across builds
 PALETTE = ("#1b6ca8", "#d1495b", "#edae49", "#00798c", "#66a182", "#6c4f77", "#30343f")
 STYLE = {
-    "figure.dpi": DPI,
+    # Figures are laid out at the resolution they are saved at: ``tight_layout``, the tight box
+    # and the PNG then measure every label at one resolution, and matplotlib's layouts of them
+    # (mathtext above all) are made once instead of once at each.  A figure reaches the book,
+    # and a notebook's output, only as its PNG (dmlimits.glue), so nothing is drawn at another.
+    "figure.dpi": SAVE_DPI,
     "savefig.dpi": SAVE_DPI,
     "figure.figsize": (7.0, 4.2),
     "font.size": 10,
@@ -55,15 +59,14 @@ def share_mathtext_parses() -> bool:
     """Let every renderer of this process reuse the mathtext layouts another one made.
 
     Matplotlib keeps its last 50 mathtext layouts, each for the parser that made it, and every
-    renderer has its own parser.  A figure is drawn by three renderers on its way to the book
-    (its layout at the screen DPI, then the tight bounding box and the PNG at
-    :data:`SAVE_DPI`), so its tick labels and legends were parsed with pyparsing two or three
-    times (several milliseconds each: a few tenths of a second for a figure with log axes).  A
-    parser's only state is its output type, so one cache keyed by that type and the parse's own
-    arguments gives the same layouts (``tests/test_figures.py`` checks the PNG bytes are
-    unchanged).  Returns whether the cache is shared: with a matplotlib whose parser is laid
-    out otherwise (requirements.txt pins the one this was written for) nothing changes but the
-    speed."""
+    renderer has its own parser.  A figure is measured or drawn by three renderers on its way
+    to the book (its layout, then the tight bounding box and the PNG), so its tick labels and
+    legends were parsed with pyparsing two or three times (several milliseconds each: a few
+    tenths of a second for a figure with log axes).  A parser's only state is its output type,
+    so one cache keyed by that type and the parse's own arguments gives the same layouts
+    (``tests/test_figures.py`` checks the PNG bytes are unchanged).  Returns whether the cache
+    is shared: with a matplotlib whose parser is laid out otherwise (requirements.txt pins the
+    one this was written for) nothing changes but the speed."""
     import functools
 
     from matplotlib import mathtext
@@ -339,13 +342,16 @@ def png_bytes(fig: plt.Figure) -> bytes:
 
 def _tight_box(fig: plt.Figure) -> Any:
     """The box ``savefig(bbox_inches="tight")`` crops ``fig`` to, in inches, measured at
-    :data:`SAVE_DPI` without drawing the figure."""
-    screen = fig.dpi
-    fig.dpi = SAVE_DPI
+    :data:`SAVE_DPI` without drawing the figure (the book's figures are laid out at it; one
+    laid out at another resolution is measured at this one, then given its own back)."""
+    laid_out = fig.dpi
+    if laid_out != SAVE_DPI:  # (setting the same resolution again invalidates every transform)
+        fig.dpi = SAVE_DPI
     try:
         box = fig.get_tightbbox(fig.canvas.get_renderer())
     finally:
-        fig.dpi = screen
+        if fig.dpi != laid_out:
+            fig.dpi = laid_out
     pad = plt.rcParams["savefig.pad_inches"]
     return box.padded(pad, pad)
 
