@@ -298,6 +298,26 @@ def test_every_row_is_interpreted_and_memory_rows_have_no_reported_value():
         assert (it.reported is None) == (row["metric"] == "peak_memory")
 
 
+def test_a_row_is_interpreted_again_under_a_changed_shape():
+    """interpret keeps what it read per row and set of model shapes: a shape changed for a
+    while (preset_values) gives that row's configuration the changed shape, and the kept one
+    comes back once the shape is restored."""
+    from dmlimits.measured import transformer
+
+    row = next(r for r in runs.nemo_rows() if "DeepSeek" in r["model"])
+    before = runs.interpret(row)
+    assert runs.interpret(dict(row)) is before  # kept: the same row read again
+    with transformer.preset_values("deepseek-v3", **transformer.PLAIN_ATTENTION):
+        plain = runs.interpret(row)
+    assert plain.config.shape != before.config.shape
+    assert plain.config.shape.q_rank == 0 != before.config.shape.q_rank
+    assert runs.interpret(row) is before
+    with pytest.raises(ValueError, match="n_gpus"):  # an error is raised again, not kept
+        runs.interpret({**row, "n_gpus": ""})
+    with pytest.raises(ValueError, match="n_gpus"):
+        runs.interpret({**row, "n_gpus": ""})
+
+
 def test_megatron_row_reads_as_its_table():
     # Narayanan et al. 2021 Table 1: 1008B on 3072 A100s at 163 TFLOP/s, 52% of peak.
     row = next(

@@ -1392,7 +1392,35 @@ def _activation_factor(source: str) -> float:
 
 def interpret(row: dict) -> Interpretation:
     """A published row as a configuration, with every value the row leaves out assumed and
-    named.  Raises ValueError (with the reason) when the row cannot be modelled."""
+    named.  Raises ValueError (with the reason) when the row cannot be modelled.
+
+    Kept in the process for each row and set of model shapes (the fits and validations
+    interpret the same few hundred rows about twenty thousand times a chapter): an
+    interpretation reads the row, this module's constants and the model shapes, which
+    :func:`dmlimits.measured.transformer.preset_values` changes for a while; what it returns
+    is frozen."""
+    items = tuple(row.items())
+    try:
+        hash(items)
+    except TypeError:  # a value that cannot be a key (a list, say): interpreted afresh
+        return _interpret(row)
+    # The shapes by identity: the entry holds them, so no other shape can take their ids.
+    shapes = tuple(tf.SHAPES.items())
+    key = (items, tuple((name, id(v)) for name, v in shapes))
+    kept = _INTERPRETED.get(key)
+    if kept is None:
+        if len(_INTERPRETED) >= INTERPRETATIONS_KEPT:
+            _INTERPRETED.clear()
+        kept = _INTERPRETED[key] = (shapes, _interpret(row))
+    return kept[1]
+
+
+#: Interpretations kept per process (the book's chapters make a few hundred).
+INTERPRETATIONS_KEPT = 4096
+_INTERPRETED: dict[tuple, tuple[tuple, Interpretation]] = {}
+
+
+def _interpret(row: dict) -> Interpretation:
     row, assumed = normalize(row)
     notes = row.get("notes", "") or ""
     source = row.get("source", "") or ""
