@@ -30,6 +30,7 @@ forward, four backward) are run.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import pairwise, product
@@ -707,6 +708,27 @@ def test_compare_interleaved_orders_reports_the_simulation(backward):
                 assert r.megatron == PARTIAL_GROUP_BUBBLES[(r.n_pp, r.m, r.v)]
 
 
+def test_the_makespan_alone_is_the_schedules():
+    """pipeline.makespan, which lays a flush out without making its passes, gives the laid-out
+    schedule's makespan to the last bit: every order, with latency, collectives, a heavier last
+    chunk and uneven chunks; and it stops where the schedule does, with the same error."""
+    rng = np.random.default_rng(7)
+    for (name, _), n_pp, m, v in product(ORDERS.items(), STAGES, MICROBATCHES, INTERLEAVING):
+        if name == "1f1b" and v > 1:
+            continue
+        work = [float(x) for x in rng.uniform(0.2, 3.0, v * n_pp)]
+        for kw in ({}, {"latency": 0.3, "collective": 0.05}, {"head": 0.7}, {"work": work}):
+            try:
+                want = pipeline.schedule(n_pp, m, v, name, **kw).makespan
+            except pipeline.ScheduleDeadlock as err:
+                with pytest.raises(pipeline.ScheduleDeadlock, match=re.escape(str(err))):
+                    pipeline.makespan(n_pp, m, v, name, **kw)
+                continue
+            assert pipeline.makespan(n_pp, m, v, name, **kw) == want, (name, n_pp, m, v, kw)
+    with pytest.raises(ValueError, match=r"work: got \[1\.0\]; expected 4 finite numbers"):
+        pipeline.makespan(4, 8, work=[1.0])
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -716,6 +738,8 @@ def test_compare_interleaved_orders_reports_the_simulation(backward):
         (lambda: pipeline.schedule(4, 8, backward=0), r"backward: got 0"),
         (lambda: pipeline.schedule_zero_bubble(4, 8, steps=0), r"steps: got 0"),
         (lambda: pipeline.schedule(4, 5, 3, "interleaved"), r"expects m to be a multiple of n_pp"),
+        (lambda: pipeline.makespan(4, 8, 1, "gpipe"), r"order: got 'gpipe'; expected one of"),
+        (lambda: pipeline.makespan(4, 8, latency=-1), r"latency: got -1"),
     ],
 )
 def test_schedule_errors_name_the_bad_value(call, message):

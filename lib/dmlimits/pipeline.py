@@ -784,12 +784,14 @@ def _order_breadth_first(n_pp: int, v: int, m: int) -> list[list[tuple[str, int,
 
 def _list_schedule(
     orders: list[list[tuple[str, int, int]]], n_chunks: int, durations: dict[str, float],
-    latency: float = 0, per_chunk: list[dict[str, float]] | None = None,
-) -> tuple[ScheduledPass, ...]:  # fmt: skip
+    latency: float = 0, per_chunk: list[dict[str, float]] | None = None, listed: bool = True,
+) -> tuple[ScheduledPass, ...] | float:  # fmt: skip
     """Each GPU runs its passes in its order, each as soon as the GPU is free and its inputs have
     arrived: an input from another GPU arrives ``latency`` slots after it ends (a message across
     a stage boundary).  Chunk ``k``'s passes last ``per_chunk[k]`` where it is given,
-    ``durations`` otherwise.  Raises :class:`ScheduleDeadlock` when no GPU can go on.
+    ``durations`` otherwise.  Raises :class:`ScheduleDeadlock` when no GPU can go on.  With
+    ``listed`` false, only the makespan: the end of the last pass, which is the latest time a
+    GPU is free (a GPU's passes end in its order), the passes neither sorted nor made.
 
     A pass's inputs: a forward pass through chunk ``k > 0`` waits for the forward pass of the
     same microbatch through chunk ``k - 1``; a backward pass for the forward pass through its
@@ -852,6 +854,8 @@ def _list_schedule(
             raise ScheduleDeadlock(
                 f"the order stalls with passes {position} of {[len(o) for o in orders]} placed"
             )
+    if not listed:
+        return max(free)
     # The dataclass's own order (its fields in turn): the tuples sorted, then made passes.
     placed.sort()
     return tuple(ScheduledPass(*p) for p in placed)
@@ -905,6 +909,27 @@ def schedule(
     (``v N_PP`` numbers, at least 0; chunk ``k`` on GPU ``k mod N_PP``): a split whose chunks
     differ, each pass that many slots (backward, ``backward`` times as many).
     """
+    p, mm, vv, passes = _laid_out(n_pp, m, v, order, backward, latency, collective, head, work)
+    return Schedule(order, p, mm, vv, passes)
+
+
+def makespan(
+    n_pp: Any, m: Any, v: Any = 1, order: str = "1f1b", backward: Any = BACKWARD_SLOTS,
+    latency: Any = 0, collective: Any = 0, head: Any = 0, work: Any = None,
+) -> float:  # fmt: skip
+    """``schedule(...).makespan`` for the same arguments (:func:`schedule`), the same errors
+    included, without making the schedule's passes: where only the length of a flush is wanted
+    (:func:`dmlimits.measured.operations.pipeline_stretch` asks for many), listing and sorting
+    its passes took more than half of laying it out."""
+    return _laid_out(n_pp, m, v, order, backward, latency, collective, head, work, listed=False)[3]
+
+
+def _laid_out(
+    n_pp: Any, m: Any, v: Any, order: str, backward: Any, latency: Any, collective: Any,
+    head: Any, work: Any, listed: bool = True,
+) -> tuple[int, int, int, Any]:  # fmt: skip
+    """The arguments of :func:`schedule` checked, and its passes laid out: ``N_PP``, ``m`` and
+    ``v`` as integers, then the passes (``listed``) or their makespan."""
     p, mm, vv = _integer("n_pp", n_pp), _integer("m", m), _integer("v", v)
     b = _integer("backward", backward)
     lat, coll = _slots("latency", latency), _slots("collective", collective)
@@ -947,13 +972,14 @@ def schedule(
             scale = [1.0] * (vv * p) if work is None else [float(x) for x in shares]
             scale[-1] *= 1 + head
             per_chunk = [{"F": x + coll, "B": b * x + coll} for x in scale]
-        passes = _list_schedule(build(), vv * p, {"F": 1 + coll, "B": b + coll}, lat, per_chunk)
+        durations = {"F": 1 + coll, "B": b + coll}
+        laid = _list_schedule(build(), vv * p, durations, lat, per_chunk, listed)
     except ScheduleDeadlock as err:
         raise ScheduleDeadlock(
             f"order={order!r} with n_pp={p}, m={mm}, v={vv}: {err}; Megatron-LM's interleaved "
             "order expects m to be a multiple of n_pp (or at most n_pp)"
         ) from None
-    return Schedule(order, p, mm, vv, passes)
+    return p, mm, vv, laid
 
 
 def schedule_zero_bubble(n_pp: Any, m: Any, steps: Any = 2, latency: Any = 0) -> Schedule:

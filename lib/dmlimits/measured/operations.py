@@ -627,11 +627,12 @@ def pipeline_stretch(cfg: Config) -> float:
     """The pipelined compute of a step over an equal share of it, where ``cfg.stages``'s split
     (:data:`SPLITS`) gives the chunks unequal work: the schedule laid out pass by pass
     (:func:`dmlimits.pipeline.schedule`, 1F1B or Megatron-LM's interleaved order) with each
-    chunk's passes as long as its work (:func:`stage_times`), its makespan over ``v m`` chunks'
-    forward and backward passes of the mean chunk.  ``1 + (N_PP - 1) / (v m)`` where the chunks
-    are alike.  The chunks are weighed at the matmul model's times, not over the fitted matmul
-    efficiency (which divides the matmuls alone, so it would weigh the output layer, mostly
-    matmul, a little heavier against the blocks)."""
+    chunk's passes as long as its work (:func:`stage_times`), its makespan
+    (:func:`dmlimits.pipeline.makespan`) over ``v m`` chunks' forward and backward passes of
+    the mean chunk.  ``1 + (N_PP - 1) / (v m)`` where the chunks are alike.  The chunks are
+    weighed at the matmul model's times, not over the fitted matmul efficiency (which divides
+    the matmuls alone, so it would weigh the output layer, mostly matmul, a little heavier
+    against the blocks)."""
     work = _chunk_work(cfg, cfg.stages)
     shares = work / work.mean()
     m = round(cfg.micro_batches)
@@ -644,5 +645,6 @@ def pipeline_stretch(cfg: Config) -> float:
 @cache
 def _stretch(n_pp: int, m: int, v: int, shares: tuple[float, ...]) -> float:
     order = "interleaved" if v > 1 else "1f1b"
-    sim = pl.schedule(n_pp, m, v, order=order, work=shares)
-    return float(sim.makespan / (v * m * (1 + pl.BACKWARD_SLOTS)))
+    return float(
+        pl.makespan(n_pp, m, v, order=order, work=shares) / (v * m * (1 + pl.BACKWARD_SLOTS))
+    )
