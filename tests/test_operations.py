@@ -486,3 +486,19 @@ def test_fp8_all_gathers_keep_the_embedding_and_output_layer_in_16_bit():
     blocks = cfg.shape.block_params / cfg.params_held
     assert 0 < blocks < 1
     assert saved == pytest.approx(gather * (w - runs.FP8_BYTES) / w * blocks)
+
+
+def test_kept_matmul_times_are_per_scenario_not_per_name():
+    """The matmul times parts() keeps are read back only for the scenario they were computed
+    with: another scenario of the same name with other values (a slower memory) is timed
+    afresh."""
+    cfg = _config()
+    scn = operations.device(cfg.cluster.name)
+    matmuls = operations.block_matmuls(cfg, 8192.0)
+    rb = [0.0] * len(matmuls)
+    fast = operations._passes_time(scn, matmuls, rb)
+    slow_values = {**scn.values, "hardware.hbm_bandwidth": scn["hardware.hbm_bandwidth"] / 100}
+    slow = dataclasses.replace(scn, values=slow_values)
+    assert slow.name == scn.name
+    assert operations._passes_time(slow, matmuls, rb).sum() > 1.5 * fast.sum()
+    assert np.array_equal(operations._passes_time(scn, matmuls, rb), fast)
