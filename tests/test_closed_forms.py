@@ -57,7 +57,8 @@ def test_a_wrong_solution_is_caught():
 
 
 def test_at_alpha_zero_the_closed_forms_are_the_notebooks_formulas(h100):
-    """At alpha = 0 the derived forms reduce to the constants of the reference notes:
+    """At alpha = 0 the derived forms reduce to the paper's closed forms (Erdil &
+    Schneider-Joseph 2024, its critical-size and latency-wall formulas):
     T_crit = 2 (1/960) (rho M T / (a^2 n))^2 with M = 8 F / 2 MAC/s, and
     T_limit = 2 (3/320) (rho T / t_lat)^2."""
     v = cf.values(h100)

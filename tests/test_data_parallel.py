@@ -2,8 +2,9 @@
 module, the memory check on hand-checkable cases, and errors.
 
 Every hardware number below comes from a scenario; the expected values are computed here from the
-scenario's figures by the simple arithmetic of the reference notes, never from the library's
-formulas, and compared with the library's lambdified functions.
+scenario's figures by the simple arithmetic of the paper's data-parallel costs (Erdil &
+Schneider-Joseph 2024: a two-level ring all-reduce of the gradients, and the memory a replica
+needs), never from the library's formulas, and compared with the library's lambdified functions.
 """
 
 from __future__ import annotations
