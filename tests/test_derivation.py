@@ -247,6 +247,22 @@ def test_substitution_replace_equals_apply():
         assert float(fast.xreplace(point)) == pytest.approx(float(slow.xreplace(point)))
 
 
+def test_a_replacement_that_skips_min_max_comparisons_is_the_same_function():
+    """``compare_min_max=False`` leaves a Min or Max of what was put in as it is (sympy would
+    drop the arguments it can compare) and computes the same values."""
+    x, y = sp.symbols("x y", positive=True)
+    three = Substitution("x is three", {x: sp.Integer(3)})
+    expr = sp.Max(x, 2) + sp.Min(x * y, y) + y**2
+    compared = three.replace(expr)
+    assert compared == 3 + y + y**2
+    kept = three.replace(expr, compare_min_max=False)
+    assert kept.has(sp.Max(3, 2, evaluate=False)) and kept.has(sp.Min(3 * y, y, evaluate=False))
+    for value in (0.25, 1.0, 7.5):
+        assert sp.lambdify(y, kept)(value) == sp.lambdify(y, compared)(value)
+    untouched = sp.Max(y, 2)
+    assert three.replace(untouched, compare_min_max=False) is untouched
+
+
 def test_every_equation_reference_in_a_derivation_exists():
     """A {eq} reference in a step's sentence or a substitution's name names a real label."""
     import re

@@ -380,6 +380,23 @@ def test_fast_numeric_path_equals_the_full_expressions(kind, multicast):
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+@pytest.mark.parametrize("multicast", [False, True])
+@pytest.mark.parametrize("kind", ["forward", "activation-grad", "weight-grad"])
+def test_the_numeric_paths_shortcuts_leave_the_expressions_as_they_are(kind, multicast):
+    """Three shortcuts build the numeric path without sympy's comparisons, and change no
+    expression: ``total``'s Max, built unevaluated, is the Max sympy evaluates; each part with
+    the constants put in and its Min and Max rebuilt unevaluated is the part sympy's xreplace
+    gives; and the efficiency holds the total as a term of its own (the term the stand-ins'
+    total replaces)."""
+    exprs = matmul.cost_expressions(kind, multicast)
+    slowest = sp.Max(*(exprs[k] for k in (*matmul.LEVELS, "arithmetic")))
+    assert exprs["total"] == slowest + matmul.t_kernel
+    for part in matmul._PARTS:
+        fast = matmul.CONSTANTS.replace(exprs[part], compare_min_max=False)
+        assert fast == matmul.CONSTANTS.replace(exprs[part]), part
+    assert exprs["efficiency"].has(exprs["total"])
+
+
 def test_multicast_traffic_is_its_derivation():
     """What the model charges between SMs is the derivation the chapter shows (for more than
     one row of tiles; with one row the input stays where it is)."""

@@ -59,18 +59,48 @@ class Substitution:
         """``expr`` with every symbol of the mapping replaced (sympy's ``subs``)."""
         return expr.subs(dict(self.mapping))
 
-    def replace(self, expr: sp.Basic) -> sp.Basic:
+    def replace(self, expr: sp.Basic, *, compare_min_max: bool = True) -> sp.Basic:
         """The same replacement, symbol for symbol, without ``subs``'s algebra: equal
         to :meth:`Substitution.apply` when every key is a symbol, and much faster on the large
-        expressions that are lambdified (the matmul hierarchy's)."""
+        expressions that are lambdified (the matmul hierarchy's).
+
+        With ``compare_min_max=False`` each ``Min`` and ``Max`` that holds a replaced symbol is
+        rebuilt without sympy's search for arguments it can drop (it compares every pair, most
+        of the time a replacement takes on the matmul's tile sizes).  The result is then the
+        same function but not always the same expression (``Max(2, 3)`` stays as it is); the
+        caller's tests compare the two where it is used.
+        """
         if not all(isinstance(k, sp.Symbol) for k in self.mapping):
             return self.apply(expr)
-        return expr.xreplace({k: sp.sympify(v) for k, v in self.mapping.items()})
+        mapping = {k: sp.sympify(v) for k, v in self.mapping.items()}
+        if compare_min_max:
+            return expr.xreplace(mapping)
+        return _replaced(expr, mapping, {})
 
     def latex(self, registry: Registry = REGISTRY) -> str:
         return ",\\quad ".join(
             f"{registry.latex(k)} = {registry.latex(v)}" for k, v in self.mapping.items()
         )
+
+
+def _replaced(expr: sp.Basic, mapping: dict, done: dict) -> sp.Basic:
+    """``expr.xreplace(mapping)`` with every ``Min`` and ``Max`` rebuilt unevaluated."""
+    if expr in done:
+        return done[expr]
+    if expr in mapping:
+        new = mapping[expr]
+    elif not expr.args:
+        new = expr
+    else:
+        args = tuple(_replaced(a, mapping, done) for a in expr.args)
+        if args == expr.args:
+            new = expr
+        elif isinstance(expr, (sp.Min, sp.Max)):
+            new = expr.func(*args, evaluate=False)
+        else:
+            new = expr.func(*args)
+    done[expr] = new
+    return new
 
 
 @dataclass(frozen=True)
