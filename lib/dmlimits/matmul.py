@@ -379,7 +379,7 @@ def cost_expressions(kind: str, multicast: bool) -> dict[str, sp.Expr]:
     }
     # Unevaluated: sympy's evaluation looks for arguments it can drop by comparing each pair of
     # these long expressions (about 0.05 s a kind); none can be dropped, so the expression is
-    # the same object (a test builds it evaluated and compares).
+    # the same (a test builds it evaluated and compares).
     slowest = sp.Max(*(times[k] for k in (*LEVELS, "arithmetic")), evaluate=False)
     times["total"] = slowest + t_kernel
     times["efficiency"] = s.flop_per_mac * d1 * d2 * b / (times["total"] * s.peak_flops)

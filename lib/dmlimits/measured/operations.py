@@ -420,6 +420,8 @@ def block_matmuls(cfg: Config, b: float) -> list[tuple[float, float, float, floa
 #: it was computed with (by identity: :func:`device` keeps one per cluster until its values
 #: change, as :func:`device_values` changes them for a while).
 _PASSES_TIMED: dict[tuple, tuple[scenario.Scenario, np.ndarray]] = {}
+#: Entries of :data:`_PASSES_TIMED` kept per process (the book makes about a hundred).
+PASSES_TIMED_KEPT = 4096
 
 
 def _passes_time(scn, matmuls: list[tuple[float, float, float, float]], rb) -> np.ndarray:
@@ -432,7 +434,7 @@ def _passes_time(scn, matmuls: list[tuple[float, float, float, float]], rb) -> n
         return kept[1]
     times = _passes_time_of(scn, matmuls, rb)
     times.flags.writeable = False
-    if len(_PASSES_TIMED) >= 4096:  # (a few hundred in the book; a bound all the same)
+    if len(_PASSES_TIMED) >= PASSES_TIMED_KEPT:
         _PASSES_TIMED.clear()
     _PASSES_TIMED[key] = (scn, times)
     return times
