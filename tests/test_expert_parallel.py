@@ -153,6 +153,16 @@ def test_ep_degree_is_the_gcd():
     assert ep.ep_degree(16, 8) == 8.0
 
 
+def test_ep_degree_of_clusters_beyond_int64_is_exact():
+    """A slow GPU's largest sparse runs need more GPUs than int64 holds (the GTX 580's sweep
+    reaches 3e20): the degree is still the gcd, without an invalid cast."""
+    n = np.array([3.0 * 2**70, 2.0**80, 5.0 * 2**66 * 9, 2.0**63 + 2**11])
+    e = np.array([48, 20, 36, 896])
+    with np.errstate(all="raise"):
+        got = ep.ep_degree(n, e)
+    assert list(got) == [math.gcd(int(a), int(b)) for a, b in zip(n, e, strict=True)]
+
+
 def test_paper_clusters_use_every_expert():
     """Clusters of the form S 2^i (the paper's) give N_EP = S."""
     experts = np.array([8, 9, 20, 36, 896])

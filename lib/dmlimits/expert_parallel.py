@@ -743,7 +743,11 @@ def ep_degree(n_gpu: Any, experts: Any) -> np.ndarray | float:
     n = counts("n_gpu", n_gpu)
     e = counts("experts", experts)
     shape = np.broadcast_shapes(n.shape, e.shape)
-    return _out(_numeric("degree")(n.astype(np.int64), e.astype(np.int64)), shape)
+    # gcd(N, S) = gcd(N mod S, S): the cluster reduced first (fmod is exact on whole floats),
+    # so that clusters beyond int64 (a slow GPU's largest runs, 1e19 GPUs and more) keep their
+    # degree instead of an invalid cast.
+    reduced = np.fmod(*np.broadcast_arrays(n, e))
+    return _out(_numeric("degree")(reduced.astype(np.int64), e.astype(np.int64)), shape)
 
 
 def node_split(n_ep: Any, node_size: Any) -> tuple[Any, Any]:
