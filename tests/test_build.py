@@ -139,6 +139,27 @@ def repository_build(changed_build, tmp_path_factory):
     return out, proc
 
 
+def _stderr_of(folder: Path) -> list[str]:
+    """What each executed chapter in ``folder`` wrote to stderr (a warning, say)."""
+    found = []
+    for path in sorted(folder.glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                    text = out["text"] if isinstance(out["text"], str) else "".join(out["text"])
+                    found.append(f"{path.name}: {text.strip()[:300]}")
+    return found
+
+
+def test_no_chapter_writes_to_stderr(changed_build):
+    """A warning in a chapter (numpy's invalid value, say) is a number the chapter did not
+    check: the page hides it with the cell, but a reader re-running the notebook sees it.
+    Neither the default book nor the changed scenario's writes any."""
+    out = changed_build[0]
+    assert _stderr_of(EXECUTED) == []
+    assert _stderr_of(out.parent / "executed") == []
+
+
 def test_build_reports_progress_and_timings(changed_build):
     proc = changed_build[2]
     n = len(toc_notebooks()) - len(SCENARIO_FREE)

@@ -645,6 +645,30 @@ def test_an_executed_notebook_is_checked_whole_and_strictly(tmp_path):
         build._hide_injected_parameters(path)
 
 
+def test_a_chapter_that_writes_to_stderr_is_named_in_the_progress(tmp_path):
+    """The executed notebook's stderr is returned with it, and the chapter's progress line
+    names it with the start of what it wrote (one line each, cut at 240 characters)."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    warned = nbformat.v4.new_code_cell("np.log(-1.0)", execution_count=1)
+    warned.outputs = [
+        nbformat.v4.new_output("stream", name="stderr", text="x.py:3: RuntimeWarning: invalid\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="fine\n"),
+    ]
+    nb.cells = [warned]
+    path = tmp_path / "chapter.ipynb"
+    nbformat.write(nb, path)
+    found = build._hide_injected_parameters(path)
+    assert found == ("x.py:3: RuntimeWarning: invalid\n",)
+    line = build.Timing("notebooks/x", 1.25, stderr=(*found, "y" * 500)).finished_line(3, 7)
+    head, first, second = line.split("\n")
+    assert head == "[3/7] notebooks/x.md  1.2 s"
+    assert first == "      notebooks/x.md wrote to stderr: x.py:3: RuntimeWarning: invalid"
+    assert second.endswith("y" * 239 + "…") and len(second) < 300
+    assert build.Timing("notebooks/x", 1.25).finished_line(3, 7) == head
+
+
 def test_the_chapters_run_with_each_output_unchecked_until_the_notebook_is_whole(
     tmp_path, monkeypatch
 ):

@@ -222,6 +222,18 @@ class Timing:
     notebook: str
     seconds: float
     cached: bool = False  # taken from the cache of executed notebooks, not executed
+    #: What the chapter wrote to stderr when it ran (a warning it does not handle, say).
+    stderr: tuple[str, ...] = ()
+
+    def finished_line(self, done: int, total: int) -> str:
+        """The progress line of an executed chapter; a chapter that wrote to stderr is named
+        there with the start of what it wrote (the page hides it with its cell, if hidden)."""
+        line = f"[{done}/{total}] {self.notebook}.md  {self.seconds:.1f} s"
+        for text in self.stderr:
+            shown = " ".join(text.split())
+            shown = shown if len(shown) <= 240 else shown[:239] + "…"
+            line += f"\n      {self.notebook}.md wrote to stderr: {shown}"
+        return line
 
 
 def project_root() -> Path:
@@ -718,8 +730,8 @@ def _execute_one(
         )
     finally:
         unexecuted.unlink(missing_ok=True)
-    _hide_injected_parameters(target)
-    return Timing(name, time.perf_counter() - start)
+    stderr = _hide_injected_parameters(target)
+    return Timing(name, time.perf_counter() - start, stderr=stderr)
 
 
 @contextlib.contextmanager
@@ -748,10 +760,11 @@ def _not_checked_yet(node: Any, ref: str | None = None) -> None:
     """In place of ``nbformat.v4.nbbase.validate`` (:func:`outputs_checked_whole`)."""
 
 
-def _hide_injected_parameters(path: Path) -> None:
+def _hide_injected_parameters(path: Path) -> tuple[str, ...]:
     """Keep papermill's injected-parameters cell (for re-execution) but out of the page.
     The notebook is checked whole against the notebook schema on the way: a notebook that
-    fails the check raises :class:`BuildError` (:func:`outputs_checked_whole`)."""
+    fails the check raises :class:`BuildError` (:func:`outputs_checked_whole`).  Returns what
+    its cells wrote to stderr."""
     import nbformat
 
     found: dict[str, Any] = {}
@@ -766,6 +779,12 @@ def _hide_injected_parameters(path: Path) -> None:
         if "injected-parameters" in tags and "remove-cell" not in tags:
             tags.append("remove-cell")
     nbformat.write(nb, path)
+    return tuple(
+        out.text
+        for cell in nb.cells
+        for out in cell.get("outputs", ())
+        if out.get("output_type") == "stream" and out.get("name") == "stderr"
+    )
 
 
 def _describe_failure(name: str, exc: BaseException, stage: Path) -> str:
@@ -933,7 +952,7 @@ def execute_notebooks(
                     chapter_reads.remember(
                         cache, source_keys[name], keys[name], scn, read_keys(reads[name])
                     )
-                progress.finish(name, f"[{done}/{len(todo)}] {name}.md  {t.seconds:.1f} s")
+                progress.finish(name, t.finished_line(done, len(todo)))
         except BaseException:
             # Interrupted: start nothing new and stop the kernels now, without waiting for them.
             pool.shutdown(wait=False, cancel_futures=True)
