@@ -330,6 +330,47 @@ def test_the_sweep_summary_says_what_the_table_holds(name, sets):
     assert ("never takes a whole step" in text) == (over.size == 0)
 
 
+@pytest.mark.parametrize("name", ["h100", "gtx580", "v100"])
+def test_the_worked_example_moves_whole_tokens(name):
+    """The chapter's worked example: the sweep's model nearest the anchor compute among those
+    whose cluster gives each GPU at least one token.  On an H100 that is the nearest model (no
+    note); a GTX 580's nearest would need more GPUs than its batch has tokens, and the note
+    says so with the table's numbers."""
+    from dmlimits import published
+    from dmlimits.glue import sci
+
+    scn = sc.resolve(name, sets=["model.sparse=true"])
+    tab = ep.sweep_table(scn)
+    anchor = published.value("paper1.post_slowdown_flop")
+    got = ep.worked_example(tab, anchor, gpu=scn.gpu_label)
+    per_gpu = tab["batch"] / tab["n_gpu"]
+    distance = np.abs(np.log(tab["compute"] / anchor))
+    assert got.nearest == int(np.argmin(distance))
+    assert per_gpu[got.row] >= 1
+    assert not np.any((distance < distance[got.row]) & (per_gpu >= 1))
+    if got.row == got.nearest:
+        assert got.note == ""
+    else:
+        assert per_gpu[got.nearest] < 1
+        for value in (tab["compute"][got.nearest], tab["n_gpu"][got.nearest]):
+            assert sci(value) in got.note
+        assert scn.gpu_label in got.note
+    if name == "h100":
+        assert got.row == got.nearest
+    if name == "gtx580":
+        assert got.row != got.nearest
+
+
+def test_the_worked_example_says_when_no_model_moves_a_whole_token():
+    tab = {"compute": np.array([1e25, 1e26]), "batch": np.array([1e6, 1e6]),
+           "n_gpu": np.array([1e7, 1e8])}  # fmt: skip
+    got = ep.worked_example(tab, 2e25, gpu="GTX 580")
+    assert got.row == got.nearest == 0
+    assert got.note.startswith("On GTX 580 GPUs no model of the sweep gives each GPU")
+    with pytest.raises(ValueError, match="near: got 0"):
+        ep.worked_example(tab, 0)
+
+
 def test_the_sweep_figure_is_fit_to_read_with_unbounded_bandwidth():
     """With unbounded bandwidth the bandwidth ratio is zero, which a log axis cannot show: the
     figure says so in its legend instead of plotting points outside its limits."""

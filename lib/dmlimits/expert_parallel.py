@@ -1044,6 +1044,43 @@ def sweep_table(scn: Scenario) -> dict[str, np.ndarray]:
     }
 
 
+class Example(NamedTuple):
+    """The row of :func:`sweep_table` a worked example takes, and why."""
+
+    row: int
+    nearest: int  # the row nearest the compute asked for
+    #: A sentence for the chapter when the example is not the nearest row ("" when it is).
+    note: str
+
+
+def worked_example(tab: dict[str, np.ndarray], near: float, gpu: str = "these") -> Example:
+    """The model of the sweep nearest ``near`` FLOP (in log) among those whose cluster gives
+    each GPU at least one token of the batch.  On a slow GPU the models near a large compute
+    need more GPUs than their batch has tokens: an example there would move a fraction of a
+    token, so it takes the nearest model that moves whole ones, and ``note`` says so (``gpu``
+    names the GPU in it).  When no model of the sweep gives each GPU a token, the nearest."""
+    near = float(numbers("near", near, strict=True))
+    distance = np.abs(np.log(tab["compute"] / near))
+    nearest = int(np.argmin(distance))
+    whole = tab["batch"] / tab["n_gpu"] >= 1
+    if whole[nearest]:
+        return Example(nearest, nearest, "")
+    if not whole.any():
+        return Example(nearest, nearest, (
+            f"On {gpu} GPUs no model of the sweep gives each GPU a whole token of its batch: "
+            "the example moves a fraction of one."
+        ))  # fmt: skip
+    row = int(np.argmin(np.where(whole, distance, np.inf)))
+    from .glue import sci
+
+    return Example(row, nearest, (
+        f"The model nearest that compute ({sci(tab['compute'][nearest])} FLOP) would need "
+        f"{sci(tab['n_gpu'][nearest])} {gpu} GPUs, more than its batch of "
+        f"{sci(tab['batch'][nearest])} tokens: this is the nearest model whose cluster gives "
+        "each GPU at least one token."
+    ))  # fmt: skip
+
+
 def sweep_summary(scn: Scenario, tab: dict[str, np.ndarray] | None = None) -> str:
     """What :func:`figure_sweep` shows, in the chapter's words, for any scenario: where the
     bandwidth ratio peaks and ends (or that it is zero: unbounded bandwidth), and from which
