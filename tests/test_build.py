@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import BUILD, EXECUTED, HTML, ROOT, run_cli, toc_notebooks
 from dmlimits import model, published
-from dmlimits.build import NOTEBOOK_CACHE_ENV, REPOSITORY_ENV, SPHINX_CACHE_ENV
+from dmlimits.build import NOTEBOOK_CACHE_ENV, REPOSITORY_ENV, SPHINX_CACHE_ENV, stream_texts
 from dmlimits.glue import read_glued
 from dmlimits.scenario import resolve
 
@@ -141,14 +141,13 @@ def repository_build(changed_build, tmp_path_factory):
 
 def _stderr_of(folder: Path) -> list[str]:
     """What each executed chapter in ``folder`` wrote to stderr (a warning, say)."""
-    found = []
-    for path in sorted(folder.glob("*.ipynb")):
-        for cell in json.loads(path.read_text())["cells"]:
-            for out in cell.get("outputs", []):
-                if out.get("output_type") == "stream" and out.get("name") == "stderr":
-                    text = out["text"] if isinstance(out["text"], str) else "".join(out["text"])
-                    found.append(f"{path.name}: {text.strip()[:300]}")
-    return found
+    import nbformat
+
+    return [
+        f"{path.name}: {text.strip()[:300]}"
+        for path in sorted(folder.glob("*.ipynb"))
+        for text in stream_texts(nbformat.read(path, as_version=4), "stderr")
+    ]
 
 
 def test_no_chapter_writes_to_stderr(changed_build):

@@ -661,12 +661,12 @@ def test_a_chapter_that_writes_to_stderr_is_named_in_the_progress(tmp_path):
     nbformat.write(nb, path)
     found = build._hide_injected_parameters(path)
     assert found == ("x.py:3: RuntimeWarning: invalid\n",)
-    line = build.Timing("notebooks/x", 1.25, stderr=(*found, "y" * 500)).finished_line(3, 7)
+    line = build.Timing("notebooks/x", 1.24, stderr=(*found, "y" * 500)).finished_line(3, 7)
     head, first, second = line.split("\n")
     assert head == "[3/7] notebooks/x.md  1.2 s"
     assert first == "      notebooks/x.md wrote to stderr: x.py:3: RuntimeWarning: invalid"
     assert second.endswith("y" * 239 + "…") and len(second) < 300
-    assert build.Timing("notebooks/x", 1.25).finished_line(3, 7) == head
+    assert build.Timing("notebooks/x", 1.24).finished_line(3, 7) == head
 
 
 def test_the_chapters_run_with_each_output_unchecked_until_the_notebook_is_whole(

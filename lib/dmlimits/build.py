@@ -779,11 +779,17 @@ def _hide_injected_parameters(path: Path) -> tuple[str, ...]:
         if "injected-parameters" in tags and "remove-cell" not in tags:
             tags.append("remove-cell")
     nbformat.write(nb, path)
+    return stream_texts(nb, "stderr")
+
+
+def stream_texts(nb: Any, name: str) -> tuple[str, ...]:
+    """What the cells of the notebook ``nb`` (nbformat's) wrote to the stream ``name``
+    (``"stdout"`` or ``"stderr"``), one text per output."""
     return tuple(
-        out.text
+        out.text if isinstance(out.text, str) else "".join(out.text)
         for cell in nb.cells
         for out in cell.get("outputs", ())
-        if out.get("output_type") == "stream" and out.get("name") == "stderr"
+        if out.get("output_type") == "stream" and out.get("name") == name
     )
 
 
