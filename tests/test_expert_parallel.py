@@ -331,7 +331,7 @@ def test_the_sweep_summary_says_what_the_table_holds(name, sets):
 
 
 @pytest.mark.parametrize("name", ["h100", "gtx580", "v100"])
-def test_the_worked_example_moves_whole_tokens(name):
+def test_the_worked_example_gives_each_gpu_a_token(name):
     """The chapter's worked example: the sweep's model nearest the anchor compute among those
     whose cluster gives each GPU at least one token.  On an H100 that is the nearest model (no
     note); a GTX 580's nearest would need more GPUs than its batch has tokens, and the note
@@ -352,7 +352,7 @@ def test_the_worked_example_moves_whole_tokens(name):
         assert got.note == ""
     else:
         assert per_gpu[got.nearest] < 1
-        for value in (tab["compute"][got.nearest], tab["n_gpu"][got.nearest]):
+        for value in (anchor, tab["compute"][got.nearest], tab["n_gpu"][got.nearest]):
             assert sci(value) in got.note
         assert scn.gpu_label in got.note
     if name == "h100":
@@ -361,14 +361,19 @@ def test_the_worked_example_moves_whole_tokens(name):
         assert got.row != got.nearest
 
 
-def test_the_worked_example_says_when_no_model_moves_a_whole_token():
+def test_the_worked_example_says_when_no_model_gives_a_gpu_a_token():
     tab = {"compute": np.array([1e25, 1e26]), "batch": np.array([1e6, 1e6]),
            "n_gpu": np.array([1e7, 1e8])}  # fmt: skip
     got = ep.worked_example(tab, 2e25, gpu="GTX 580")
     assert got.row == got.nearest == 0
     assert got.note.startswith("On GTX 580 GPUs no model of the sweep gives each GPU")
     with pytest.raises(ValueError, match="near: got 0"):
-        ep.worked_example(tab, 0)
+        ep.worked_example(tab, 0, gpu="GTX 580")
+    with pytest.raises(ValueError, match="near: got 2 values; expected one compute"):
+        ep.worked_example(tab, [1e25, 1e26], gpu="GTX 580")
+    empty = {k: np.array([]) for k in tab}
+    with pytest.raises(ValueError, match="tab: got a sweep table without models"):
+        ep.worked_example(empty, 1e25, gpu="GTX 580")
 
 
 def test_the_sweep_figure_is_fit_to_read_with_unbounded_bandwidth():

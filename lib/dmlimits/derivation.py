@@ -66,9 +66,10 @@ class Substitution:
 
         With ``compare_min_max=False`` each ``Min`` and ``Max`` that holds a replaced symbol is
         rebuilt without sympy's search for arguments it can drop (it compares every pair, most
-        of the time a replacement takes on the matmul's tile sizes).  The result is then the
-        same function but not always the same expression (``Max(2, 3)`` stays as it is); the
-        caller's tests compare the two where it is used.
+        of the time a replacement takes on the matmul's tile sizes) and without its check that
+        they are real.  The result is then the same function but not always the same
+        expression (``Max(2, 3)`` stays as it is); the caller's tests compare the two where it
+        is used.  The option has no effect when a key is not a symbol (:meth:`apply` is used).
         """
         if not all(isinstance(k, sp.Symbol) for k in self.mapping):
             return self.apply(expr)
@@ -84,7 +85,8 @@ class Substitution:
 
 
 def _replaced(expr: sp.Basic, mapping: dict, done: dict) -> sp.Basic:
-    """``expr.xreplace(mapping)`` with every ``Min`` and ``Max`` rebuilt unevaluated."""
+    """``expr.xreplace(mapping)``, with each ``Min`` and ``Max`` whose arguments changed
+    rebuilt unevaluated."""
     if expr in done:
         return done[expr]
     if expr in mapping:

@@ -743,9 +743,9 @@ def ep_degree(n_gpu: Any, experts: Any) -> np.ndarray | float:
     n = counts("n_gpu", n_gpu)
     e = counts("experts", experts)
     shape = np.broadcast_shapes(n.shape, e.shape)
-    # gcd(N, S) = gcd(N mod S, S): the cluster reduced first (fmod is exact on whole floats),
-    # so that clusters beyond int64 (a slow GPU's largest runs, 1e19 GPUs and more) keep their
-    # degree instead of an invalid cast.
+    # gcd(N, S) = gcd(N mod S, S): the cluster reduced first (fmod is exact, and N mod S < S
+    # fits int64 whatever N), so that clusters beyond int64 (a slow GPU's largest runs, 1e19
+    # GPUs and more) keep their degree instead of an invalid cast.
     reduced = np.fmod(*np.broadcast_arrays(n, e))
     return _out(_numeric("degree")(reduced.astype(np.int64), e.astype(np.int64)), shape)
 
@@ -1053,31 +1053,40 @@ class Example(NamedTuple):
     note: str
 
 
-def worked_example(tab: dict[str, np.ndarray], near: float, gpu: str = "these") -> Example:
+def worked_example(
+    tab: dict[str, np.ndarray], near: float, *, gpu: str, near_digits: int = 3
+) -> Example:
     """The model of the sweep nearest ``near`` FLOP (in log) among those whose cluster gives
     each GPU at least one token of the batch.  On a slow GPU the models near a large compute
     need more GPUs than their batch has tokens: an example there would move a fraction of a
-    token, so it takes the nearest model that moves whole ones, and ``note`` says so (``gpu``
-    names the GPU in it).  When no model of the sweep gives each GPU a token, the nearest."""
-    near = float(numbers("near", near, strict=True))
-    distance = np.abs(np.log(tab["compute"] / near))
+    token per GPU, so it takes the nearest model with at least one, and ``note`` says so
+    (``gpu`` names the GPU in it, ``near`` is written with ``near_digits`` significant
+    digits, as published).  When no model of the sweep has one, the nearest."""
+    from .glue import sci
+
+    value = numbers("near", near, strict=True)
+    if value.size != 1:
+        raise ValueError(f"near: got {value.size} values; expected one compute in FLOP")
+    near = float(value.reshape(()))
+    compute = numbers("compute", tab["compute"], strict=True)
+    if compute.size == 0:
+        raise ValueError("tab: got a sweep table without models; expected sweep_table's")
+    distance = np.abs(np.log(compute / near))
     nearest = int(np.argmin(distance))
-    whole = tab["batch"] / tab["n_gpu"] >= 1
-    if whole[nearest]:
+    enough = tab["batch"] >= tab["n_gpu"]  # at least one token per GPU
+    if enough[nearest]:
         return Example(nearest, nearest, "")
-    if not whole.any():
+    if not enough.any():
         return Example(nearest, nearest, (
             f"On {gpu} GPUs no model of the sweep gives each GPU a whole token of its batch: "
             "the example moves a fraction of one."
         ))  # fmt: skip
-    row = int(np.argmin(np.where(whole, distance, np.inf)))
-    from .glue import sci
-
+    row = int(np.argmin(np.where(enough, distance, np.inf)))
     return Example(row, nearest, (
-        f"The model nearest that compute ({sci(tab['compute'][nearest])} FLOP) would need "
+        f"The model nearest {sci(near, near_digits)} FLOP ({sci(compute[nearest])} FLOP) "
+        "would need "
         f"{sci(tab['n_gpu'][nearest])} {gpu} GPUs, more than its batch of "
-        f"{sci(tab['batch'][nearest])} tokens: this is the nearest model whose cluster gives "
-        "each GPU at least one token."
+        f"{sci(tab['batch'][nearest])} tokens."
     ))  # fmt: skip
 
 

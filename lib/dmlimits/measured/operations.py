@@ -420,7 +420,7 @@ def block_matmuls(cfg: Config, b: float) -> list[tuple[float, float, float, floa
 #: it was computed with (by identity: :func:`device` keeps one per cluster until its values
 #: change, as :func:`device_values` changes them for a while).
 _PASSES_TIMED: dict[tuple, tuple[scenario.Scenario, np.ndarray]] = {}
-#: Matmul times kept per process (the book's chapters ask for about a hundred).
+#: Entries of the kept matmul times per process (the book's chapters make about a hundred).
 PASSES_TIMED_KEPT = 4096
 
 
