@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from dmlimits import hardware
+from dmlimits.core import hardware
 from dmlimits.measured import confront, memory, operations, runs, transformer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ measured with ``search.sweep_many`` on every core, and with the search's pruning
 Each repetition runs in a fresh interpreter with the disk cache of sweeps off, so that no sweep
 is read from a cache; the best is reported.  The formulas are built in the process (the formula
 cache off, as after a change to the library) or read from a formula cache that a first run
-filled (:mod:`dmlimits.formula_cache`, as in every later process of a build or a test run).
+filled (:mod:`dmlimits.core.formula_cache`, as in every later process of a build or a test run).
 In one process the presets are then swept a second time, which shows how much of the first
 sweep was building or reading the formulas (sympy's derivations and their lambdified
 functions, on first use), listing each cluster's configurations and computing their matmul
@@ -34,7 +34,8 @@ import machine  # bench/machine.py: the machine's speed when the runs were taken
 CHILD = r"""
 import json, time
 t0 = time.perf_counter()
-from dmlimits import scenario as sc, search
+from dmlimits import search
+from dmlimits.core import scenario as sc
 t_import = time.perf_counter() - t0
 scns = [sc.resolve(name) for name in sc.PAPER_PRESETS]
 times = {}
@@ -127,7 +128,7 @@ def main() -> int:
 
 
 def sc_names() -> tuple[str, ...]:
-    from dmlimits.scenario import PAPER_PRESETS
+    from dmlimits.core.scenario import PAPER_PRESETS
 
     return PAPER_PRESETS
 

@@ -31,7 +31,7 @@ def _same_working_directory():
 
 @functools.cache
 def _builders() -> dict:
-    from dmlimits.derivation import builders
+    from dmlimits.core.derivation import builders
 
     return builders()
 

@@ -6,9 +6,10 @@ import re
 import numpy as np
 import pytest
 from conftest import EXECUTED, HTML, toc_notebooks
-from dmlimits import model, published
-from dmlimits.glue import read_glued, sci
-from dmlimits.scenario import resolve
+from dmlimits.book.glue import read_glued, sci
+from dmlimits.core import published
+from dmlimits.core.scenario import resolve
+from dmlimits.costs import model
 
 
 def page_text(path) -> str:
@@ -97,8 +98,8 @@ def test_every_page_links_its_neighbours(built_book):
 
 
 def test_notation_lists_every_derivation_symbol(built_book):
-    from dmlimits.notation import used_symbols
-    from dmlimits.symbols import REGISTRY
+    from dmlimits.book.notation import used_symbols
+    from dmlimits.core.symbols import REGISTRY
 
     text = page_text(HTML / "notebooks" / "notation.html")
     for sym in used_symbols():

@@ -6,9 +6,9 @@ import shutil
 import browser
 import pytest
 from conftest import BUILD, HTML
-from dmlimits import model
-from dmlimits.glue import sci
-from dmlimits.scenario import resolve
+from dmlimits.book.glue import sci
+from dmlimits.core.scenario import resolve
+from dmlimits.costs import model
 
 pytestmark = [
     pytest.mark.slow,

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import BUILD, EXECUTED, HTML, ROOT, run_cli, toc_notebooks
-from dmlimits import model, published
+from dmlimits.book.glue import read_glued
 from dmlimits.build import NOTEBOOK_CACHE_ENV, REPOSITORY_ENV, SPHINX_CACHE_ENV, stream_texts
-from dmlimits.glue import read_glued
-from dmlimits.scenario import resolve
+from dmlimits.core import published
+from dmlimits.core.scenario import resolve
+from dmlimits.costs import model
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,8 @@ SCENARIO_FREE = {"notebooks/notation", "notebooks/summary", "notebooks/diminishi
 def _seed(cache: Path) -> set[str]:
     """Copy into ``cache`` the default book's executions of the chapters that read nothing of
     the scenario, with what they read; return those chapters."""
-    from dmlimits import build, chapter_reads
+    from dmlimits import build
+    from dmlimits.build import chapter_reads
 
     project = build.notebook_cache_dir(BUILD)
     seeded = set()
@@ -184,7 +186,8 @@ def test_changed_assumptions_change_the_chapters_numbers(changed_build):
 def test_changed_assumptions_reach_the_whole_run_chapters(changed_build):
     """The search, reproduction and closed-form chapters move with the assumptions, to the
     library's values for the changed scenario."""
-    from dmlimits import closed_forms, search
+    from dmlimits import search
+    from dmlimits.costs import closed_forms
 
     out, scn = changed_build[:2]
     head = search.headline(scn)
@@ -234,7 +237,7 @@ def test_changed_build_html_shows_the_new_values(changed_build):
 
 
 def test_assumptions_page_shows_what_differs(changed_build):
-    from dmlimits import assumptions
+    from dmlimits.book import assumptions
 
     out, scn = changed_build[:2]
     changed = (out / "notebooks" / "assumptions.html").read_text()

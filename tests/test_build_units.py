@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT
-from dmlimits import build, jupyter_book_run
-from dmlimits.scenario import resolve
+from dmlimits import build
+from dmlimits.build import jupyter_book_run
+from dmlimits.core.scenario import resolve
 
 
 def test_launch_buttons_wait_for_a_repository_url(tmp_path, capsys):
@@ -255,8 +256,8 @@ def test_the_sweep_cache_keeps_the_sweeps_read_last_under_its_size(tmp_path, mon
     import json
     import os
 
-    from dmlimits import scenario as sc
     from dmlimits import search
+    from dmlimits.core import scenario as sc
 
     folder = tmp_path / "sweeps"
     monkeypatch.setenv(search.CACHE_ENV, str(folder))
@@ -460,7 +461,7 @@ def test_pages_leave_out_images_no_page_shows(tmp_path):
 
 
 def test_the_html_runner_keeps_jupyter_books_exit_code_and_output(tmp_path):
-    """``python -m dmlimits.jupyter_book_run`` is ``jupyter-book`` with a quick exit: the same
+    """``python -m dmlimits.build.jupyter_book_run`` is ``jupyter-book`` with a quick exit: the same
     exit code as the command's own executable, and what it printed flushed before the process
     ends, whether the command succeeds, refuses its arguments or raises."""
     import subprocess
@@ -475,7 +476,7 @@ def test_the_html_runner_keeps_jupyter_books_exit_code_and_output(tmp_path):
     ]:
         ours, theirs = (
             subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=tmp_path)
-            for cmd in ([sys.executable, "-m", "dmlimits.jupyter_book_run"], [str(exe)])
+            for cmd in ([sys.executable, "-m", "dmlimits.build.jupyter_book_run"], [str(exe)])
         )
         assert ours.returncode == theirs.returncode == code, (args, ours, theirs)
         assert shown in ours.stdout + ours.stderr, (args, ours)
@@ -491,11 +492,11 @@ def test_the_preloaded_html_runner_runs_the_command_it_is_sent(tmp_path):
     import sys
 
     config = build.project_root() / "_config.yml"
-    preloaded = [sys.executable, "-m", "dmlimits.jupyter_book_run", "--preload", str(config)]
+    preloaded = [sys.executable, "-m", "dmlimits.build.jupyter_book_run", "--preload", str(config)]
     for args in (["--version"], ["build", str(tmp_path), "--no-such-option"],
                  ["build", str(tmp_path)]):  # fmt: skip
         direct = subprocess.run(
-            [sys.executable, "-m", "dmlimits.jupyter_book_run", *args],
+            [sys.executable, "-m", "dmlimits.build.jupyter_book_run", *args],
             capture_output=True, text=True, cwd=tmp_path,
         )  # fmt: skip
         sent = subprocess.run(
@@ -516,7 +517,7 @@ def test_the_html_runner_preloads_sphinx_its_extensions_and_the_library_if_asked
 
     config = build.project_root() / "_config.yml"
     probe = (
-        "import json, sys\nfrom pathlib import Path\nfrom dmlimits import jupyter_book_run\n"
+        "import json, sys\nfrom pathlib import Path\nfrom dmlimits.build import jupyter_book_run\n"
         f"jupyter_book_run.preload(Path({str(config)!r}), {library})\n"
         # pybtex's plugins were read: looking one up reads no distribution's entry points.
         "import importlib.metadata, importlib_metadata, pybtex.plugin\n"
@@ -528,7 +529,7 @@ def test_the_html_runner_preloads_sphinx_its_extensions_and_the_library_if_asked
     loaded = set(json.loads(subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout))  # fmt: skip
-    assert {"sphinx.application", "myst_nb", "sphinx_book_theme", "dmlimits.sphinxext"} <= loaded
+    assert {"sphinx.application", "myst_nb", "sphinx_book_theme", "dmlimits.build.sphinxext"} <= loaded
     # What the extensions' setup functions import, before Sphinx calls them.
     assert set(jupyter_book_run.SETUP_IMPORTS) <= loaded
     # Only what the API page's autodoc would import, and only when asked.
@@ -584,7 +585,8 @@ def test_the_closed_forms_are_built_and_kept_beside_the_sweeps(tmp_path, monkeyp
     sparsity and batch law of the scenarios (what the chapters read and the search does not
     build), and keeps them where the chapters' kernels read them; nothing is started when they
     are kept already, or when no formula is kept on disk."""
-    from dmlimits import formula_cache, model
+    from dmlimits.core import formula_cache
+    from dmlimits.costs import model
 
     scns = [resolve("h100"), resolve("h100-sparse"), resolve("h100", ["batch.law=none"])]
     laws = [(False, "default"), (True, "default"), (False, "none")]

@@ -14,9 +14,10 @@ import jupytext
 import nbformat
 import pytest
 from conftest import ROOT
-from dmlimits import build, chapter_reads
-from dmlimits import scenario as sc
-from dmlimits.glue import read_glued
+from dmlimits import build
+from dmlimits.book.glue import read_glued
+from dmlimits.build import chapter_reads
+from dmlimits.core import scenario as sc
 
 
 @pytest.fixture
@@ -159,8 +160,8 @@ scenario_name = None
 ```
 
 ```{code-cell} ipython3
-from dmlimits import scenario as sc
-from dmlimits.glue import glue
+from dmlimits.core import scenario as sc
+from dmlimits.book.glue import glue
 scn = sc.resolve(scenario, overrides=overrides, name=scenario_name)
 glue("sms", scn["hardware.sms"])
 READ

@@ -1,10 +1,10 @@
-"""The cost modules' shared argument checks (dmlimits.checks): one copy, one message."""
+"""The cost modules' shared argument checks (dmlimits.core.checks): one copy, one message."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from dmlimits import checks
+from dmlimits.core import checks
 
 SHOWN = [
     (4.0, "4"), (np.float64(-2.0), "-2"), (2.5, "2.5"), (float("nan"), "nan"),

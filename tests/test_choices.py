@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sympy as sp
-from dmlimits import expert_parallel as epm
-from dmlimits import pipeline as ppm
-from dmlimits import scenario as sc
-from dmlimits import search, step
-from dmlimits import tensor_parallel as tpm
+from dmlimits import search
+from dmlimits.core import scenario as sc
+from dmlimits.costs import expert_parallel as epm
+from dmlimits.costs import pipeline as ppm
+from dmlimits.costs import step
+from dmlimits.costs import tensor_parallel as tpm
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER_MODULES = (ppm, tpm, epm, step)

@@ -1,4 +1,4 @@
-"""Closed forms (dmlimits.closed_forms): critical compute and the latency wall."""
+"""Closed forms (dmlimits.costs.closed_forms): critical compute and the latency wall."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import derivations_of
-from dmlimits import closed_forms as cf
-from dmlimits import published
-from dmlimits import scenario as sc
-from dmlimits import symbols as s
-from dmlimits import units as u
-from dmlimits.derivation import DerivationError, Step, derivation
-from dmlimits.symbols import REGISTRY
+from dmlimits.core import published
+from dmlimits.core import scenario as sc
+from dmlimits.core import symbols as s
+from dmlimits.core import units as u
+from dmlimits.core.derivation import DerivationError, Step, derivation
+from dmlimits.core.symbols import REGISTRY
+from dmlimits.costs import closed_forms as cf
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def h100():
 
 
 def test_the_six_closed_form_derivations_are_registered():
-    found = derivations_of("closed_forms")
+    found = derivations_of("costs.closed_forms")
     assert len(found) == 6
 
 
@@ -105,8 +105,8 @@ def test_overrides_reach_the_closed_forms(h100, setting, key, factor):
 def test_a_power_of_a_closed_form_is_how_far_it_moves(h100, setting, alpha, name, symbol, key):
     """power_of's exponent, read at the scenario's alpha, is the move of the closed form when
     the value behind the symbol is multiplied by 3 (the what-if chapter's exercises read it)."""
-    from dmlimits import collectives as coll
-    from dmlimits import matmul
+    from dmlimits.costs import collectives as coll
+    from dmlimits.costs import matmul
 
     sym = {"bw1": coll.bw1, "bw_hbm": matmul.bw_hbm, "t_lam": cf.t_lam}[symbol]
     base = sc.resolve_overrides(h100, {"closed_forms.alpha": alpha})
@@ -117,7 +117,7 @@ def test_a_power_of_a_closed_form_is_how_far_it_moves(h100, setting, alpha, name
 
 
 def test_a_power_of_a_symbol_the_form_lacks_is_refused():
-    from dmlimits import collectives as coll
+    from dmlimits.costs import collectives as coll
 
     with pytest.raises(ValueError, match=r"W_net1 for the closed form 'latency_wall'"):
         cf.power_of("latency_wall", coll.bw1)
@@ -146,7 +146,7 @@ def test_implied_alpha_is_small_and_positive(h100):
 def test_shard_side_is_the_tensor_parallel_crossover(preset):
     """Two derivations of one quantity: the closed forms' smallest shard (a node's arithmetic
     against its InfiniBand traffic) is the tensor-parallel chapter's crossover at peak."""
-    from dmlimits import tensor_parallel as tp
+    from dmlimits.costs import tensor_parallel as tp
 
     scn = sc.resolve(preset)
     assert cf.values(scn)["shard_side"] == pytest.approx(

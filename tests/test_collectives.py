@@ -1,4 +1,4 @@
-"""Collectives (dmlimits.collectives): derivations, units, a ring simulation, and the numbers."""
+"""Collectives (dmlimits.costs.collectives): derivations, units, a ring simulation, and the numbers."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import assert_levels_add_up, derivations_of, pixels_of_colour
-from dmlimits import collectives as c
-from dmlimits import derivation, scenario, units
-from dmlimits import symbols as s
-from dmlimits.matmul import word
-from dmlimits.symbols import REGISTRY
+from dmlimits.core import derivation, scenario, units
+from dmlimits.core import symbols as s
+from dmlimits.core.symbols import REGISTRY
+from dmlimits.costs import collectives as c
+from dmlimits.costs.matmul import word
 
 H100 = scenario.resolve("h100")
 FLAT = scenario.resolve("h100", sets=["network.topology=flat"])
@@ -22,7 +22,7 @@ UNLIMITED = scenario.resolve("h100", sets=["network.topology=unlimited"])
 
 # --- Derivations and units ---------------------------------------------------------------------
 def _collective_derivations() -> list[derivation.Derivation]:
-    return derivations_of("collectives")
+    return derivations_of("costs.collectives")
 
 
 def test_derivations_are_registered():
@@ -508,7 +508,7 @@ def test_figures_draw_for_every_topology(scn):
     unlimited network the one-node and flat-ring times are one line (their latency alone), and
     on the h100 preset their latency lines are, which must not hide one another."""
     import matplotlib.pyplot as plt
-    from dmlimits import figures
+    from dmlimits.book import figures
 
     for fig in (
         c.figure_allreduce_time(scn, 16, mark_words=1e9, mark_label="a vector"),
@@ -554,7 +554,7 @@ def test_equal_latency_times_both_show_in_the_time_figure():
     one drawn last (checked in the pixels, right of every crossover where only the latency lines
     are drawn at that height)."""
     import matplotlib.pyplot as plt
-    from dmlimits.figures import PALETTE
+    from dmlimits.book.figures import PALETTE
 
     node = int(H100["network.node_size"])
     nodes = 16

@@ -1,4 +1,4 @@
-"""Data parallelism (dmlimits.data_parallel): derivations, units, consistency with the collectives
+"""Data parallelism (dmlimits.costs.data_parallel): derivations, units, consistency with the collectives
 module, the memory check on hand-checkable cases, and errors.
 
 Every hardware number below comes from a scenario; the expected values are computed here from the
@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import assert_levels_add_up, derivations_of
-from dmlimits import collectives as co
-from dmlimits import data_parallel as dp
-from dmlimits import derivation, model, scenario, units
-from dmlimits import symbols as s
-from dmlimits.symbols import REGISTRY
+from dmlimits.core import derivation, scenario, units
+from dmlimits.core import symbols as s
+from dmlimits.core.symbols import REGISTRY
+from dmlimits.costs import collectives as co
+from dmlimits.costs import data_parallel as dp
+from dmlimits.costs import model
 
 H100 = scenario.resolve("h100")
 FLAT = scenario.resolve("h100", sets=["network.topology=flat"])
@@ -29,7 +30,7 @@ SHAPES = model.shapes(H100)
 
 # --- Derivations and units ---------------------------------------------------------------------
 def _derivations() -> list[derivation.Derivation]:
-    return derivations_of("data_parallel")
+    return derivations_of("costs.data_parallel")
 
 
 def test_derivations_are_registered():
@@ -77,7 +78,7 @@ def test_times_in_seconds_and_memory_in_bytes():
 
 
 def test_summary_entry():
-    from dmlimits import summary
+    from dmlimits.book import summary
 
     assert set(dp.SUMMARY) == set(summary.KEYS)
     assert dp.SUMMARY["parallelism"] == "data"
@@ -248,7 +249,7 @@ def test_figures_are_fit_to_read(name):
     unbounded bandwidth too, where every degree's all-reduce is its latency alone: one curve
     for all four degrees, which must show each degree's colour."""
     import matplotlib.pyplot as plt
-    from dmlimits import figures
+    from dmlimits.book import figures
 
     figures.apply_style()
     scn = scenario.resolve(name)

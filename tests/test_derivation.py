@@ -7,15 +7,10 @@ import re
 import pytest
 import sympy as sp
 from conftest import EXECUTED, derivation_called, derivation_names, every_derivation
-from dmlimits import model, premises
-from dmlimits import symbols as s
-from dmlimits.derivation import (
-    Derivation,
-    DerivationError,
-    Step,
-    Substitution,
-    derivation,
-)
+from dmlimits import premises
+from dmlimits.core import symbols as s
+from dmlimits.core.derivation import Derivation, DerivationError, Step, Substitution, derivation
+from dmlimits.costs import model
 
 # make check (--dist loadgroup) runs the tests that build every derivation on one worker: the
 # other builds none (see conftest.derivation_names).
@@ -112,7 +107,7 @@ def test_the_numeric_precheck_rejects_only_what_is_not_the_same():
     expressions differ only where they do (every step of every derivation is the same as the
     one before, by the symbolic proof, and the pre-check never says otherwise), and says
     nothing of what it cannot evaluate."""
-    from dmlimits.derivation import _differs, _residual
+    from dmlimits.core.derivation import _differs, _residual
 
     for d in every_derivation():
         for prev, step in zip(d.steps, d.steps[1:], strict=False):
@@ -146,8 +141,8 @@ def test_a_long_substitution_is_displayed_not_inline():
     """A substitution too wide for a line of text is displayed below its sentence, one
     unnumbered equation a replacement (MathJax cannot break inline math, and the page clips
     what overflows); a short one stays inline.  Both keep the step's own numbered equation."""
-    from dmlimits.derivation import INLINE_WIDTH
-    from dmlimits.printing import visible_width
+    from dmlimits.core.derivation import INLINE_WIDTH
+    from dmlimits.core.printing import visible_width
 
     short = Substitution("short", {s.d_ff: 4 * s.d_model})
     long = Substitution(
@@ -215,7 +210,7 @@ def test_cli_lists_and_verifies(capsys):
 
 def test_cli_exits_non_zero_when_a_derivation_fails(capsys, monkeypatch):
     from dmlimits import cli
-    from dmlimits import derivation as dv
+    from dmlimits.core import derivation as dv
 
     def broken():
         return derivation(
@@ -233,7 +228,7 @@ def test_cli_exits_non_zero_when_a_derivation_fails(capsys, monkeypatch):
 @pytest.mark.slow
 def test_substitution_replace_equals_apply():
     """The fast replacement used before lambdifying gives the same expression as subs."""
-    from dmlimits import matmul
+    from dmlimits.costs import matmul
 
     for kind in matmul.KINDS:
         expr = matmul.cost_expressions(kind, False)["total"]
@@ -288,7 +283,7 @@ def test_no_step_prints_the_same_as_the_one_before():
 def test_display_equations_fit_the_column():
     """Every step's display math is at most printing.MAX_WIDTH wide on each line (the browser
     test measures the typeset width; this is the fast check)."""
-    from dmlimits import printing
+    from dmlimits.core import printing
 
     wide = []
     for d in every_derivation():
@@ -364,7 +359,7 @@ def test_step_reasons_are_typeset_not_ascii():
 def test_reason_math_uses_the_registrys_notation():
     """Every subscripted symbol typeset in a reason is one the registry declares, so a reason
     writes a symbol as its equations do."""
-    from dmlimits.symbols import REGISTRY
+    from dmlimits.core.symbols import REGISTRY
 
     known = {info.latex for info in REGISTRY}
     token = re.compile(r"\\?[A-Za-z]+_\{(?:[^{}]|\{[^{}]*\})*\}")
@@ -378,7 +373,7 @@ def test_reason_math_uses_the_registrys_notation():
 
 
 def test_a_notation_has_one_meaning_in_the_whole_book():
-    from dmlimits.symbols import REGISTRY, Registry
+    from dmlimits.core.symbols import REGISTRY, Registry
 
     seen = {}
     for info in REGISTRY:
@@ -410,7 +405,7 @@ def _denominators(tex: str) -> list[str]:
 
 
 def test_no_fraction_inside_a_denominator():
-    from dmlimits.symbols import REGISTRY
+    from dmlimits.core.symbols import REGISTRY
 
     nested = [
         f"{d.name}-{i}"
@@ -436,7 +431,7 @@ def test_every_step_is_an_equation_with_a_left_hand_side():
 def test_a_derivation_is_found_by_its_name():
     """What a premise cites is looked up by name, building as few derivations as it can: each
     name gives the derivation every builder makes, and an unknown name none."""
-    from dmlimits.derivation import derivation_named
+    from dmlimits.core.derivation import derivation_named
 
     for d in every_derivation():
         found = derivation_named(d.name)
@@ -447,7 +442,7 @@ def test_a_derivation_is_found_by_its_name():
 def test_a_proof_is_kept_only_for_the_same_derivation_and_registry():
     """verify() proves a derivation once a process against the library's registry; a changed
     step or another registry is proved afresh."""
-    from dmlimits.symbols import Registry
+    from dmlimits.core.symbols import Registry
 
     d = model.depth_from_compute()
     assert d.verify() is d

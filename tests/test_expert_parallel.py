@@ -1,4 +1,4 @@
-"""Expert parallelism (dmlimits.expert_parallel): derivations, units, and uniform routing simulated.
+"""Expert parallelism (dmlimits.costs.expert_parallel): derivations, units, and uniform routing simulated.
 
 The Monte Carlo simulation below is written here, independently of the library: it places the
 ``S`` experts of a block on the GPUs of an expert-parallel group, ``ep_intra`` GPUs in each of
@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import derivations_of
-from dmlimits import collectives as c
-from dmlimits import expert_parallel as ep
-from dmlimits import pipeline as pp
-from dmlimits import scenario as sc
-from dmlimits import summary, units
-from dmlimits import symbols as s
-from dmlimits.symbols import REGISTRY
+from dmlimits.book import summary
+from dmlimits.core import scenario as sc
+from dmlimits.core import symbols as s
+from dmlimits.core import units
+from dmlimits.core.symbols import REGISTRY
+from dmlimits.costs import collectives as c
+from dmlimits.costs import expert_parallel as ep
+from dmlimits.costs import pipeline as pp
 
 SPLITS = [(1, 1), (2, 1), (8, 1), (1, 4), (2, 3), (4, 5), (8, 16), (3, 7)]
 
@@ -33,7 +34,7 @@ def scn():
 
 # --- Derivations and units ---------------------------------------------------------------------
 def test_derivations_are_registered():
-    found = derivations_of("expert_parallel")
+    found = derivations_of("costs.expert_parallel")
     assert len(found) >= 2
     assert {d.chapter for d in found} == {"expert_parallel"}
 
@@ -312,7 +313,7 @@ def test_the_sweep_summary_says_what_the_table_holds(name, sets):
     """The chapter's paragraph under the sweep figure, for scenarios where its first wording
     (a peak, a fall, a crossing of the budget) did not hold: each number it prints is the
     table's, and each case it states is the table's case."""
-    from dmlimits.glue import sci
+    from dmlimits.book.glue import sci
 
     scn = sc.resolve(name, sets=sets)
     tab = ep.sweep_table(scn)
@@ -336,8 +337,8 @@ def test_the_worked_example_gives_each_gpu_a_token(name):
     whose cluster gives each GPU at least one token.  On an H100 that is the nearest model (no
     note); a GTX 580's nearest would need more GPUs than its batch has tokens, and the note
     says so with the table's numbers."""
-    from dmlimits import published
-    from dmlimits.glue import sci
+    from dmlimits.book.glue import sci
+    from dmlimits.core import published
 
     scn = sc.resolve(name, sets=["model.sparse=true"])
     tab = ep.sweep_table(scn)
@@ -380,7 +381,7 @@ def test_the_sweep_figure_is_fit_to_read_with_unbounded_bandwidth():
     """With unbounded bandwidth the bandwidth ratio is zero, which a log axis cannot show: the
     figure says so in its legend instead of plotting points outside its limits."""
     import matplotlib.pyplot as plt
-    from dmlimits import figures
+    from dmlimits.book import figures
 
     figures.apply_style()
     fig = ep.figure_sweep(sc.resolve("h100-infinite-network-low-latency-sparse"))

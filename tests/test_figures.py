@@ -7,8 +7,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
-from dmlimits import figures
-from dmlimits.glue import GlueError, glue
+from dmlimits.book import figures
+from dmlimits.book.glue import GlueError, glue
 
 
 @pytest.fixture(autouse=True)
@@ -193,7 +193,7 @@ def _laid_out_tight() -> plt.Figure:
 
 def _png(fig: plt.Figure) -> bytes:
     """The PNG that glue() stores for ``fig``."""
-    from dmlimits.glue import _Png
+    from dmlimits.book.glue import _Png
 
     return _Png(fig).png
 
@@ -347,8 +347,9 @@ def test_the_sensitivity_figure_shows_every_gpu_on_the_shared_latency_wall():
     """The three GPUs share their latencies, so their latency walls are one curve: the right
     panel shows each GPU's colour along it, and the checker finds nothing hidden."""
     from conftest import pixels_of_colour
-    from dmlimits import closed_forms, whole_run
-    from dmlimits import scenario as sc
+    from dmlimits.book import whole_run
+    from dmlimits.core import scenario as sc
+    from dmlimits.costs import closed_forms
 
     gpus = [sc.resolve(n) for n in ("v100", "a100", "h100")]
     alphas = np.linspace(-0.2, 0.2, 81)

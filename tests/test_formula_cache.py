@@ -1,4 +1,4 @@
-"""Formulas kept on disk (dmlimits.formula_cache): every kept builder reads back exactly what a
+"""Formulas kept on disk (dmlimits.core.formula_cache): every kept builder reads back exactly what a
 fresh build returns (the same tree, printed the same), every kept lambdified function computes
 exactly what a fresh one does, and a result that cannot be read back so is never kept."""
 
@@ -15,21 +15,21 @@ import dmlimits
 import numpy as np
 import pytest
 import sympy as sp
-from dmlimits import formula_cache as fc
-from dmlimits import matmul, model
-from dmlimits.symbols import REGISTRY
+from dmlimits.core import formula_cache as fc
+from dmlimits.core.symbols import REGISTRY
+from dmlimits.costs import matmul, model
 
 #: Every builder the library keeps, with the arguments the book calls it with.
 SPARSE_LAWS = [(sparse, law) for sparse in (False, True) for law in model.BATCH_LAWS]
 KIND_MULTICAST = [(kind, mc) for kind in matmul.KINDS for mc in (False, True)]
 KEPT = {
-    "dmlimits.model._closed_forms": SPARSE_LAWS,
-    "dmlimits.model._exponents": SPARSE_LAWS,
-    "dmlimits.matmul.traffic_expressions": KIND_MULTICAST,
-    "dmlimits.matmul.cost_expressions": KIND_MULTICAST,
-    "dmlimits.expert_parallel._level_probabilities": [()],
+    "dmlimits.costs.model._closed_forms": SPARSE_LAWS,
+    "dmlimits.costs.model._exponents": SPARSE_LAWS,
+    "dmlimits.costs.matmul.traffic_expressions": KIND_MULTICAST,
+    "dmlimits.costs.matmul.cost_expressions": KIND_MULTICAST,
+    "dmlimits.costs.expert_parallel._level_probabilities": [()],
     **{
-        f"dmlimits.{m}._cost_formulas": [()]
+        f"dmlimits.costs.{m}._cost_formulas": [()]
         for m in ("collectives", "data_parallel", "tensor_parallel", "pipeline",
                   "expert_parallel", "step", "closed_forms")
     },
@@ -41,7 +41,7 @@ def kept_builders() -> dict[str, object]:
     of the module attribute that holds it."""
     found = {}
     for info in pkgutil.walk_packages(dmlimits.__path__, "dmlimits."):
-        if info.name in ("dmlimits.__main__", "dmlimits.sphinxext"):
+        if info.name in ("dmlimits.__main__", "dmlimits.build.sphinxext"):
             continue
         module = importlib.import_module(info.name)
         for attr, value in list(vars(module).items()):
@@ -267,7 +267,7 @@ def test_a_sweep_imports_nothing_outside_its_closure():
     formula it uses (no cache of any kind), imports no module of the library outside it."""
     code = (
         "import json, sys\n"
-        "from dmlimits import formula_cache, scenario as sc, search\n"
+        "from dmlimits import search\nfrom dmlimits.core import formula_cache, scenario as sc\n"
         "for name in sc.PAPER_PRESETS:\n"
         "    search.sweep(sc.resolve(name))\n"
         "search.sweep(sc.resolve('h100', sets=['training.months=6', 'gpu=a100']))\n"
@@ -282,18 +282,18 @@ def test_a_kept_formula_is_addressed_by_its_modules_closure(folder, monkeypatch)
     """A builder's result is addressed by the fingerprint of its module's import closure: a
     change outside the closure keeps the address, one inside gives a new one; a key without a
     module (or with one outside the library) is addressed by the whole library."""
-    fc.keep_result("probe", sp.Integer(3), "dmlimits.matmul")
-    assert fc.read_result("probe", "dmlimits.matmul") == (True, sp.Integer(3))
-    assert "dmlimits.measured.runs" not in fc.import_closure("dmlimits.matmul")
+    fc.keep_result("probe", sp.Integer(3), "dmlimits.costs.matmul")
+    assert fc.read_result("probe", "dmlimits.costs.matmul") == (True, sp.Integer(3))
+    assert "dmlimits.measured.runs" not in fc.import_closure("dmlimits.costs.matmul")
     real = fc.closure_fingerprint
 
     def fingerprint(changed: str):
         return lambda module: real(module) + ("x" if changed in fc.import_closure(module) else "")
 
-    for changed, kept in (("dmlimits.measured.runs", True), ("dmlimits.units", False)):
+    for changed, kept in (("dmlimits.measured.runs", True), ("dmlimits.core.units", False)):
         fc._environment_key.cache_clear()
         monkeypatch.setattr(fc, "closure_fingerprint", fingerprint(changed))
-        assert fc.read_result("probe", "dmlimits.matmul")[0] is kept, changed
+        assert fc.read_result("probe", "dmlimits.costs.matmul")[0] is kept, changed
     fc._environment_key.cache_clear()
     monkeypatch.setattr(fc, "closure_fingerprint", real)
     assert fc._path("probe", "tests.elsewhere") == fc._path("probe")
@@ -307,7 +307,7 @@ def test_a_kept_builder_imports_nothing_outside_its_modules_closure():
     library outside its own module's closure while it runs (a dynamic import would)."""
     code = (
         "import importlib, json, sys\n"
-        "from dmlimits import formula_cache as fc\n"
+        "from dmlimits.core import formula_cache as fc\n"
         f"kept = {sorted(KEPT.items())!r}\n"
         "fns = {}\n"
         "for name, _ in kept:\n"
@@ -371,7 +371,7 @@ def _same_outputs(written, read) -> None:
 def test_a_kept_numeric_function_computes_as_built(folder, module, what):
     """Each kept function, read back in another process's place, gives the same floats, bit
     for bit, as the one lambdified from its derivation."""
-    builder = importlib.import_module(f"dmlimits.{module}")._numeric.__wrapped__
+    builder = importlib.import_module(f"dmlimits.costs.{module}")._numeric.__wrapped__
     written = builder(what)
     before = fc.COUNTS["read"]
     read = builder(what)
@@ -393,7 +393,7 @@ def test_the_models_kept_definitions_compute_as_built(folder):
 
 def test_a_kept_source_reads_numpys_names_without_lambdifys_namespace():
     """A kept source for numpy finds its global names in numpy and numpy.linalg
-    (:func:`dmlimits.formula_cache._numpy_names`), as lambdify's namespace holds them, the same
+    (:func:`dmlimits.core.formula_cache._numpy_names`), as lambdify's namespace holds them, the same
     objects; names lambdify adds of its own send it to that namespace."""
     full = fc._namespace("numpy")
     names = {*np.__all__, *np.linalg.__all__, "numpy"}

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 import sympy as sp
-from dmlimits import glue as g
-from dmlimits import symbols as s
+from dmlimits.book import glue as g
+from dmlimits.core import symbols as s
 
 
 @pytest.mark.parametrize(

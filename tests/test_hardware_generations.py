@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from dmlimits import hardware, search
-from dmlimits import scenario as sc
+from dmlimits import search
+from dmlimits.core import hardware
+from dmlimits.core import scenario as sc
 
 NEW = ("h200", "b200", "gb200-nvl72", "gtx580")
 

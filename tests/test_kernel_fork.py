@@ -1,4 +1,4 @@
-"""The chapters' kernels forked from one server (dmlimits.kernel_fork) are the kernels a build
+"""The chapters' kernels forked from one server (dmlimits.build.kernel_fork) are the kernels a build
 would otherwise start one by one: same environment, path, arguments, working directory and
 matplotlib set-up, interruptible, and gone once shut down.  Whole builds with it (their outputs
 compared by nbval, their interrupts by tests/test_build_runs.py) are tested elsewhere."""
@@ -13,8 +13,9 @@ import time
 
 import psutil
 import pytest
-from dmlimits import build, kernel_fork
-from dmlimits import scenario as sc
+from dmlimits import build
+from dmlimits.build import kernel_fork
+from dmlimits.core import scenario as sc
 
 # What the kernel reports about itself: everything a chapter could see of how it was started,
 # once it has imported the library, as every chapter's first cell does (a forked kernel has it
@@ -22,7 +23,8 @@ from dmlimits import scenario as sc
 PROBE = """
 import gc, json, os, sys
 loaded = sorted(m for m in sys.modules if m.split(".")[0] == "dmlimits")
-from dmlimits import figures, glue, scenario
+from dmlimits.book import figures, glue
+from dmlimits.core import scenario
 import matplotlib, matplotlib.pyplot as plt
 fig = plt.figure()
 print(json.dumps({
@@ -120,11 +122,11 @@ def test_a_forked_kernel_is_the_kernel_a_build_would_start(tmp_path, forks):
 def test_a_forked_kernel_records_what_its_chapter_reads(tmp_path, forks):
     """The server imported the library before any kernel asked to record; the forked kernel
     still lists what its code reads of a scenario, as a kernel started on its own lists it
-    from the library's import (dmlimits.chapter_reads relies on the list)."""
+    from the library's import (dmlimits.build.chapter_reads relies on the list)."""
     sockets = tmp_path / "s"
     sockets.mkdir()
     code = (
-        "from dmlimits import scenario as sc\n"
+        "from dmlimits.core import scenario as sc\n"
         "scn = sc.resolve('h100', overrides={'training.months': 6})\n"
         "print(scn['training.months'], scn['network.latency'])"
     )

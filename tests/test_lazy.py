@@ -1,4 +1,4 @@
-"""Formulas built on first use (dmlimits.lazy): importing the library builds none of them, each
+"""Formulas built on first use (dmlimits.core.lazy): importing the library builds none of them, each
 is built once and is the object its module's own code uses, and each is documented."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 import types
 
 import pytest
-from dmlimits import lazy
+from dmlimits.core import lazy
 
 #: The modules whose sympy formulas are built on first use.
 LAZY_MODULES = (
@@ -40,10 +40,10 @@ def test_importing_the_search_builds_no_formula():
     """The speed of every chapter's kernel depends on it: a fresh process that imports the
     search (and with it every parallelism's module) has built none of the lazy attributes."""
     code = (
-        "import importlib, dmlimits.search, dmlimits.closed_forms\n"
-        "from dmlimits import lazy\n"
+        "import importlib, dmlimits.search, dmlimits.costs.closed_forms\n"
+        "from dmlimits.core import lazy\n"
         f"for name in {LAZY_MODULES!r}:\n"
-        "    m = importlib.import_module('dmlimits.' + name)\n"
+        "    m = importlib.import_module('dmlimits.costs.' + name)\n"
         "    names = lazy.lazy_names(m)\n"
         "    assert names, name\n"
         "    built = [n for n in names if n in vars(m)]\n"
@@ -62,7 +62,7 @@ def test_each_lazy_attribute_is_declared_and_is_what_the_module_uses(name):
     object of the module's cached builder (its numerics and the attribute agree)."""
     import importlib
 
-    module = importlib.import_module(f"dmlimits.{name}")
+    module = importlib.import_module(f"dmlimits.costs.{name}")
     names = lazy.lazy_names(module)
     assert "COST_FORMULAS" in names
     for attr in names:

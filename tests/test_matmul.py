@@ -1,4 +1,4 @@
-"""The single-GPU matmul model (dmlimits.matmul) against the paper's printed table and itself."""
+"""The single-GPU matmul model (dmlimits.costs.matmul) against the paper's printed table and itself."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import derivations_of
-from dmlimits import derivation, matmul, scenario, units
-from dmlimits import symbols as s
-from dmlimits.symbols import REGISTRY
+from dmlimits.core import derivation, scenario, units
+from dmlimits.core import symbols as s
+from dmlimits.core.symbols import REGISTRY
+from dmlimits.costs import matmul
 
 TABLE = resources.files("dmlimits") / "data" / "paper1_matmul_efficiency.csv"
 SET_PREFIX = "# scenario-set:"
@@ -81,7 +82,7 @@ def test_a_multicast_is_one_send_per_value():
 
 
 def _matmul_derivations() -> list[derivation.Derivation]:
-    return derivations_of("matmul")
+    return derivations_of("costs.matmul")
 
 
 def test_derivations_are_registered():

@@ -9,9 +9,10 @@ import json
 
 import pytest
 from conftest import SHARED, derivations_of
-from dmlimits import cli, units
+from dmlimits import cli
+from dmlimits.core import units
+from dmlimits.core.symbols import REGISTRY
 from dmlimits.measured import memory, runs, transformer
-from dmlimits.symbols import REGISTRY
 
 BENCH = SHARED / "data" / "hf_ultrascale_benchmarks.csv"
 

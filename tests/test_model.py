@@ -7,9 +7,9 @@ from importlib import resources
 import numpy as np
 import pytest
 import sympy as sp
-from dmlimits import model
-from dmlimits import symbols as s
-from dmlimits.scenario import resolve
+from dmlimits.core import symbols as s
+from dmlimits.core.scenario import resolve
+from dmlimits.costs import model
 
 
 def reference_rows(setting: str) -> list[dict]:

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 from conftest import derivations_of
-from dmlimits import published, units
+from dmlimits.core import published, units
+from dmlimits.core.symbols import REGISTRY
 from dmlimits.measured import memory, operations, runs, transformer
-from dmlimits.symbols import REGISTRY
 
 MIXTRAL = transformer.SHAPES["mixtral-8x7b"]
 DEEPSEEK = transformer.SHAPES["deepseek-v3"]

@@ -9,9 +9,10 @@ import dataclasses
 import numpy as np
 import pytest
 from conftest import derivations_of
-from dmlimits import hardware, matmul, published, units
+from dmlimits.core import hardware, published, units
+from dmlimits.core.symbols import REGISTRY
+from dmlimits.costs import matmul
 from dmlimits.measured import confront, operations, runs, transformer
-from dmlimits.symbols import REGISTRY
 
 
 def _config(shape="llama2-7b", gpu="h100", n=8, **kw) -> runs.Config:
@@ -192,7 +193,7 @@ def test_the_chapters_cases_are_valid_configurations():
 
 
 def test_the_matmul_model_is_the_books():
-    """The matmuls are timed by dmlimits.matmul itself: one matmul's three passes."""
+    """The matmuls are timed by dmlimits.costs.matmul itself: one matmul's three passes."""
     cfg = _config()
     scn = operations.device("h100")
     b = cfg.mbs * cfg.seq_len

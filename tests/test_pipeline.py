@@ -1,4 +1,4 @@
-"""Pipeline parallelism (dmlimits.pipeline): derivations; the bubble against simulated schedules.
+"""Pipeline parallelism (dmlimits.costs.pipeline): derivations; the bubble against simulated schedules.
 
 The simulations below are written here, independently of the library's formulas: they lay out
 every forward and backward slot of every microbatch on every GPU, respecting the dependencies of
@@ -39,9 +39,10 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import derivations_of
-from dmlimits import derivation, pipeline, units
-from dmlimits import symbols as s
-from dmlimits.symbols import REGISTRY
+from dmlimits.core import derivation, units
+from dmlimits.core import symbols as s
+from dmlimits.core.symbols import REGISTRY
+from dmlimits.costs import pipeline
 
 STAGES = range(1, 7)
 MICROBATCHES = range(1, 13)
@@ -188,7 +189,7 @@ def closed_form(n_pp: int, m: int, v: int = 1) -> float:
 
 # --- Derivations ---------------------------------------------------------------------------------
 def _pipeline_derivations() -> list[derivation.Derivation]:
-    return derivations_of("pipeline")
+    return derivations_of("costs.pipeline")
 
 
 def test_derivations_are_registered():

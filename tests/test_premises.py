@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 from conftest import derivation_called, derivation_names, every_derivation
-from dmlimits import collectives, premises
-from dmlimits.derivation import Step, Substitution, derivation
+from dmlimits import premises
+from dmlimits.core.derivation import Step, Substitution, derivation
+from dmlimits.costs import collectives
 from dmlimits.premises import ORACLES, PremiseError
 
 # make check (--dist loadgroup) runs the tests that build every derivation on one worker: the

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from conftest import ROOT
 from dmlimits import build
-from dmlimits import scenario as sc
+from dmlimits.core import scenario as sc
 
 
 @pytest.mark.slow

@@ -25,12 +25,13 @@ import math
 
 import numpy as np
 import pytest
-from dmlimits import data_parallel as dpm
-from dmlimits import expert_parallel as epm
-from dmlimits import matmul, search, step
-from dmlimits import pipeline as ppm
-from dmlimits import scenario as sc
-from dmlimits import tensor_parallel as tpm
+from dmlimits import search
+from dmlimits.core import scenario as sc
+from dmlimits.costs import data_parallel as dpm
+from dmlimits.costs import expert_parallel as epm
+from dmlimits.costs import matmul, step
+from dmlimits.costs import pipeline as ppm
+from dmlimits.costs import tensor_parallel as tpm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

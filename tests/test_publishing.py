@@ -80,7 +80,7 @@ def test_a_bad_repository_url_names_the_value(monkeypatch):
 
 def test_the_binder_button_opens_the_myst_source():
     """The build executes each chapter into an .ipynb; the repository keeps the .md."""
-    from dmlimits import sphinxext
+    from dmlimits.build import sphinxext
 
     binder = "https://mybinder.org/v2/gh/o/r/main?urlpath=lab/tree/notebooks/model"
     context = {
@@ -104,7 +104,7 @@ def test_numbered_references_read_each_page_once(tmp_path, monkeypatch):
 
     src = tmp_path / "src"
     src.mkdir()
-    (src / "conf.py").write_text("extensions = ['dmlimits.sphinxext']\nnumfig = True\n")
+    (src / "conf.py").write_text("extensions = ['dmlimits.build.sphinxext']\nnumfig = True\n")
     table = ".. _{0}:\n\n.. table:: {0}\n\n   = =\n   a b\n   = =\n\n"
     refs = "".join(f":numref:`{t}` and :numref:`{t}`.\n\n" for t in ("one", "two", "three"))
     (src / "index.rst").write_text(
@@ -133,7 +133,7 @@ def test_numbered_references_read_each_page_once(tmp_path, monkeypatch):
 def test_an_updated_search_index_is_the_one_a_full_build_writes(tmp_path, monkeypatch):
     """Built again from its state, Sphinx writes only the changed page and updates the search
     index; a word that only that page had (and no longer has) is gone from it, and the index is
-    byte for byte the one a build of every page writes (dmlimits.sphinxext)."""
+    byte for byte the one a build of every page writes (dmlimits.build.sphinxext)."""
     import json
     import time
 
@@ -146,7 +146,7 @@ def test_an_updated_search_index_is_the_one_a_full_build_writes(tmp_path, monkey
         monkeypatch.setattr(IndexBuilder, name, getattr(IndexBuilder, name, False), raising=False)
     src = tmp_path / "src"
     src.mkdir()
-    (src / "conf.py").write_text("extensions = ['dmlimits.sphinxext']\n")
+    (src / "conf.py").write_text("extensions = ['dmlimits.build.sphinxext']\n")
     (src / "index.rst").write_text(
         "Index\n=====\n\nCommon words.\n\n.. toctree::\n\n   other\n   third\n"
     )

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import SHARED, derivations_of
-from dmlimits import published
-from dmlimits import units as u
 from dmlimits.cli import main
+from dmlimits.core import published
+from dmlimits.core import units as u
+from dmlimits.core.symbols import REGISTRY
 from dmlimits.measured import confront, nccl, runs, transformer
-from dmlimits.symbols import REGISTRY
 
 HF_BULK = SHARED / "data" / "hf_ultrascale_benchmarks.csv"
 FORMULAS = {
@@ -491,7 +491,7 @@ def _pipelined(rows) -> dict[tuple[int, float, int], int]:
 def _check_bubbles_against_the_schedule(seen: dict[tuple[int, float, int], int]) -> None:
     """Each configuration's pipelined compute in the calibrated step (its last stage's work
     and the bubble, ``(N_PP - 1) / (v m)`` of the blocks' work: run-mfu's third step) lasts as
-    long as the schedule simulated pass by pass (:func:`dmlimits.pipeline.schedule`:
+    long as the schedule simulated pass by pass (:func:`dmlimits.costs.pipeline.schedule`:
     PipeDream-Flush, or Megatron-LM's interleaved order) whose last chunk also runs the output
     layer and the loss, from the first pass to the last (the calibrated mode's placement of a
     Megatron-LM split); and, with every stage an equal share of them, the schedule whose
@@ -507,7 +507,7 @@ def _check_bubbles_against_the_schedule(seen: dict[tuple[int, float, int], int])
 
 
 def _check_pipelined_compute(seen: dict[tuple[int, float, int], int]) -> None:
-    from dmlimits import pipeline as pl
+    from dmlimits.costs import pipeline as pl
 
     f = runs.Factors(0.7, 1.0, 0.0, serial_tp=True, latency=True, operations=True)
     for (p, m, v), _ in sorted(seen.items()):
@@ -541,7 +541,7 @@ def test_the_rendered_bubble_step_is_the_simulated_schedule(n_pp, m, v, head):
     ``t_last`` (the last stage's extra work) is set apart; counting it in the other stages'
     warm-up and cool-down too (``t_last = 0`` beside the last stage's whole work) overstates
     them."""
-    from dmlimits import pipeline as pl
+    from dmlimits.costs import pipeline as pl
 
     step = runs.mfu_derivation().steps[2].expr.rhs
     sim = pl.schedule(n_pp, m, v, order="interleaved" if v > 1 else "1f1b", head=head)
@@ -585,8 +585,8 @@ def test_bound_without_communication_is_the_flop_ratio_over_the_bubble():
     """The derivation's last step (what the book renders), with no communication, is the
     share of model FLOP in the hardware FLOP at the paper's effective utilization, shrunk by
     the pipeline bubble."""
-    from dmlimits import pipeline as pl
-    from dmlimits import symbols
+    from dmlimits.core import symbols
+    from dmlimits.costs import pipeline as pl
 
     d = runs.mfu_derivation()
     assert "label: run-mfu-5" in d.markdown()
@@ -603,7 +603,8 @@ def test_the_bound_mode_is_the_derivations_bound_with_the_gpus_derate():
     """predict in bound mode gives, for a run whose communication hides, what step 5 of
     run-mfu gives with the GPU's effective utilization: one stage, no recomputation, one GPU
     node of tensor-free FSDP with a large batch."""
-    from dmlimits import pipeline, symbols
+    from dmlimits.core import symbols
+    from dmlimits.costs import pipeline
 
     cfg = runs.Config(shape=transformer.shape("llama2-7b"), cluster=runs.cluster("h100"),
                       n_gpus=8, dp=8, global_batch_tokens=8 * 16 * 4096, seq_len=4096,
@@ -681,7 +682,7 @@ def test_a_name_that_is_not_a_modelled_gpt3_says_why():
 def test_blackwell_rows_are_modelled_from_the_books_presets(text, name, preset):
     """Issue #14: rows on B200 and GB200 clusters are modelled, with the book's GPU presets'
     peak, HBM, node size and links (one way: half the preset's both-ways bandwidth)."""
-    from dmlimits import hardware
+    from dmlimits.core import hardware
 
     assert runs._gpu(text) == name
     cl, v = runs.cluster(name), hardware.gpu_values(preset)

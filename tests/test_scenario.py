@@ -3,8 +3,8 @@
 import math
 
 import pytest
-from dmlimits import hardware
-from dmlimits.scenario import SCHEMA, ScenarioError, preset_names, resolve
+from dmlimits.core import hardware
+from dmlimits.core.scenario import SCHEMA, ScenarioError, preset_names, resolve
 
 
 def test_default_is_the_paper_baseline():
@@ -42,7 +42,7 @@ def test_explicit_value_beats_the_gpu_preset():
 
 
 def test_every_preset_resolves_the_papers_sixteen_and_four_more():
-    from dmlimits.scenario import PAPER_PRESETS
+    from dmlimits.core.scenario import PAPER_PRESETS
 
     names = preset_names()
     assert set(PAPER_PRESETS) <= set(names)
@@ -181,7 +181,7 @@ def test_node_size_must_be_a_positive_whole_number(value):
 
 
 def test_compared_presets_keep_what_they_are_named_after():
-    from dmlimits.scenario import PAPER_PRESETS, compared
+    from dmlimits.core.scenario import PAPER_PRESETS, compared
 
     mine = resolve("h100", ["gpu=a100", "training.months=6", "network.latency=1e-6"])
     gens = compared(["v100", "h100", "gb200-nvl72"], mine)

@@ -1,4 +1,4 @@
-"""The search for the best parallelism (dmlimits.search) and the step time (dmlimits.step).
+"""The search for the best parallelism (dmlimits.search) and the step time (dmlimits.costs.step).
 
 The acceptance of the reproduction: the h100 presets against the authors' configurations as
 rerun (the project's data file), and the linear-scaling end at the published grid point."""
@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import derivations_of
-from dmlimits import published, search, step
-from dmlimits import scenario as sc
-from dmlimits import units as u
-from dmlimits.derivation import DerivationError, Step, derivation
-from dmlimits.symbols import REGISTRY
+from dmlimits import search
+from dmlimits.core import published
+from dmlimits.core import scenario as sc
+from dmlimits.core import units as u
+from dmlimits.core.derivation import DerivationError, Step, derivation
+from dmlimits.core.symbols import REGISTRY
+from dmlimits.costs import step
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +254,7 @@ def test_paper_presets_are_the_sixteen_of_the_issue():
 
 # --- The step-time derivations ---------------------------------------------------------------
 def test_step_derivations_are_registered():
-    found = derivations_of("step")
+    found = derivations_of("costs.step")
     assert {d.name for d in found} == {
         "search-step-time",
         "search-network-time",
@@ -287,7 +289,7 @@ def test_step_time_formula_by_hand():
 
 def test_the_search_tries_the_pipeline_chapters_microbatch_counts(h100):
     """1F1B tries the four smallest valid microbatch counts, as the pipeline chapter says."""
-    from dmlimits import pipeline
+    from dmlimits.costs import pipeline
 
     assert search.Choices.of(h100).microbatch_candidates == pipeline.SEARCH_MICROBATCH_COUNT
     assert pipeline.valid_microbatches(8, 64) == (8, 16, 32, 64)
@@ -373,7 +375,7 @@ def test_the_parallelism_map_refuses_bad_arguments(h100):
 
 
 def test_the_decision_chart_is_drawn_from_the_map(h100):
-    from dmlimits import figures, whole_run
+    from dmlimits.book import figures, whole_run
 
     m = search.parallelism_map(h100, every=9, doublings=30)
     fig = whole_run.decision_chart(h100, m)

@@ -2,7 +2,7 @@
 
 Pruning (lower bounds on each candidate's step time, :data:`dmlimits.search.PRUNE_ENV`),
 trusting its own arrays (the cost modules' argument checks skipped inside the search,
-:func:`dmlimits.checks.trusted_arguments`) and batching (the candidates of many models and
+:func:`dmlimits.core.checks.trusted_arguments`) and batching (the candidates of many models and
 clusters costed in one pass, :func:`dmlimits.search.best_on_many`) are checked against the
 search without them: every preset's whole sweep, value for value, and a single pair's answer
 against the batch's.
@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 import pytest
-from dmlimits import scenario as sc
 from dmlimits import search
+from dmlimits.core import scenario as sc
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -209,13 +209,13 @@ def test_clusters_beyond_64_bits_are_listed(exponent):
 
 
 def test_only_the_search_trusts_its_arguments():
-    """Outside :func:`dmlimits.checks.trusted_arguments` a bad argument is refused with its
+    """Outside :func:`dmlimits.core.checks.trusted_arguments` a bad argument is refused with its
     name; inside it is taken as given; the block ends (even by an exception) with the checks
     back on, and it never reaches another thread."""
     import threading
 
-    from dmlimits import checks
-    from dmlimits import tensor_parallel as tpm
+    from dmlimits.core import checks
+    from dmlimits.costs import tensor_parallel as tpm
 
     scn = sc.resolve("h100")
 

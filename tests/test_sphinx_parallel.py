@@ -1,4 +1,4 @@
-"""The book's HTML in parallel (dmlimits.sphinxext, dmlimits.jupyter_book_run): Sphinx reads the
+"""The book's HTML in parallel (dmlimits.build.sphinxext, dmlimits.build.jupyter_book_run): Sphinx reads the
 pages in several processes, the API reference in one of its own, with the extensions Jupyter
 Book loads; the pages are those a serial build writes.  And the API reference's autodoc: an
 attribute built on first use is documented as declared, never built, and type comments are
@@ -54,7 +54,7 @@ def _build(src, out, parallel: int) -> dict[str, bytes]:
 def test_pages_read_in_parallel_are_the_pages_read_serially(tmp_path):
     """With the extensions that declare nothing about parallel reading (Sphinx would warn,
     and the strict build fail), the book's extension lets Sphinx read in parallel."""
-    extensions = ["sphinx_multitoc_numbering", "sphinx_jupyterbook_latex", "dmlimits.sphinxext"]
+    extensions = ["sphinx_multitoc_numbering", "sphinx_jupyterbook_latex", "dmlimits.build.sphinxext"]
     _project(tmp_path / "src", extensions)
     serial = _build(tmp_path / "src", tmp_path / "serial", 1)
     parallel = _build(tmp_path / "src", tmp_path / "parallel", 2)
@@ -70,7 +70,7 @@ def test_pages_read_in_parallel_are_the_pages_read_serially(tmp_path):
 def test_each_page_of_the_api_reference_is_read_in_a_process_of_its_own():
     import sphinx.builders
     import yaml
-    from dmlimits import sphinxext
+    from dmlimits.build import sphinxext
 
     # The pages named are the book's: a renamed page would be read with ten others again.
     toc = (ROOT / "_toc.yml").read_text()
@@ -92,7 +92,7 @@ def test_each_page_of_the_api_reference_is_read_in_a_process_of_its_own():
 
 LAZY_MODULE = '''
 """A module with an attribute built on first use."""
-from dmlimits import lazy
+from dmlimits.core import lazy
 
 #: The value, built on first use.
 VALUE: int
@@ -120,7 +120,7 @@ def test_autodoc_documents_a_lazy_attribute_as_declared_and_reads_no_type_commen
     (src / "lazymod.py").write_text(LAZY_MODULE)
     monkeypatch.syspath_prepend(str(src))
     (src / "conf.py").write_text(
-        "extensions = ['sphinx.ext.autodoc', 'dmlimits.sphinxext']\n"
+        "extensions = ['sphinx.ext.autodoc', 'dmlimits.build.sphinxext']\n"
         "autodoc_member_order = 'bysource'\n"
     )
     (src / "index.rst").write_text(
@@ -136,7 +136,7 @@ def test_autodoc_documents_a_lazy_attribute_as_declared_and_reads_no_type_commen
 
 
 def test_the_library_has_no_type_comments():
-    """The book's API reference does not read type comments (dmlimits.sphinxext): it would
+    """The book's API reference does not read type comments (dmlimits.build.sphinxext): it would
     show none, since the library writes none."""
     found = []
     for path in sorted((ROOT / "lib" / "dmlimits").rglob("*.py")):
@@ -151,10 +151,10 @@ def test_the_library_has_no_type_comments():
 
 def test_the_html_runner_refuses_a_bad_number_of_processes(tmp_path):
     for bad in (["--jobs"], ["--jobs", "0"], ["--jobs", "two"]):
-        cmd = [sys.executable, "-m", "dmlimits.jupyter_book_run", *bad, "--version"]
+        cmd = [sys.executable, "-m", "dmlimits.build.jupyter_book_run", *bad, "--version"]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
         assert proc.returncode == 2 and "--jobs takes a number of processes" in proc.stderr
-    cmd = [sys.executable, "-m", "dmlimits.jupyter_book_run", "--jobs", "2", "--version"]
+    cmd = [sys.executable, "-m", "dmlimits.build.jupyter_book_run", "--jobs", "2", "--version"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0 and "Jupyter Book" in proc.stdout
 
@@ -167,7 +167,7 @@ def test_bibliography_plugins_are_looked_up_once_with_the_same_answers(monkeypat
     import importlib.metadata
 
     import pybtex.plugin as plugin
-    from dmlimits import sphinxext
+    from dmlimits.build import sphinxext
 
     monkeypatch.setattr(plugin, "entry_points", importlib.metadata.entry_points)  # pybtex's
     if kept_before:
@@ -206,7 +206,7 @@ def test_each_page_is_unpickled_once_for_its_numbering_and_its_writing(tmp_path,
     of a build that unpickles them every time (the serial build above compares the rest)."""
     from sphinx.environment import BuildEnvironment
 
-    extensions = ["sphinx_multitoc_numbering", "sphinx_jupyterbook_latex", "dmlimits.sphinxext"]
+    extensions = ["sphinx_multitoc_numbering", "sphinx_jupyterbook_latex", "dmlimits.build.sphinxext"]
     _project(tmp_path / "src", extensions)
     unpickled: list[str] = []
     read = BuildEnvironment.get_doctree
@@ -220,7 +220,7 @@ def test_each_page_is_unpickled_once_for_its_numbering_and_its_writing(tmp_path,
     # The forked readers unpickle nothing; the root page is unpickled once more, for the
     # navigation Sphinx builds from it (its master_doctree, kept once unpickled).
     assert sorted(unpickled) == sorted([*PAGES, "index"])
-    from dmlimits import sphinxext
+    from dmlimits.build import sphinxext
 
     monkeypatch.setattr(sphinxext, "_share_doctrees_while_numbering", lambda app: None)
     unpickled.clear()

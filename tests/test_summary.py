@@ -1,8 +1,8 @@
 """The summary page's table: one row per parallelism, rendered from each module's SUMMARY."""
 
 import pytest
-from dmlimits import summary
-from dmlimits.symbols import REGISTRY
+from dmlimits.book import summary
+from dmlimits.core.symbols import REGISTRY
 
 
 def test_every_parallelism_has_a_summary_in_the_right_units():
@@ -25,6 +25,6 @@ def test_markdown_has_a_row_per_parallelism():
 
 
 def test_a_module_without_summary_is_refused(monkeypatch):
-    monkeypatch.setattr(summary, "MODULES", ("units",))
-    with pytest.raises(ValueError, match=r"dmlimits\.units\.SUMMARY"):
+    monkeypatch.setattr(summary, "MODULES", ("matmul",))
+    with pytest.raises(ValueError, match=r"dmlimits\.costs\.matmul\.SUMMARY"):
         summary.entries()

@@ -247,7 +247,7 @@ def test_the_api_reference_documents_every_module(built_book):
     assert set(library_names()) - {"__init__"} <= documented
     assert sum(len(listed) for listed in modules) == len(documented)  # each on one page
     html = "".join((HTML / "book" / f"{p}.html").read_text() for p in pages)
-    assert 'id="dmlimits.derivation.Derivation.with_step"' in html
+    assert 'id="dmlimits.core.derivation.Derivation.with_step"' in html
     assert 'id="dmlimits.search.sweep"' in html
     # A value shown with its memory address would change from build to build (the book is
     # byte-for-byte reproducible): such constants hide their value (:meta hide-value:).
@@ -282,7 +282,7 @@ def test_derive_snippets_work_as_printed(name):
     """Each Derive solution's code, run as printed, verifies; the same step with its right-hand
     side doubled is refused, naming the broken link."""
     import sympy as sp
-    from dmlimits.derivation import DerivationError
+    from dmlimits.core.derivation import DerivationError
 
     text = markdown(name)
     for kind, label in exercises(name):

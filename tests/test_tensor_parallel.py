@@ -1,4 +1,4 @@
-"""Tensor parallelism (dmlimits.tensor_parallel): derivations, units, the split rule, 1D as a
+"""Tensor parallelism (dmlimits.costs.tensor_parallel): derivations, units, the split rule, 1D as a
 special case, the crossover, and errors."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import assert_levels_add_up, derivations_of
-from dmlimits import collectives as coll
-from dmlimits import derivation, scenario, units
-from dmlimits import symbols as s
-from dmlimits import tensor_parallel as tp
-from dmlimits.symbols import REGISTRY
+from dmlimits.core import derivation, scenario, units
+from dmlimits.core import symbols as s
+from dmlimits.core.symbols import REGISTRY
+from dmlimits.costs import collectives as coll
+from dmlimits.costs import tensor_parallel as tp
 
 H100 = scenario.resolve("h100")
 FLAT = scenario.resolve("h100", sets=["network.topology=flat"])
@@ -23,7 +23,7 @@ DM, DFF, TOK = 12288, 49152, 2048
 
 # --- Derivations and units ---------------------------------------------------------------------
 def _derivations() -> list[derivation.Derivation]:
-    return derivations_of("tensor_parallel")
+    return derivations_of("costs.tensor_parallel")
 
 
 def test_derivations_are_registered():
@@ -199,7 +199,7 @@ def test_vectorized_and_scalar_agree():
 
 
 def test_compute_is_six_matmuls_of_the_shard():
-    from dmlimits import matmul
+    from dmlimits.costs import matmul
 
     m, f = 2, 4
     c = tp.tp_compute_time(H100, DM, DFF, TOK, m, f)

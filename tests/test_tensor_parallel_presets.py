@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import matplotlib
 import pytest
-from dmlimits import figures, scenario
-from dmlimits import tensor_parallel as tp
+from dmlimits.book import figures
+from dmlimits.core import scenario
+from dmlimits.costs import tensor_parallel as tp
 
 matplotlib.use("Agg")
 

@@ -2,10 +2,10 @@
 
 import pytest
 import sympy as sp
-from dmlimits import model
-from dmlimits import symbols as s
-from dmlimits import units as u
-from dmlimits.symbols import REGISTRY
+from dmlimits.core import symbols as s
+from dmlimits.core import units as u
+from dmlimits.core.symbols import REGISTRY
+from dmlimits.costs import model
 
 
 def test_bandwidth_time_is_seconds():

@@ -1,4 +1,4 @@
-"""What-if analysis (dmlimits.whatif): the tornado and the uncertainty band."""
+"""What-if analysis (dmlimits.search.whatif): the tornado and the uncertainty band."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import math
 
 import numpy as np
 import pytest
-from dmlimits import scenario as sc
-from dmlimits import search, whatif
+from dmlimits import search
+from dmlimits.core import scenario as sc
+from dmlimits.search import whatif
 
 # One worker of make check computes the tornado (twenty sweeps) for every test of this file,
 # not both.

@@ -1,4 +1,4 @@
-"""Figures and tables of the whole run (dmlimits.whole_run)."""
+"""Figures and tables of the whole run (dmlimits.book.whole_run)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import math
 
 import numpy as np
 import pytest
-from dmlimits import book_sweeps, search, whole_run
-from dmlimits import scenario as sc
+from dmlimits import search
+from dmlimits.book import book_sweeps, whole_run
+from dmlimits.core import scenario as sc
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,7 @@ def test_binding_explanations_cover_every_binding():
 def test_estimates_that_decide_a_result_are_flagged():
     """Issue #12: values borrowed from another GPU or estimated are named where they decide a
     result, and only values whose source says so."""
-    from dmlimits import hardware
+    from dmlimits.core import hardware
 
     gtx = whole_run.estimates_deciding(sc.resolve("gtx580"))
     keys = {(r["result"], r["key"]) for r in gtx}
@@ -154,7 +155,7 @@ def test_listing_what_a_build_sweeps_loads_no_plotting():
     import sys
 
     probe = (
-        "import json, sys\nfrom dmlimits import book_sweeps, scenario as sc\n"
+        "import json, sys\nfrom dmlimits.book import book_sweeps\nfrom dmlimits.core import scenario as sc\n"
         "n = len(book_sweeps.scenarios_swept(sc.resolve('h100')))\n"
         "print(json.dumps([n, 'matplotlib.pyplot' in sys.modules]))"
     )
@@ -184,7 +185,7 @@ def test_the_wall_is_named_only_where_the_sweep_reaches_it(name):
     first infeasible grid point where the sweep has one (h100); where every point of the sweep
     finishes in time (the DeepSeek batch law), the wall is said to lie beyond the sweep and no
     region is said to be shaded, as the headline figure shades none."""
-    from dmlimits.glue import sci
+    from dmlimits.book.glue import sci
 
     last, first = whole_run.wall_between(sc.resolve(name))
     words = whole_run.wall_phrases(sc.resolve(name))

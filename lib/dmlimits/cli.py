@@ -24,8 +24,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .build import RepositoryError
-from .scenario import DEFAULT_SCENARIO, ScenarioError, describe_presets, resolve
+from dmlimits.build import RepositoryError
+from dmlimits.core.scenario import DEFAULT_SCENARIO, ScenarioError, describe_presets, resolve
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
 def _cmd_build(args: argparse.Namespace) -> int:
     import signal
 
-    from .build import BuildError, BuildInterrupted, build, check_repository
+    from dmlimits.build import BuildError, BuildInterrupted, build, check_repository
 
     # Ctrl-C stops a build from its first line, even when it was started with SIGINT ignored
     # (as a background job or a test runner's worker starts it): the build stops itself on
@@ -144,7 +144,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_scenarios(args: argparse.Namespace) -> int:
     if args.keys:
-        from .build import scenario_keys
+        from dmlimits.build import scenario_keys
 
         for key, expected, doc in scenario_keys():
             print(f"{key:<38} {doc}; {expected}")
@@ -160,8 +160,8 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def _cmd_derivations(args: argparse.Namespace) -> int:
-    from .derivation import DerivationError, all_derivations
-    from .premises import PremiseError, check
+    from dmlimits.core.derivation import DerivationError, all_derivations
+    from dmlimits.premises import PremiseError, check
 
     failed = 0
     derivations = all_derivations()
@@ -197,7 +197,7 @@ def _whole(name: str, text: str) -> int:
 def _cmd_matmul(args: argparse.Namespace) -> int:
     import json
 
-    from . import matmul
+    from dmlimits.costs import matmul
 
     scn = resolve("h100", [f"gpu={args.gpu}", *args.sets])
     parts = args.shape.lower().split("x")
@@ -237,7 +237,7 @@ def _scenario_specs(text: str) -> list[str]:
     list of valid names before anything runs."""
     from pathlib import Path
 
-    from .scenario import PAPER_PRESETS, preset_names
+    from dmlimits.core.scenario import PAPER_PRESETS, preset_names
 
     names = preset_names()
     if text.strip() == "all":
@@ -267,7 +267,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from . import search
+    from dmlimits import search
 
     scenarios = [resolve(spec, args.sets) for spec in _scenario_specs(args.scenario)]
     if args.jobs is not None and args.jobs < 1:
@@ -299,7 +299,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_headline(args: argparse.Namespace) -> int:
     import json
 
-    from . import search
+    from dmlimits import search
 
     specs = _scenario_specs(args.scenario)
     if len(specs) != 1:
@@ -374,7 +374,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     import csv
     import json
 
-    from .measured import memory, runs, transformer
+    from dmlimits.measured import memory, runs, transformer
 
     if args.runs:
         try:

@@ -10,6 +10,6 @@ measured (Fernandez et al. 2024 and other published runs):
 - :mod:`~dmlimits.measured.memory`: peak memory per GPU, and whether a run fits;
 - :mod:`~dmlimits.measured.confront`: the comparisons the chapters print (errors in and out of
   sample, the hypotheses tested against Fernandez et al.).
-- :mod:`~dmlimits.measured.figures`: the chapters' figures, drawn from what the modules above
+- :mod:`~dmlimits.book.measured_figures`: the chapters' figures, drawn from what the modules above
   compute.
 """

@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from .. import published
-from . import nccl, runs
+from dmlimits.core import published
+from dmlimits.measured import nccl, runs
 
 SHAPES = ("llama2-7b", "llama2-70b")
 # "Communication-bound": exposed communication takes at least this share of the step, where
@@ -131,7 +131,7 @@ def fsdp_variant(shape: str, windows: bool = False, regather: bool = False, gpu:
     compute.  Returns the GPU counts, the share of each step that exposed communication takes
     (``NaN`` where the configuration does not fit), the onset (:func:`comm_bound_onset`) and the
     per-GPU drop (:func:`per_gpu_drop`)."""
-    from . import memory
+    from dmlimits.measured import memory
 
     factors = runs.calibrate(windows=True) if windows else runs.calibrated()
     gpus, tokens, exposed, step = [], [], [], []
@@ -664,7 +664,7 @@ def stages_compared(rows=None) -> dict[str, dict]:
     """For each placement of the output layer and the loss
     (:data:`dmlimits.measured.operations.PLACEMENTS`), the step timed operation by operation and
     the matmul efficiency fitted afresh: the figures of :func:`step_rule`."""
-    from . import operations
+    from dmlimits.measured import operations
 
     out = {}
     for rule in operations.PLACEMENTS:
@@ -680,7 +680,7 @@ def stage_imbalance(rows=None) -> dict:
     them and as Megatron-LM's default split would (where their layers divide evenly over the
     stages): the row count, the least and greatest excess of each, and whether nanotron's
     busiest stage is in the first half of every pipeline."""
-    from . import operations
+    from dmlimits.measured import operations
 
     nanotron, megatron, early = [], [], True
     for row in runs.dev_rows() if rows is None else rows:
@@ -707,7 +707,7 @@ def attention_sensitivity(values: dict[str, float], outside_rows=None) -> dict[s
     peak, :func:`dmlimits.measured.operations.attention_utilizations`): its fitted matmul
     efficiency, its pooled MFU error with one source left out, and its MFU error on runs
     outside the development split (``outside_rows``; MosaicML's by default)."""
-    from . import operations
+    from dmlimits.measured import operations
 
     with operations.attention_utilizations(values):
         loso = held_out()  # runs.calibrated() refits inside the block
@@ -729,7 +729,7 @@ def faster_hopper_attention(rows, utilization: float | None = None) -> dict:
     faster attention kernel than the development rows' could explain (their Transformer
     Engine prefers cuDNN's fused attention on Hopper, for which the book has no published
     training figure)."""
-    from . import operations
+    from dmlimits.measured import operations
 
     flash2 = published.value("flash3.h100_flash2_utilization")
     faster = published.value("flash3.h100_utilization") if utilization is None else utilization

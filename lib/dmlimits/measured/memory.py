@@ -1,7 +1,7 @@
 """Peak memory of one GPU in a real training run: does a configuration fit?
 
 The first paper checks only that parameters and optimizer state fit the cluster's HBM
-(:mod:`dmlimits.data_parallel`).  A real run of :mod:`dmlimits.measured.runs` also holds gradients
+(:mod:`dmlimits.costs.data_parallel`).  A real run of :mod:`dmlimits.measured.runs` also holds gradients
 and activations, and shards them by its ZeRO stage, FSDP or HSDP group, tensor, sequence,
 context and pipeline splits.  This module counts them, in sympy where it is a formula:
 
@@ -52,15 +52,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import sympy as sp
 
-from .. import pipeline as pl
-from .. import symbols as s
-from .. import tensor_parallel as tpm
-from .. import units as u
-from ..derivation import Derivation, Step, Substitution, derivation, register
-from . import transformer as tf
+from dmlimits.core import symbols as s
+from dmlimits.core import units as u
+from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
+from dmlimits.costs import pipeline as pl
+from dmlimits.costs import tensor_parallel as tpm
+from dmlimits.measured import transformer as tf
 
 if TYPE_CHECKING:
-    from .runs import Config
+    from dmlimits.measured.runs import Config
 
 CHAPTER = "diminishing_returns"
 _B = u.byte
@@ -457,7 +457,7 @@ def peak(
     """Peak bytes per GPU of a :class:`~dmlimits.measured.runs.Config` (see the module's
     docstring); ``factor`` defaults to the configuration's activation factor, ``overhead`` to
     the fitted constant."""
-    from .runs import SHARDING
+    from dmlimits.measured.runs import SHARDING
 
     sh = cfg.shape
     group = cfg.dp * cfg.cp
@@ -576,7 +576,7 @@ def held_out(configs, measured_bytes, ran, groups) -> dict[str, dict[str, float]
 def published_peak_errors() -> list[tuple[dict, float]]:
     """Each published row that reports a peak (torchtitan's) with the relative error of the
     predicted peak against it."""
-    from . import runs
+    from dmlimits.measured import runs
 
     out = []
     for r in runs.dev_rows():
@@ -594,7 +594,7 @@ def outside_the_fit() -> dict[str, Any]:
     report a peak (torchtitan's, :func:`published_peak_errors`), the median relative error of
     the predicted peak, absolute and signed, and the notes of the rows it misses most (by
     absolute error, the worst first)."""
-    from . import runs
+    from dmlimits.measured import runs
 
     mpt = [runs.interpret(r).config for r in runs.holdout_rows()]
     peaks = published_peak_errors()

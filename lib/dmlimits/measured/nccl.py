@@ -27,10 +27,10 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from .. import published
-from .. import symbols as s
-from .. import units as u
-from ..derivation import Derivation, Step, Substitution, derivation, register
+from dmlimits.core import published
+from dmlimits.core import symbols as s
+from dmlimits.core import units as u
+from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
 
 CHAPTER = "diminishing_returns"
 DATA = "paper2_nccl_allreduce_busbw.csv"

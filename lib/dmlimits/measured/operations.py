@@ -5,7 +5,7 @@ the same for every matmul of every model.  A step runs more than that: matmuls w
 depends on their shape, and between them operations that do almost no arithmetic and whose time
 is the bytes they move through HBM.  The calibrated mode times both:
 
-* **Matmuls** by the book's single-GPU matmul model (:mod:`dmlimits.matmul`, the first paper's
+* **Matmuls** by the book's single-GPU matmul model (:mod:`dmlimits.costs.matmul`, the first paper's
   roofline over HBM, L2 and shared memory, plus a kernel latency), one call for each of a block's
   four weight matrices on one tensor-parallel rank (the fused query, key and value projection;
   the output projection; the MLP's up-projections, fused; its down-projection; latent attention
@@ -49,19 +49,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 import sympy as sp
 
-from .. import matmul as mm
-from .. import pipeline as pl
-from .. import published, scenario
-from .. import symbols as s
-from .. import tensor_parallel as tpm
-from .. import units as u
-from ..derivation import Derivation, Step, Substitution, derivation, register
-from . import memory
-from . import transformer as tf
-from .runs import SHARDING
+from dmlimits.core import published, scenario
+from dmlimits.core import symbols as s
+from dmlimits.core import units as u
+from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
+from dmlimits.costs import matmul as mm
+from dmlimits.costs import pipeline as pl
+from dmlimits.costs import tensor_parallel as tpm
+from dmlimits.measured import memory
+from dmlimits.measured import transformer as tf
+from dmlimits.measured.runs import SHARDING
 
 if TYPE_CHECKING:
-    from .runs import Config
+    from dmlimits.measured.runs import Config
 
 CHAPTER = "diminishing_returns"
 _S, _B = u.second, u.byte
@@ -649,9 +649,9 @@ def busiest_stage_excess(cfg: Config, split: str) -> float:
 def pipeline_stretch(cfg: Config) -> float:
     """The pipelined compute of a step over an equal share of it, where ``cfg.stages``'s split
     (:data:`SPLITS`) gives the chunks unequal work: the schedule laid out pass by pass
-    (:func:`dmlimits.pipeline.schedule`, 1F1B or Megatron-LM's interleaved order) with each
+    (:func:`dmlimits.costs.pipeline.schedule`, 1F1B or Megatron-LM's interleaved order) with each
     chunk's passes as long as its work (:func:`stage_times`), its makespan
-    (:func:`dmlimits.pipeline.makespan`) over ``v m`` chunks' forward and backward passes of
+    (:func:`dmlimits.costs.pipeline.makespan`) over ``v m`` chunks' forward and backward passes of
     the mean chunk.  ``1 + (N_PP - 1) / (v m)`` where the chunks are alike.  The chunks are
     weighed at the matmul model's times, not over the fitted matmul efficiency (which divides
     the matmuls alone, so it would weigh the output layer, mostly matmul, a little heavier

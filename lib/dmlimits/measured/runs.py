@@ -75,18 +75,18 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from .. import data_parallel as dpm
-from .. import expert_parallel as epm
-from .. import hardware, published
-from .. import pipeline as pl
-from .. import symbols as s
-from .. import tensor_parallel as tpm
-from .. import units as u
-from ..derivation import Derivation, Step, Substitution, derivation, register
-from ..matmul import word
-from ..scenario import SCHEMA
-from . import nccl
-from . import transformer as tf
+from dmlimits.core import hardware, published
+from dmlimits.core import symbols as s
+from dmlimits.core import units as u
+from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
+from dmlimits.core.scenario import SCHEMA
+from dmlimits.costs import data_parallel as dpm
+from dmlimits.costs import expert_parallel as epm
+from dmlimits.costs import pipeline as pl
+from dmlimits.costs import tensor_parallel as tpm
+from dmlimits.costs.matmul import word
+from dmlimits.measured import nccl
+from dmlimits.measured import transformer as tf
 
 CHAPTER = "diminishing_returns"
 DATA = "published_runs.csv"
@@ -875,14 +875,14 @@ def components(cfg: Config) -> dict[str, float]:
     (:func:`dmlimits.measured.operations.parts`).  Computed once per configuration and
     attention utilizations in a process (the fits and validations ask for the same rows many
     times); a fresh dict each call."""
-    from . import operations
+    from dmlimits.measured import operations
 
     return dict(_components(cfg, operations.utilization_state()))
 
 
 @lru_cache(maxsize=16384)
 def _components(cfg: Config, _state: tuple) -> dict[str, float]:
-    from . import operations
+    from dmlimits.measured import operations
 
     sh = cfg.shape
     peak = cfg.cluster.peak(cfg.precision)
@@ -1342,7 +1342,7 @@ def _check_split(cfg: Config) -> None:
     """A ValueError, with the reason, where the calibrated mode cannot lay out the schedule of
     ``cfg``'s uneven split (:func:`dmlimits.measured.operations.pipeline_stretch`).  Such a row
     is not modelled at all, the bound included: the calibrated mode is what a row is read for."""
-    from . import operations
+    from dmlimits.measured import operations
 
     operations.SPLITS[cfg.stages](cfg)  # raises where the layers do not split so
     m = cfg.micro_batches
@@ -1384,7 +1384,7 @@ def _keeps_gathered(source: str) -> bool:
 def _activation_factor(source: str) -> float:
     """The fitted activation factor of the Ultra-Scale Playbook's runs, 1 for every other
     source (the count alone): see :data:`dmlimits.measured.memory.PLAYBOOK_ACTIVATION_FACTOR`."""
-    from . import memory
+    from dmlimits.measured import memory
 
     playbook = "ultra-scale playbook" in source.lower()
     return memory.PLAYBOOK_ACTIVATION_FACTOR if playbook else 1.0
@@ -1610,7 +1610,7 @@ def predict_rows(rows, factors: Factors | None = None) -> list[dict]:
     """Every input row with the prediction columns added (with the peak memory per GPU and
     whether it fits, :mod:`dmlimits.measured.memory`); a row that cannot be modelled gets empty
     predictions and its reason in ``prediction_error`` (never an exception)."""
-    from . import memory
+    from dmlimits.measured import memory
 
     factors = factors or calibrated()
     out = []
@@ -1833,7 +1833,7 @@ def calibrate(
 def calibrated() -> Factors:
     """The calibrated mode's factors: :func:`calibrate` on the development rows, once for each
     state of the single-GPU models (:func:`dmlimits.measured.operations.utilization_state`)."""
-    from . import operations
+    from dmlimits.measured import operations
 
     return _calibrated(operations.utilization_state())
 
@@ -1891,7 +1891,7 @@ def scaling_config(
     tp, pp = extra.get("tp", 1), extra.get("pp", 1)
     # The least recomputation that fits the GPU's memory, as a practitioner would choose it;
     # full recomputation when nothing fits (memory.peak says so).
-    from . import memory
+    from dmlimits.measured import memory
 
     for recompute in ("none", "full"):
         cfg = Config(
@@ -1923,7 +1923,7 @@ def strong_scaling(
     """Per-GPU and overall throughput, MFU and exposed communication against the GPU count;
     ``fits`` says which configurations fit the GPUs' memory (:mod:`dmlimits.measured.memory`),
     and the others' throughput, MFU and times are ``NaN``: they do not run."""
-    from . import memory
+    from dmlimits.measured import memory
 
     factors = factors or calibrated()
     cfgs = [scaling_config(shape, gpu, n, strategy, batch_tokens, hardware) for n in counts]

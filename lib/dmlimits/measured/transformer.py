@@ -47,10 +47,10 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from .. import model
-from .. import symbols as s
-from .. import units as u
-from ..derivation import Derivation, Step, Substitution, derivation, register
+from dmlimits.core import symbols as s
+from dmlimits.core import units as u
+from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
+from dmlimits.costs import model
 
 CHAPTER = "diminishing_returns"
 

@@ -1,6 +1,6 @@
 """Premises: what justifies the steps a derivation does not prove.
 
-:meth:`dmlimits.derivation.Derivation.verify` proves that every step follows from the one before
+:meth:`dmlimits.core.derivation.Derivation.verify` proves that every step follows from the one before
 it.  It cannot prove the first step, nor a substitution labelled a definition or an assumption:
 those are the derivation's *premises*, and a wrong premise verifies as well as a right one.  This
 subpackage says, for every derivation of the library, how each premise is justified
@@ -19,7 +19,7 @@ counts; :mod:`.oracles`: one oracle per derivation; here: the premises and the r
 ``python -m dmlimits derivations --verify`` reports, per derivation, the steps proved and the
 premises checked and by what; the tests run every oracle, require one for every derivation, and
 check that each oracle rejects the derivation's result scaled by two (a premise off by a factor
-of two that :meth:`~dmlimits.derivation.Derivation.verify` would accept).
+of two that :meth:`~dmlimits.core.derivation.Derivation.verify` would accept).
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from ..derivation import Derivation, Substitution, _same, derivation_named
-from . import oracles as _oracles  # noqa: F401  (registers one oracle per derivation)
-from .base import _CITE, ORACLE_KINDS, ORACLES, RTOL, Oracle, PremiseError, oracle
-from .simulations import pipelined_makespan, ring_allreduce, two_level_allreduce
+from dmlimits.core.derivation import Derivation, Substitution, _same, derivation_named
+from dmlimits.premises import oracles as _oracles  # noqa: F401  (registers one oracle per derivation)
+from dmlimits.premises.base import _CITE, ORACLE_KINDS, ORACLES, RTOL, Oracle, PremiseError, oracle
+from dmlimits.premises.simulations import pipelined_makespan, ring_allreduce, two_level_allreduce
 
 __all__ = [
     "ORACLES", "ORACLE_KINDS", "RTOL", "Oracle", "Premise", "PremiseError", "Report", "check",
@@ -44,7 +44,7 @@ __all__ = [
 # --- Premises and how each is justified ---------------------------------------------------------
 @dataclass(frozen=True)
 class Premise:
-    """A step of a derivation that :meth:`~dmlimits.derivation.Derivation.verify` does not prove."""
+    """A step of a derivation that :meth:`~dmlimits.core.derivation.Derivation.verify` does not prove."""
 
     step: int  # 1-based
     kind: str  # "first step", "definition" or "assumption"
@@ -124,7 +124,7 @@ class Report:
 
 def check(d: Derivation) -> Report:
     """Verify ``d``'s steps, check its cited premises and run its oracle; raise
-    :class:`~dmlimits.derivation.DerivationError` or :class:`PremiseError` naming what fails."""
+    :class:`~dmlimits.core.derivation.DerivationError` or :class:`PremiseError` naming what fails."""
     d.verify()
     found = premises(d)
     o = ORACLES.get(d.name)

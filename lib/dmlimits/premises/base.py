@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from ..derivation import Derivation
+from dmlimits.core.derivation import Derivation
 
 #: The kinds of independent check an oracle can be (issue #12: "a simulation, a hand count, a
 #: published value").

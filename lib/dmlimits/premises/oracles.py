@@ -10,9 +10,14 @@ from functools import cache
 
 import sympy as sp
 
-from ..derivation import Derivation
-from .base import PremiseError, _at, _compare, oracle
-from .simulations import _bisect, pipelined_makespan, ring_allreduce, two_level_allreduce
+from dmlimits.core.derivation import Derivation
+from dmlimits.premises.base import PremiseError, _at, _compare, oracle
+from dmlimits.premises.simulations import (
+    _bisect,
+    pipelined_makespan,
+    ring_allreduce,
+    two_level_allreduce,
+)
 
 # --- Collectives -------------------------------------------------------------------------------
 _RINGS = ((2, 4), (3, 6), (4, 8), (5, 20), (8, 16))
@@ -257,7 +262,7 @@ def _arith(d: Derivation) -> str:
 # --- The model of training runs (the authors' final code's outputs) ----------------------------
 @cache
 def _reference_models() -> tuple[dict[str, float], ...]:
-    from .. import published
+    from dmlimits.core import published
 
     out = []
     for r in published.data_rows("paper1_reference_sweeps.csv"):
@@ -267,7 +272,7 @@ def _reference_models() -> tuple[dict[str, float], ...]:
 
 
 def _laws() -> dict[str, float]:
-    from ..scenario import resolve
+    from dmlimits.core.scenario import resolve
 
     v = resolve("h100").values
     return {"k_D": v["training.tokens_per_param"], "a_L": v["depth.coefficient"],
@@ -305,7 +310,7 @@ def _model_compute_width(d: Derivation) -> str:
 
 
 def _width_cases(sparse: bool) -> list[tuple[dict[str, float], float]]:
-    from ..scenario import resolve
+    from dmlimits.core.scenario import resolve
 
     v = resolve("h100-sparse").values
     laws = _laws()
@@ -349,8 +354,8 @@ def _depth_dense(d: Derivation) -> str:
 
 # --- Closed forms ------------------------------------------------------------------------------
 def _h100_symbols() -> dict[str, float]:
-    from .. import closed_forms
-    from ..scenario import resolve
+    from dmlimits.core.scenario import resolve
+    from dmlimits.costs import closed_forms
 
     scn = resolve("h100")
     out = {str(k): float(v) for k, v in closed_forms.symbol_values(scn).items()}
@@ -360,7 +365,7 @@ def _h100_symbols() -> dict[str, float]:
 
 
 def _published_close(got: float, key: str) -> str:
-    from .. import published
+    from dmlimits.core import published
 
     entry = published.get(key)
     if float(f"{got:.{entry.digits - 1}e}") != entry.value:
@@ -469,7 +474,7 @@ def _cf_lat_size(d: Derivation) -> str:
     "1F1B laid out pass by pass (pipeline.schedule): the idle share of the flush",
 )
 def _bubble_1f1b(d: Derivation) -> str:
-    from .. import pipeline
+    from dmlimits.costs import pipeline
 
     cases = [({"N_PP": n, "m_micro": m}, float(pipeline.schedule(n, m).bubble))
              for n, m in ((2, 1), (2, 4), (4, 4), (4, 16), (8, 3))]  # fmt: skip
@@ -483,7 +488,7 @@ def _bubble_1f1b(d: Derivation) -> str:
     "the idle share of the flush with its waits, and with one chunk per GPU",
 )
 def _bubble_interleaved(d: Derivation) -> str:
-    from .. import pipeline
+    from dmlimits.costs import pipeline
 
     waits = [({"N_PP": n, "m_micro": m, "v_PP": v},
               float(pipeline.schedule(n, m, v, "breadth-first", backward=1).bubble))
@@ -501,7 +506,7 @@ def _bubble_interleaved(d: Derivation) -> str:
     " that give it",
 )
 def _microbatches(d: Derivation) -> str:
-    from .. import pipeline
+    from dmlimits.costs import pipeline
 
     cases = [({"N_PP": n, "f_bubble_max": float(pipeline.schedule(n, m).bubble)}, m)
              for n, m in ((2, 4), (4, 4), (4, 12), (8, 16))]  # fmt: skip
@@ -514,7 +519,7 @@ def _microbatches(d: Derivation) -> str:
     "a simulated flush (pipeline.schedule): its length against one GPU's busy time and the bubble",
 )
 def _flush(d: Derivation) -> str:
-    from .. import pipeline
+    from dmlimits.costs import pipeline
 
     cases = []
     for n, m in ((2, 4), (4, 4), (8, 3)):
@@ -805,7 +810,7 @@ def _cp_run(d: Derivation) -> str:
     "utilization, and the overlapped communication",
 )
 def _mfu(d: Derivation) -> str:
-    from .. import pipeline
+    from dmlimits.costs import pipeline
 
     cases = []
     for n, m, v_pp, t_ovl in ((1, 1, 1, 0.0), (4, 8, 1, 0.0), (4, 8, 2, 0.0), (8, 8, 1, 50.0)):
@@ -1034,9 +1039,10 @@ def _search_against_authors(d: Derivation, name: str) -> str:
     ``d`` (not from the library's copy) and compare with the authors' utilization."""
     from unittest import mock
 
-    from .. import model, search
-    from .. import step as stepm
-    from ..scenario import resolve
+    from dmlimits import search
+    from dmlimits.core.scenario import resolve
+    from dmlimits.costs import model
+    from dmlimits.costs import step as stepm
 
     scn = resolve("h100")
     original = stepm._numeric

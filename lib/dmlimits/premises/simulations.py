@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .base import PremiseError
+from dmlimits.premises.base import PremiseError
 
 
 def ring_allreduce(p: int, n: int, seed: int = 0) -> tuple[int, int]:

@@ -1,0 +1,843 @@
+"""Figures and tables of the whole run: the search, the reproduction and the closed forms.
+
+Every curve comes from :func:`dmlimits.search.sweep` (cached per set of assumptions) or from
+:mod:`dmlimits.costs.closed_forms`; the companion post's published curve is read from the project's
+data file, with its source.  Tables are returned as Markdown for the notebooks to display.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from dmlimits import search
+from dmlimits.book.book_sweeps import CHOICE_ALTERNATIVES, authors_year
+from dmlimits.book.figures import PALETTE, _compute_axis, shared_line_styles, shared_marker_sizes
+from dmlimits.core import published
+from dmlimits.core.scenario import SCHEMA, Scenario
+from dmlimits.costs import closed_forms
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+# --- Data --------------------------------------------------------------------------------------
+@cache
+def blog_curve() -> tuple[np.ndarray, np.ndarray]:
+    """The companion post's H100 curve, digitized (``data/paper1_blog_figure_digitized.csv``;
+    Erdil & Schneider-Joseph 2024, epoch.ai): compute (FLOP) and utilization."""
+    rows = published.data_rows("paper1_blog_figure_digitized.csv")
+    return (
+        np.array([float(r["training_flop"]) for r in rows]),
+        np.array([float(r["utilization"]) for r in rows]),
+    )
+
+
+def feasible(scn: Scenario) -> list[dict[str, Any]]:
+    return [r for r in search.sweep(scn) if r["feasible"]]
+
+
+def wall_between(scn: Scenario) -> tuple[float, float]:
+    """The last feasible and the first infeasible grid point (``NaN`` when there is none)."""
+    rows = search.sweep(scn)
+    ok = [r["training_flop"] for r in rows if r["feasible"]]
+    bad = [r["training_flop"] for r in rows if not r["feasible"]]
+    return (ok[-1] if ok else math.nan, bad[0] if bad else math.nan)
+
+
+def wall_phrases(scn: Scenario) -> dict[str, str]:
+    """The reproduction chapter's words for where the latency wall stands, for any scenario:
+    ``falls`` ends the description of the curve, ``caption`` says what the headline figure
+    shades, ``takeaway`` closes the chapter, ``wall`` completes "linear scaling ends at X and"
+    where scenarios are set side by side.  Where a grid point is infeasible the wall is
+    between the last feasible point and it; where every point of the sweep is feasible (a
+    batch law that grows the batch fast enough) the wall lies beyond the sweep, and the words
+    say so instead of naming a wall the sweep never reached."""
+    from dmlimits.book.glue import sci
+
+    last, first = wall_between(scn)
+    if first == first:  # an infeasible grid point: the wall is within the sweep
+        return {
+            "falls": (f"falls until, past {sci(last)} FLOP, no cluster of any size can finish in "
+                      "time: the latency wall."),
+            "caption": f"the shaded region right of {sci(first)} FLOP is infeasible.",
+            "takeaway": f"no run beyond {sci(last)} FLOP finishes in time.",
+            "wall": f"the wall comes after {sci(last)}",
+        }  # fmt: skip
+    return {
+        "falls": (f"falls up to the top of the sweep, {sci(last)} FLOP, where a cluster still "
+                  "finishes in time: in this scenario the latency wall lies beyond the sweep."),
+        "caption": "every model of the sweep finishes in time, so no region is shaded.",
+        "takeaway": (f"every run of the sweep, up to {sci(last)} FLOP, finishes in time: the "
+                     "wall lies beyond it."),
+        "wall": f"the sweep ends, at {sci(last)} FLOP, before any wall",
+    }  # fmt: skip
+
+
+def utilization_at(scn: Scenario, compute: np.ndarray) -> np.ndarray:
+    """The scenario's utilization interpolated in log compute (``NaN`` outside its feasible
+    grid)."""
+    rows = feasible(scn)
+    x = np.log([r["training_flop"] for r in rows])
+    y = np.array([r["utilization"] for r in rows])
+    lc = np.log(np.asarray(compute, dtype=float))
+    out = np.interp(lc, x, y)
+    return np.where((lc >= x[0]) & (lc <= x[-1]), out, np.nan)
+
+
+def blog_difference(scn: Scenario) -> dict[str, float]:
+    """This book's curve against the published one at the digitized points it covers: the
+    median and largest absolute difference in utilization, where the largest is, and how many
+    points were compared."""
+    c, u_pub = blog_curve()
+    mine = utilization_at(scn, c)
+    ok = np.isfinite(mine)
+    diff = np.abs(mine[ok] - u_pub[ok])
+    worst = int(np.argmax(diff))
+    return {
+        "median_abs": float(np.median(diff)),
+        "max_abs": float(diff[worst]),
+        "max_at_flop": float(c[ok][worst]),
+        "mean_signed": float(np.mean(mine[ok] - u_pub[ok])),
+        "points": int(ok.sum()),
+        "digitized": len(c),
+    }
+
+
+def nearest(scn: Scenario, compute: float) -> dict[str, Any]:
+    """The result of the sweep's grid point nearest ``compute`` (in log compute)."""
+    return min(search.sweep(scn), key=lambda r: abs(math.log(r["training_flop"] / compute)))
+
+
+# --- Figures -----------------------------------------------------------------------------------
+def _finish(ax: plt.Axes, scn: Scenario | None, threshold: bool = True) -> None:
+    _compute_axis(ax)
+    ax.set_ylabel("utilization")
+    ax.set_ylim(
+        0, 1 if scn is None else max(0.8, float(scn["hardware.effective_utilization"]) + 0.15)
+    )
+    if scn is not None and threshold:
+        ax.axhline(search.linear_end_threshold(scn), color="0.5", lw=0.8, ls=":")
+
+
+def utilization_figure(
+    scns: list[Scenario], labels: list[str] | None = None, published: bool = False,
+    wall_of: Scenario | None = None, title: str = "",
+) -> plt.Figure:  # fmt: skip
+    """Utilization against training compute, one curve per scenario (feasible grid points),
+    with the published curve, the latency wall and the infeasible region when asked."""
+    fig, ax = plt.subplots()
+    _draw_curves(ax, scns, labels)
+    _compute_axis(ax)  # logarithmic before any limit is read
+    if published:
+        c, u_pub = blog_curve()
+        ax.plot(c, u_pub, "k--", lw=1.2, label="published (companion post, digitized)")
+    if wall_of is not None:
+        _, first = wall_between(wall_of)
+        if first == first:  # the wall at the first infeasible grid point, as the post draws it
+            left, right = ax.get_xlim()
+            right = max(right, first * 10)
+            ax.axvline(first, color="0.2", lw=1, label="latency wall (first infeasible point)")
+            ax.axvspan(first, right, color="0.85", zorder=0)
+            ax.set_xlim(left, right)
+            ax.text(first * 1.5, 0.95, "infeasible", fontsize=9, color="0.3", va="top",
+                    transform=ax.get_xaxis_transform())  # fmt: skip
+    # The paper's threshold only when every curve shares it (one GPU's derate).
+    same = len({float(s["hardware.effective_utilization"]) for s in scns}) == 1
+    _finish(ax, scns[0], threshold=same)
+    ax.legend(loc="lower left", fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _draw_curves(ax: plt.Axes, scns: list[Scenario], labels: list[str] | None) -> None:
+    for i, scn in enumerate(scns):
+        rows = feasible(scn)
+        ax.plot(
+            [r["training_flop"] for r in rows], [r["utilization"] for r in rows],
+            marker=MARKERS[i % len(MARKERS)], ms=3.5, lw=1.2, color=PALETTE[i % len(PALETTE)],
+            label=(labels[i] if labels else scn.name),
+        )  # fmt: skip
+
+
+def comparison_figure(panels: list[tuple[str, list[Scenario]]]) -> plt.Figure:
+    """Side-by-side utilization curves, one panel per group of scenarios (dense, sparse)."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(7.0 * min(len(panels), 2) / 1.35, 4.0),
+                             sharey=True, squeeze=False)  # fmt: skip
+    for ax, (title, scns) in zip(axes[0], panels, strict=True):
+        _draw_curves(ax, scns, None)
+        # The paper's threshold only when every curve shares it (one GPU's derate).
+        same = len({float(s["hardware.effective_utilization"]) for s in scns}) == 1
+        _finish(ax, scns[0], threshold=same)
+        ax.set_title(title, fontsize=10)
+        ax.legend(loc="lower left", fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+STRATEGY = (("TP", ("tp_model", "tp_ff")), ("DP", ("dp",)), ("PP", ("pp",)), ("EP", ("ep",)))
+
+
+def strategy(scn: Scenario) -> dict[str, np.ndarray]:
+    """log N_X / log N_GPU of each parallelism at every feasible grid point (the shares of the
+    cluster's doublings each parallelism takes; they add up to one)."""
+    rows = [r for r in feasible(scn) if r["n_gpu"] > 1]
+    log_n = np.log([r["n_gpu"] for r in rows])
+    out = {"compute": np.array([r["training_flop"] for r in rows])}
+    for name, keys in STRATEGY:
+        out[name] = np.log([math.prod(r[k] for k in keys) for r in rows]) / log_n
+    return out
+
+
+def strategy_figure(scns: list[Scenario]) -> plt.Figure:
+    """Small multiples of :func:`strategy`, one panel per scenario."""
+    n = len(scns)
+    cols = 2 if n > 1 else 1
+    rows_ = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows_, cols, figsize=(7.0, 2.8 * rows_), sharex=True, sharey=True,
+                             squeeze=False)  # fmt: skip
+    for ax, scn in zip(axes.flat, scns, strict=False):
+        st = strategy(scn)
+        for i, (name, _) in enumerate(STRATEGY):
+            ax.plot(st["compute"], st[name], marker=MARKERS[i], ms=3, lw=1, color=PALETTE[i],
+                    label=name)  # fmt: skip
+        _compute_axis(ax)
+        ax.set_title(scn.name, fontsize=9)
+        ax.set_ylim(-0.02, 1.02)
+    for ax in axes[:-1].flat:
+        ax.set_xlabel("")
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(r"$\log N_X / \log N_{\mathrm{GPU}}$")
+    axes.flat[0].legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
+def decision_chart(scn: Scenario, m: dict[str, Any] | None = None) -> plt.Figure:
+    """Which parallelism when: model size against cluster size, each cell coloured by the
+    parallelisms of the fastest configuration the search finds there
+    (:func:`~dmlimits.search.parallelism_map`), pale where that configuration cannot train the
+    model in time, white where none fits; the line is the cluster the search chooses for each
+    model (its smallest that trains in time)."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    m = m or search.parallelism_map(scn)
+    names = sorted({x for row in m["labels"] for x in row if x}, key=lambda x: (len(x), x))
+    code = np.full(m["in_time"].shape, np.nan)
+    for a, row in enumerate(m["labels"]):
+        for i, label in enumerate(row):
+            if label:
+                code[a, i] = names.index(label)
+    fig, ax = plt.subplots(figsize=(7.6, 4.6))
+    colours = [PALETTE[k % len(PALETTE)] for k in range(len(names))]
+    cmap = ListedColormap(colours)
+    x_edges = np.sqrt(m["params"][1:] * m["params"][:-1])
+    x_edges = np.concatenate([[m["params"][0] ** 2 / x_edges[0]], x_edges,
+                              [m["params"][-1] ** 2 / x_edges[-1]]])  # fmt: skip
+    for a in range(len(m["params"])):
+        g = m["gpus"][a]
+        y_edges = np.concatenate([g / np.sqrt(2), [g[-1] * np.sqrt(2)]])
+        for fast, alpha in ((True, 1.0), (False, 0.35)):
+            shown = np.where(m["in_time"][a] == fast, code[a], np.nan)[:, None]
+            if np.isfinite(shown).any():
+                ax.pcolormesh(x_edges[a : a + 2], y_edges, shown, cmap=cmap, vmin=-0.5,
+                              vmax=len(names) - 0.5, alpha=alpha, shading="flat")  # fmt: skip
+    chosen = [(r["n_params_total"], r["n_gpu"]) for r in search.sweep(scn)
+              if r["feasible"] and x_edges[0] <= r["n_params_total"] <= x_edges[-1]]  # fmt: skip
+    if chosen:
+        xs, ys = zip(*chosen, strict=True)
+        ax.plot(xs, ys, color="black", lw=1.4, label="the cluster the search chooses")
+    ax.set_xscale("log")
+    ax.set_yscale("log", base=2)
+    ax.set_xlim(x_edges[0], x_edges[-1])
+    ax.set_xlabel("model parameters")
+    ax.set_ylabel("GPUs in the cluster")
+    handles = [Patch(color=c, label=n) for c, n in zip(colours, names, strict=True)]
+    handles.append(Patch(color="0.8", label="pale: cannot finish in time"))
+    ax.legend(handles=handles + ax.get_legend_handles_labels()[0], fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.02, 1.0))  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
+def step_split(scn: Scenario, r: dict[str, Any]) -> dict[str, float]:
+    """A result's step split into the ideal matmul time (its useful work at the effective
+    rate) and the four losses (seconds); the parts add up to the step when the losses account
+    for all of it."""
+    ideal = r["utilization"] * r["t_step"] / float(scn["hardware.effective_utilization"])
+    return {"ideal": ideal, **{k: r[f"loss_{k}"] for k in search.LOSSES}}
+
+
+def step_split_figure(scn: Scenario, r: dict[str, Any]) -> plt.Figure:
+    """One horizontal bar: the step of a result, split as :func:`step_split`."""
+    parts = step_split(scn, r)
+    labels = {"ideal": "matmuls at the effective rate", **search.LOSS_LABELS}
+    fig, ax = plt.subplots(figsize=(7.0, 2.2))
+    left = 0.0
+    for i, (k, v) in enumerate(parts.items()):
+        ax.barh([0], [v * 1e3], left=left, color=PALETTE[i % len(PALETTE)], label=labels[k])
+        left += v * 1e3
+    ax.set_yticks([])
+    ax.set_xlabel("time of one step (ms)")
+    ax.grid(axis="y", visible=False)
+    ax.legend(fontsize=7, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.02))
+    fig.tight_layout()
+    return fig
+
+
+def sensitivity_figure(scns: list[Scenario], alphas: np.ndarray) -> plt.Figure:
+    """Critical compute and the latency wall against the batch-to-depth exponent alpha, one
+    curve per scenario; each scenario's own alpha (its laws' exponent) marked."""
+    fig, axes = plt.subplots(1, 2, figsize=(7.0, 3.6), sharey=True)
+    own = [closed_forms.implied_alpha(scn) for scn in scns]
+    for ax, name in zip(axes, ("critical_compute", "latency_wall"), strict=True):
+        # Scenarios may share a curve (the latency wall does not depend on the GPU's speed):
+        # equal curves alternate their colours' dashes, equal dots are drawn as rings.
+        curves = [closed_forms.evaluate(name, scn, alphas) for scn in scns]
+        dots = [(a0, closed_forms.evaluate(name, scn, np.array([a0]))[0])
+                for scn, a0 in zip(scns, own, strict=True)]  # fmt: skip
+        styles = [st if np.isfinite(c).any() else "-"
+                  for st, c in zip(shared_line_styles(curves), curves, strict=True)]  # fmt: skip
+        sizes = shared_marker_sizes(dots, 4.0)
+        for i, scn in enumerate(scns):
+            # Critical compute is infinite with unbounded bandwidth between nodes: not drawn.
+            finite = np.isfinite(curves[i])
+            ax.plot(alphas[finite], curves[i][finite], color=PALETTE[i], lw=1.3, ls=styles[i],
+                    label=scn.gpu_label)  # fmt: skip
+            if np.isfinite(dots[i][1]):
+                ax.plot(*dots[i], "o", color=PALETTE[i], ms=sizes[i])
+        if not any(np.isfinite(c).any() for c in curves):
+            pad = plt.rcParams["axes.xmargin"] * (alphas[-1] - alphas[0])  # as the other panel
+            ax.set_xlim(alphas[0] - pad, alphas[-1] + pad)
+            ax.text(0.5, 0.5, "infinite: unbounded bandwidth\nbetween nodes, not drawn",
+                    transform=ax.transAxes, ha="center", va="center", fontsize=9,
+                    color="0.3")  # fmt: skip
+    for ax, title in zip(axes, ("critical compute", "latency wall"), strict=True):
+        ax.set_yscale("log")
+        ax.set_xlabel(r"exponent $\alpha$ of $B/L$ against compute")
+        ax.set_title(title, fontsize=10)
+    axes[0].set_ylabel("training compute (FLOP)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def analytic_vs_simulated(scns: list[Scenario]) -> list[dict[str, Any]]:
+    """For each scenario the closed forms under its own batch and depth laws beside the
+    simulated limits: critical compute and the linear-scaling end, the latency wall and the
+    last feasible grid point (closed forms ``NaN`` for sparse scenarios, where they do not
+    apply), and ``wall_reached``: whether the sweep has an infeasible point at all.  Where it
+    has none the last feasible point is the sweep's end, and the wall lies beyond it."""
+    out = []
+    for scn in scns:
+        h = search.headline(scn)
+        out.append({
+            "scenario": scn.name, "t_crit": h["t_crit_own_flop"],
+            "linear_end": h["linear_scaling_end_flop"], "t_limit": h["t_limit_own_flop"],
+            "last_feasible": h["last_feasible_flop"],
+            "wall_reached": math.isfinite(wall_between(scn)[1]),
+            "alpha": closed_forms.implied_alpha(scn),
+        })  # fmt: skip
+    return out
+
+
+#: The utilization, as a share of the plateau, below which :func:`latency_paid_effect` counts a
+#: run as past the latency wall on the grid.
+WALL_SHARE = 0.1
+
+
+def latency_paid_effect(scn: Scenario, share: float = WALL_SHARE) -> dict[str, dict[str, float]]:
+    """What paying the messages' latency for every microbatch (``search.latency_paid``) changes
+    in the search: per rule, the interpolated end of linear scaling, the first feasible grid
+    point whose utilization is below ``share`` of the plateau (the wall as the grid sees it) and
+    the last feasible point."""
+    from dmlimits.core.scenario import resolve_overrides
+
+    if not 0 < share < 1:
+        raise ValueError(f"share: got {share!r}; expected a fraction of the plateau in (0, 1)")
+    out = {}
+    for rule in ("step", "microbatch"):
+        s = resolve_overrides(scn, {"search.latency_paid": rule})
+        h = search.headline(s)
+        floor = share * h["plateau_utilization"]
+        below = [r["training_flop"] for r in search.sweep(s)
+                 if r["feasible"] and r["utilization"] < floor]  # fmt: skip
+        out[rule] = {
+            "crossing": h["linear_scaling_crossing_flop"],
+            "wall": below[0] if below else math.nan,
+            "last_feasible": h["last_feasible_flop"],
+        }
+    return out
+
+
+def latency_paid_text(effect: dict[str, dict[str, float]]) -> str:
+    """The sentence that reports :func:`latency_paid_effect`: how far the end of linear scaling,
+    the wall on the grid and the last feasible point move, each only where both rules have
+    it."""
+    from dmlimits.book.glue import factor, sci
+
+    a, b = effect["step"], effect["microbatch"]
+    names = {
+        "crossing": "the interpolated end of linear scaling",
+        "wall": f"the first grid point below {WALL_SHARE:.0%} of the plateau's utilization",
+        "last_feasible": "the last feasible point",
+    }
+    parts = []
+    for key, name in names.items():
+        x, y = a[key], b[key]
+        if not (math.isfinite(x) and math.isfinite(y)):
+            parts.append(f"{name} is not reached under both rules")
+        elif x == y:
+            parts.append(f"{name} stays at {sci(x)} FLOP")
+        else:
+            way = "earlier" if y < x else "later"
+            ratio = max(x, y) / min(x, y)
+            parts.append(f"{name} moves from {sci(x)} to {sci(y)} FLOP ({factor(ratio)} times "
+                         f"{way})")  # fmt: skip
+    return "; ".join(parts[:-1]) + " and " + parts[-1] + "."
+
+
+def latency_simulation_table(stages: tuple[int, ...], multiples: tuple[int, ...]) -> str:
+    """For each pipeline depth and microbatch count (a multiple of the depth), the latencies a
+    step pays across stage boundaries in the schedule simulation (1F1B; ZB-H2 where it has the
+    microbatches it needs), beside the one chain ``2 (N_PP - 1)`` the search counts."""
+    from dmlimits.costs import pipeline
+
+    lines = [
+        "| Stages | Microbatches | Simulated, 1F1B | Simulated, zero bubble | Counted per step "
+        "| Counted per microbatch |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n in stages:
+        for k in multiples:
+            m = k * n
+            zb = (f"{pipeline.latency_slots(n, m, order='zero-bubble'):g}"
+                  if m >= pipeline.least_microbatches(n, zero_bubble=True) else "—")  # fmt: skip
+            chain = 2 * (n - 1)
+            lines.append(
+                f"| {n} | {m} | {pipeline.latency_slots(n, m):g} | {zb} | {chain} | {chain * m} |"
+            )
+    return "\n".join(lines)
+
+
+def analytic_figure(rows: list[dict[str, Any]]) -> plt.Figure:
+    """Simulated against analytic, both limits, on log axes with the diagonal."""
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
+    pairs = (("t_crit", "linear_end", "critical compute / linear-scaling end", "o"),
+             ("t_limit", "last_feasible", "latency wall / last feasible point", "s"))  # fmt: skip
+    lo, hi = math.inf, 0.0
+    for i, (a, b, label, m) in enumerate(pairs):
+        x = np.array([r[a] for r in rows])
+        y = np.array([r[b] for r in rows])
+        ok = np.isfinite(x) & np.isfinite(y)
+        # A sweep with no infeasible point ends before the wall: its last point is hollow.
+        short = np.array([b == "last_feasible" and not r["wall_reached"] for r in rows])
+        ax.plot(x[ok & ~short], y[ok & ~short], m, color=PALETTE[i], ms=5, label=label,
+                alpha=0.8)  # fmt: skip
+        if (ok & short).any():
+            ax.plot(x[ok & short], y[ok & short], m, color=PALETTE[i], ms=5, mfc="none",
+                    label="end of a sweep that never meets the wall")  # fmt: skip
+        if ok.any():
+            lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
+    ax.plot([lo / 3, hi * 3], [lo / 3, hi * 3], color="0.5", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("closed form (FLOP)")
+    ax.set_ylabel("search (FLOP)")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+# --- Tables ------------------------------------------------------------------------------------
+def sci(x: float, digits: int = 3) -> str:
+    """A number for a Markdown table: ``2.05e28`` as ``$2.05 \\times 10^{28}$``, ``NaN`` as a
+    dash, and (the rule of :func:`dmlimits.book.glue.sci`) a whole number below ten million as a count
+    with thousands separators: 4,096 GPUs, never ``$4.10 \\times 10^{3}$``."""
+    if not (isinstance(x, int | float) and math.isfinite(x)):
+        return "—" if x != math.inf else "∞"
+    if float(x).is_integer() and abs(x) < 1e7:
+        return f"{int(x):,}"
+    mant, exp = f"{x:.{digits - 1}e}".split("e")
+    return f"${mant} \\times 10^{{{int(exp)}}}$"
+
+
+def headline_table(scns: list[Scenario]) -> str:
+    """One row per scenario: where linear scaling ends (the grid point, the feasible grid
+    point before it and the crossing interpolated between them: the grid's spacing decides
+    the end only within that bracket), the plateau, the last feasible point and the two
+    closed forms under the scenario's own laws (a dash for sparse scenarios).  A last feasible
+    point that is the end of a sweep in which every run finishes in time is marked so."""
+    lines = [
+        "| Scenario | Linear scaling ends (FLOP) | Grid point before | Crossing, interpolated "
+        "| Plateau utilization | Last feasible (FLOP) | Critical compute (FLOP) "
+        "| Latency wall, closed form (FLOP) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for scn in scns:
+        h = search.headline(scn)
+        end = "" if math.isfinite(wall_between(scn)[1]) else " (the sweep's end)"
+        lines.append(
+            f"| `{scn.name}` | {sci(h['linear_scaling_end_flop'])} | "
+            f"{sci(h['linear_scaling_before_flop'])} | {sci(h['linear_scaling_crossing_flop'])} | "
+            f"{h['plateau_utilization']:.3f} | {sci(h['last_feasible_flop'])}{end} | "
+            f"{sci(h['t_crit_own_flop'])} | {sci(h['t_limit_own_flop'])} |"
+        )
+    return "\n".join(lines)
+
+
+def reference_table(scns: list[Scenario]) -> str:
+    """One row per paper setting: how the search compares with the authors' final code run
+    for the same setting (``search.reference_summary``): their feasible grid points, how many
+    this search finds and how many are within the tolerance, and both linear-scaling ends
+    with their difference."""
+    lines = [
+        "| Setting | Authors' feasible points | Found here | Within tolerance | Same configuration "
+        "| Linear scaling ends here (FLOP) | The authors' (FLOP) | Difference |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for scn in scns:
+        r = search.reference_summary(scn)
+        diff = r["linear_end_ratio"] - 1
+        diff = 0.0 if abs(diff) < 5e-4 else diff  # no "-0.0%"
+        lines.append(
+            f"| `{r['setting']}` | {r['points']} | {r['found']} | {r['within']} | "
+            f"{r['same_configuration']} | {sci(r['linear_end'])} | "
+            f"{sci(r['linear_end_reference'])} | "
+            f"{'—' if diff != diff else '0' if diff == 0 else f'{diff:+.1%}'} |"
+        )
+    return "\n".join(lines)
+
+
+def reference_exceptions(scns: list[Scenario]) -> dict[str, Any]:
+    """The grid points where the search and the authors' code differ in configuration, and
+    how many of those agree once only the year is the authors' (their search notebook's
+    3.154e7 s): a run that finishes between the two budgets is in time for one and late for
+    the other."""
+    out = {"points": 0, "differ": 0, "explained_by_year": 0, "settings": []}
+    for scn in scns:
+        rows = search.reference_comparison(scn)
+        out["points"] += len(rows)
+        bad = [r for r in rows if not r["same_configuration"]]
+        if not bad:
+            continue
+        out["differ"] += len(bad)
+        out["settings"].append(search.reference_setting(scn))
+        again = search.reference_comparison(authors_year(scn))
+        fixed = {r["training_flop"] for r in again if r["same_configuration"]}
+        out["explained_by_year"] += sum(r["training_flop"] in fixed for r in bad)
+    return out
+
+
+def configs_table(scn: Scenario, computes: list[float]) -> str:
+    """The optimal configurations at the grid points nearest ``computes``, with what binds."""
+    lines = [
+        "| Compute (FLOP) | Parameters | Layers | Batch (tokens) | GPUs | TP (model × ff) | PP (v) "
+        "| DP | EP | Microbatches | Schedule | Utilization | What binds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    seen = set()
+    for c in computes:
+        r = nearest(scn, c)
+        if r["training_flop"] in seen or not r["feasible"]:
+            continue
+        seen.add(r["training_flop"])
+        pp = f"{r['pp']:.0f}" + (f" ({r['v']:.0f})" if r["v"] > 1 else "")
+        lines.append(
+            f"| {sci(r['training_flop'])} | {sci(r['n_params_total'])} | {r['layers']:.0f} | "
+            f"{sci(r['batch_tokens'])} | {sci(r['n_gpu'])} | {r['tp_model']:.0f} × "
+            f"{r['tp_ff']:.0f} | {pp} | {r['dp']:.0f} | {r['ep']:.0f} | {r['m']:.0f} | "
+            f"{'zero bubble' if r['zero_bubble'] else '1F1B'} | {r['utilization']:.3f} | "
+            f"{search.LOSS_LABELS[r['binding']]} |"
+        )
+    return "\n".join(lines)
+
+
+def choices_table() -> str:
+    """The search's modelling choices: every ``search.*`` key, its default, the chapter that
+    derives the default, and what it decides."""
+    from dmlimits.costs import expert_parallel, pipeline, step, tensor_parallel
+
+    derived_in = {
+        key: module.CHAPTER
+        for module in (pipeline, tensor_parallel, expert_parallel, step)
+        for key in module.CHAPTER_RULES
+    }
+    lines = ["| Key | Default | Derived in | What it decides |", "|---|---|---|---|"]
+    for key, f in SCHEMA.items():
+        if key.startswith("search."):
+            default = str(f.default).lower() if f.kind == "bool" else f.default
+            where = derived_in.get(key)
+            ref = f"{{ref}}`chapter-{where.replace('_', '-')}`" if where else "—"
+            lines.append(f"| `{key}` | `{default}` | {ref} | {f.doc} |")
+    return "\n".join(lines)
+
+
+def factor(a: float, b: float) -> str:
+    """``b / a`` as a factor for a table (``1.07×``), a dash when either is missing."""
+    if not (math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0):
+        return "—"
+    return f"{b / a:.3g}×"
+
+
+def analytic_table(rows: list[dict[str, Any]]) -> str:
+    """The closed forms beside the search, with each search result as a factor of its closed
+    form; a dash where a closed form does not apply (sparse) or a limit is missing.  Where the
+    sweep never meets the wall its last point is marked as the sweep's end, and the factor is
+    a lower bound."""
+    lines = [
+        "| Scenario | $\\alpha$ | Critical compute | Linear scaling ends | Factor "
+        "| Latency wall (closed form) | Last feasible | Factor |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        short = not r["wall_reached"]
+        end = " (the sweep's end)" if short else ""
+        bound = "≥ " if short and math.isfinite(r["t_limit"]) else ""
+        lines.append(
+            f"| `{r['scenario']}` | {r['alpha']:.3f} | {sci(r['t_crit'])} | "
+            f"{sci(r['linear_end'])} | {factor(r['t_crit'], r['linear_end'])} | "
+            f"{sci(r['t_limit'])} | {sci(r['last_feasible'])}{end} | {bound}"
+            f"{factor(r['t_limit'], r['last_feasible'])} |"
+        )
+    return "\n".join(lines)
+
+
+def choice_effects(scn: Scenario) -> list[dict[str, Any]]:
+    """For the scenario and each alternative of
+    :data:`~dmlimits.book.book_sweeps.CHOICE_ALTERNATIVES`: where linear
+    scaling ends, the last feasible point and, when the scenario is one of the paper's
+    settings as published (no other change), how many of the authors' grid points are within
+    :data:`~dmlimits.search.REFERENCE_TOLERANCE` utilization of theirs."""
+    from dmlimits.core.scenario import resolve_overrides
+
+    reference = _is_reference(scn)
+    out = []
+    for label, changes in {"the defaults": {}, **CHOICE_ALTERNATIVES}.items():
+        variant = resolve_overrides(scn, changes) if changes else scn
+        h = search.headline(variant)
+        row = {
+            "choice": label,
+            "linear_end": h["linear_scaling_end_flop"],
+            "last_feasible": h["last_feasible_flop"],
+            "within": None,
+            "compared": None,
+        }
+        if reference:
+            summary = search.reference_summary(variant, reference)
+            row["within"] = summary["within"]
+            row["compared"] = summary["points"]
+        out.append(row)
+    return out
+
+
+def _is_reference(scn: Scenario) -> str | None:
+    """The paper's preset the scenario is, unchanged, or ``None``."""
+    from dmlimits.core.scenario import PAPER_PRESETS, resolve
+
+    return next(
+        (name for name in PAPER_PRESETS if dict(scn.values) == dict(resolve(name).values)), None
+    )
+
+
+def choice_effects_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| Choice | Linear scaling ends (FLOP) | Last feasible (FLOP) "
+        "| Within tolerance of the authors |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        within = f"{r['within']} of {r['compared']}" if r["within"] is not None else "—"
+        lines.append(
+            f"| {r['choice']} | {sci(r['linear_end'])} | {sci(r['last_feasible'])} | {within} |"
+        )
+    return "\n".join(lines)
+
+
+#: Why each loss grows at scale: glued where the book names the cost that binds.
+BINDING_EXPLANATIONS = {
+    "matmul": "each GPU's shard of every matrix is so small that its matmuls run far below the "
+    "effective rate, bound by memory traffic and the fixed cost of a kernel",
+    "bandwidth": "the transfers of tensor, pipeline and expert parallelism outlast the matmuls "
+    "they should hide behind",
+    "bubble": "the pipeline idles while it fills and drains, for lack of microbatches",
+    "latency": "the chain of messages through the layers of a step is longer than the work",
+    "none": "nothing: every loss is under one percent of the step",
+    "infeasible": "no configuration finishes in time",
+}
+
+
+def move_phrase(before: float, after: float, what: str = "it") -> str:
+    """'leaves it at X FLOP' or 'moves it from X to Y FLOP (a factor of Z)', for glued prose."""
+    from dmlimits.book.glue import sci as pretty
+
+    if not (math.isfinite(before) and math.isfinite(after)):
+        return f"leaves {what} undefined"
+    if f"{before:.3g}" == f"{after:.3g}":
+        return f"leaves {what} at {pretty(before)} FLOP"
+    from dmlimits.book.glue import factor as as_factor
+
+    ratio = after / before
+    how = (
+        f"a factor of {as_factor(ratio)}" if ratio >= 1
+        else f"down by a factor of {as_factor(1 / ratio)}"
+    )  # fmt: skip
+    return f"moves {what} from {pretty(before)} to {pretty(after)} FLOP ({how})"
+
+
+def departure_from_h100(scn: Scenario) -> str:
+    """How a build departs from the paper's H100 setting, whose results are the published ones,
+    for glued prose: ``""`` when it does not, ``"runs the B200 ..."`` for another GPU, else
+    ``"changes"`` and the keys it changes."""
+    from dmlimits.core.scenario import resolve
+
+    if scn["gpu"] != "h100":
+        return f"runs the {scn.gpu_label}"
+    changed = sorted(scn.differences(resolve("h100")))
+    return "changes " + ", ".join(changed) if changed else ""
+
+
+def cluster_change(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """What a changed assumption does to the cluster that trains one model, for glued prose:
+    ``before`` and ``after`` are that model's rows of two sweeps (:func:`nearest`)."""
+    from dmlimits.book.glue import sci as pretty
+
+    n0, n1 = float(before["n_gpu"]), float(after["n_gpu"])
+    u0, u1 = float(before["utilization"]), float(after["utilization"])
+    way = "rises" if u1 > u0 + 5e-4 else "falls" if u1 < u0 - 5e-4 else "stays"
+    util = f"utilization {way} {'at' if way == 'stays' else 'to'} {u1:.3f}"
+    if n1 < n0:
+        return (
+            f"a smaller cluster finishes in time: the search takes {pretty(n1)} GPUs instead "
+            f"of {pretty(n0)}, each with a larger share of every matmul, and {util}"
+        )
+    if n1 > n0:
+        return (
+            f"the search needs a larger cluster, {pretty(n1)} GPUs instead of {pretty(n0)}, "
+            f"and {util}"
+        )
+    return f"the search keeps the cluster of {pretty(n1)} GPUs, and {util}"
+
+
+def trend_word(first: float, last: float, tolerance: float = 0.05) -> str:
+    """'rises', 'falls' or 'stays about level' between two shares."""
+    if last > first + tolerance:
+        return "rises"
+    if last < first - tolerance:
+        return "falls"
+    return "stays about level"
+
+
+#: The scenario keys each binding cost depends on: the memory level or arithmetic that binds a
+#: matmul, and the losses of :data:`~dmlimits.search.LOSSES` at the step's level.
+_MATMUL_KEYS = {
+    "arithmetic": ("hardware.flop_per_clock_per_thread", "hardware.max_clock", "hardware.sms",
+                   "hardware.threads_per_sm", "hardware.effective_utilization"),
+    "hbm": ("hardware.hbm_bandwidth", "model.word_bytes"),
+    "l2": ("hardware.l2_bandwidth", "hardware.l2_size", "model.word_bytes"),
+    "shared": ("hardware.max_clock", "hardware.sms", "hardware.effective_utilization",
+               "hardware.register_file_per_block", "hardware.blocks_per_sm",
+               "hardware.tensor_memory_per_sm", "hardware.mma_sms",
+               "hardware.distributed_shared_memory", "model.word_bytes"),
+}  # fmt: skip
+_LOSS_KEYS = {
+    "bandwidth": ("network.intra_node.bandwidth", "network.inter_node.bandwidth",
+                  "network.node_size", "model.word_bytes"),
+    "latency": ("network.latency", "hardware.kernel_latency"),
+    "bubble": (),
+    "none": (),
+}  # fmt: skip
+
+
+def _binding_keys(scn: Scenario, r: dict[str, Any], loss: bool) -> tuple[str, tuple[str, ...]]:
+    """What binds a result and the keys it depends on: the matmul's binding level (the
+    plateau), or the step's binding loss (the end of linear scaling)."""
+    from dmlimits.costs import matmul
+
+    shard = (r["d_model"] / r["tp_model"], scn["model.ff_ratio"] * r["d_model"] / r["tp_ff"])
+    level = str(matmul.level_times(scn, shard[1], shard[0], r["nanobatch"], "forward")["binding"])
+    if not loss or r["binding"] == "matmul":
+        keys = _MATMUL_KEYS[level] + (("hardware.kernel_latency",) if loss else ())
+        return f"matmuls bound by {matmul.LEVEL_LABELS[level]}", keys
+    return search.LOSS_LABELS[r["binding"]], _LOSS_KEYS[r["binding"]]
+
+
+def estimates_deciding(scn: Scenario) -> list[dict[str, str]]:
+    """The values of ``scn``'s GPU preset that are estimates or borrowed from another GPU
+    (their source says so) and that decide one of its results: the plateau (through what binds
+    its best matmul), the end of linear scaling (through its binding cost) or the last
+    feasible point (always latency).  One row per result and value, with its source."""
+    from dmlimits.core import hardware
+
+    sources = hardware.gpu_sources(scn["gpu"])
+    borrowed = {
+        k: src for k, src in sources.items()
+        if src.startswith((hardware.ESTIMATE, hardware.CARRIED_H100))
+        and scn[k] == hardware.gpu_values(scn["gpu"])[k]  # not overridden by the reader
+    }  # fmt: skip
+    rows = [r for r in search.sweep(scn) if r["feasible"]]
+    if not rows or not borrowed:
+        return []
+    h = search.headline(scn)
+    results = [("plateau", max(rows, key=lambda r: r["utilization"]), False)]
+    if math.isfinite(h["linear_scaling_end_flop"]):
+        results.append(("end of linear scaling", nearest(scn, h["linear_scaling_end_flop"]), True))
+    out = []
+    for name, r, loss in results:
+        why, keys = _binding_keys(scn, r, loss)
+        out += [{"result": name, "why": why, "key": k, "source": borrowed[k]}
+                for k in keys if k in borrowed]  # fmt: skip
+    out += [{"result": "last feasible point", "why": "latency", "key": k, "source": borrowed[k]}
+            for k in _LOSS_KEYS["latency"] if k in borrowed]  # fmt: skip
+    return out
+
+
+def estimates_table(scns: list[Scenario]) -> str:
+    """:func:`estimates_deciding` for several GPUs, as a Markdown table: one row per GPU and
+    result, the values it rests on marked as estimates or as carried from the H100."""
+    from dmlimits.core import hardware
+
+    lines = [
+        "| GPU | Result | Bound by | Estimated values | Values carried from the H100 |",
+        "|---|---|---|---|---|",
+    ]
+    for scn in scns:
+        groups: dict[tuple[str, str], dict[str, list[str]]] = {}
+        for row in estimates_deciding(scn):
+            kind = "estimate" if row["source"].startswith(hardware.ESTIMATE) else "carried"
+            g = groups.setdefault((row["result"], row["why"]), {"estimate": [], "carried": []})
+            g[kind].append(f"`{row['key']}`")
+        for (result, why), g in groups.items():
+            est = ", ".join(g["estimate"]) or "—"
+            car = ", ".join(g["carried"]) or "—"
+            lines.append(f"| {scn.gpu_label} | {result} | {why} | {est} | {car} |")
+    return "\n".join(lines)
+
+
+def generations_table(scns: list[Scenario]) -> str:
+    """One row per GPU: its headline hardware and where its runs stop scaling."""
+    lines = [
+        "| GPU | Peak (FLOP/s) | HBM (byte/s) | NVLink per GPU (byte/s) | GPUs per node "
+        "| Network between nodes per GPU (byte/s) | Plateau | Linear scaling ends (FLOP) "
+        "| GPUs there | Last feasible (FLOP) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for scn in scns:
+        h = search.headline(scn)
+        end = h["linear_scaling_end_flop"]
+        gpus = nearest(scn, end)["n_gpu"] if math.isfinite(end) else math.nan
+        lines.append(
+            f"| {scn.gpu_label} | {sci(scn.peak_flops)} | {sci(scn['hardware.hbm_bandwidth'])} | "
+            f"{sci(scn['network.intra_node.bandwidth'])} | {scn['network.node_size']} | "
+            f"{sci(scn['network.inter_node.bandwidth'])} | {h['plateau_utilization']:.3f} | "
+            f"{sci(end)} | {sci(gpus)} | {sci(h['last_feasible_flop'])} |"
+        )
+    return "\n".join(lines)

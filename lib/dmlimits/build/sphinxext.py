@@ -1,0 +1,382 @@
+"""A small Sphinx extension for the book (listed in ``_config.yml``).
+
+* **MathJax from the book itself.**  The pinned ``django-static-mathjax`` wheel carries MathJax 3;
+  after the build its files are copied into the output's ``_static/mathjax`` (``mathjax_path``
+  points there), so equations typeset offline and in the browser test, with no CDN.  They are
+  copied into the *output*, not the source ``_static``: Jupyter Book would add every script it
+  finds there to every page.
+* **No duplicate inline scripts.**  Under Sphinx 7, extensions that register inline scripts when
+  the builder starts (sphinx-thebe, sphinx-togglebutton) get them on every page twice; Sphinx
+  removes duplicate script *files* but not duplicate inline bodies, and the second
+  ``const THEBE_JS_URL`` is a JavaScript error in the reader's console.  Identical inline
+  scripts are dropped here.
+* **Tables sized to the text column.**  The book's tables hold up to thirteen columns of
+  numbers, and the theme sets them in the body's type with wide padding, so most were wider
+  than the column and scrolled sideways.  A style sheet of the book's own (:data:`STYLE_SHEET`,
+  written into the output's ``_static`` when the builder starts, so that every page links it
+  with its checksum) sets them a size smaller with narrower padding, and lets a scenario's name
+  in a table break after its hyphens: Sphinx keeps inline code on one line, and
+  ``h100-infinite-network-low-latency-sparse`` made its column 364 pixels wide.
+* **Binder opens the MyST source.**  The build executes each chapter into an ``.ipynb`` beside
+  it, so the theme's Binder button would open ``notebooks/NAME.ipynb``, a file the repository
+  does not have (it keeps the MyST ``.md``, which Binder opens as a notebook through jupytext).
+  The button's path is pointed at the ``.md``.
+* **A numbered reference reads its page once.**  Sphinx 7 resolves every ``{numref}`` by
+  unpickling the whole doctree of the page it points to, once per reference: the book's
+  127 references cost seven seconds of each build's HTML.  The standard domain here reads each
+  page's doctree once per pickled version and shares it between the references, which only
+  look up the target's node.
+* **An updated search index is the one a build of every page writes.**  Built again from a
+  kept state, Sphinx writes only the pages whose sources changed and updates the search index
+  it wrote before, with two differences from an index built afresh, both made good here:
+
+  - it drops the rewritten pages from every word's list of pages, then adds them back for the
+    words they still have, so a word that only they had is left with an empty list; such
+    words are removed;
+  - it does not read back the index entries (the glossary's terms, the API's objects) of the
+    pages it does not write, and leaves them out; they are read back, and the pages' entries
+    are listed in the order of their names, as a build of every page lists them.
+* **Pages read in parallel, each page of the API reference alone.**  The build runs Sphinx
+  with a process per core (:mod:`dmlimits.build.jupyter_book_run`).  Two extensions Jupyter Book
+  loads do not say whether they can be read in parallel (:data:`PARALLEL_READ_SAFE` says why
+  they can), and each of the API reference's two pages, the longest to read, gets a process
+  of its own (:data:`READ_ALONE`).  The pages are the same as read serially, byte for byte.
+* **Each page's tree unpickled once for numbering and writing** (two seconds of the writing's
+  main process): the numbering only reads the trees, which the writing then takes over.
+* **Bibliography plugins looked up once.**  pybtex scans every installed distribution's entry
+  points for its plugins at each citation it resolves; they are read once for the process
+  (the HTML process reads them before its command arrives) and each lookup is kept.
+* **The API reference documents what is declared.**  An attribute built on first use
+  (:mod:`dmlimits.core.lazy`) is documented by its declaration and ``#:`` comment, not built to
+  show its value; and autodoc's reading of type comments, which parses every function's
+  source, is switched off: the library writes none.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+from pathlib import Path
+from typing import Any
+
+MATHJAX_PARTS = ("tex-chtml.js", "output", "ui", "a11y", "input")
+
+
+def mathjax_source() -> Path:
+    import mathjax
+
+    return Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
+
+
+def _copy_mathjax(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    target = Path(app.outdir) / "_static" / "mathjax"
+    source = mathjax_source()
+    target.mkdir(parents=True, exist_ok=True)
+    for part in MATHJAX_PARTS:
+        src = source / part
+        if src.is_dir():
+            shutil.copytree(src, target / part, dirs_exist_ok=True)
+        else:
+            shutil.copy2(src, target / part)
+
+
+#: The book's own style sheet (its rules and their reasons in the module's docstring), linked
+#: from every page.
+STYLE_SHEET = "dmlimits.css"
+STYLE = """\
+/* dmlimits: tables sized to the text column (see dmlimits.build.sphinxext). */
+main table.table { font-size: 0.875em; }
+main table.table td, main table.table th { padding-left: 0.3rem; padding-right: 0.3rem; }
+main table.table code.literal span.pre { white-space: normal; }
+"""
+
+
+def _write_style_sheet(app) -> None:
+    if app.builder.format != "html":
+        return
+    static = Path(app.outdir) / "_static"
+    static.mkdir(parents=True, exist_ok=True)
+    (static / STYLE_SHEET).write_text(STYLE)
+
+
+def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    seen: set[tuple] = set()
+    kept = []
+    for script in scripts:
+        attributes = getattr(script, "attributes", {}) or {}
+        # An inline script's filename is None from one registration and "" from the other.
+        filename = str(getattr(script, "filename", script) or "")
+        key = (filename, tuple(sorted((k, str(v)) for k, v in attributes.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        kept.append(script)
+    # In place: handlers that run later (MathJax's) append to this same list.
+    scripts[:] = kept
+
+
+def _binder_opens_myst(app, pagename, templatename, context, doctree) -> None:
+    def visit(buttons) -> None:
+        for button in buttons or []:
+            if isinstance(button, dict):
+                url = button.get("url")
+                if isinstance(url, str) and "/v2/" in url and "urlpath=" in url:
+                    head, _, path = url.partition("urlpath=")
+                    if path.endswith(".ipynb"):
+                        button["url"] = head + "urlpath=" + path.removesuffix(".ipynb") + ".md"
+                visit(button.get("buttons"))  # the theme's launch group
+
+    visit(context.get("header_buttons"))
+
+
+def _numref_domain():
+    """The standard domain, its numbered references resolved against one shared copy of each
+    page's doctree (the same pickled bytes give the same tree; a page pickled again is read
+    again)."""
+    from sphinx.domains.std import StandardDomain
+
+    class NumrefSharingDomain(StandardDomain):
+        def _resolve_numref_xref(self, env, *args, **kwargs):
+            # On the domain, which Sphinx does not pickle with the environment.
+            shared = self.__dict__.setdefault("_shared_doctrees", {})
+            own = env.get_doctree
+
+            def get_doctree(docname: str):
+                pickled = env._pickled_doctree_cache.get(docname)
+                if pickled is None or shared.get(docname, (None,))[0] is not pickled:
+                    tree = own(docname)
+                    shared[docname] = (env._pickled_doctree_cache[docname], tree)
+                return shared[docname][1]
+
+            env.get_doctree = get_doctree  # for this lookup only
+            try:
+                return super()._resolve_numref_xref(env, *args, **kwargs)
+            finally:
+                del env.get_doctree
+
+    return NumrefSharingDomain
+
+
+def _update_search_index_as_built_afresh() -> None:
+    """Patch Sphinx's search index so that an updated index equals one built afresh (see the
+    module's docstring); applied once per process."""
+    import io
+
+    from sphinx.search import IndexBuilder
+
+    if getattr(IndexBuilder, "dmlimits_updates_as_built_afresh", False):
+        return
+    load, prune, freeze = IndexBuilder.load, IndexBuilder.prune, IndexBuilder.freeze
+
+    def load_with_entries(self, stream, format) -> None:
+        text = stream.read()
+        load(self, io.StringIO(text) if isinstance(text, str) else io.BytesIO(text), format)
+        fmt = self.formats[format] if isinstance(format, str) else format
+        frozen = fmt.loads(text)
+        names = frozen["docnames"]
+        entries: dict[str, list[tuple[str, str, str]]] = {}
+        for entry, refs in frozen.get("indexentries", {}).items():
+            for page, target, main in refs:
+                entries.setdefault(names[page], []).append((entry, target, "main" if main else ""))
+        for page, listed in entries.items():
+            self._index_entries.setdefault(page, listed)
+
+    def prune_and_forget(self, docnames) -> None:
+        prune(self, docnames)
+        for mapping in (self._mapping, self._title_mapping):
+            for word in [w for w, pages in mapping.items() if not pages]:
+                del mapping[word]
+
+    def freeze_in_page_order(self):
+        ordered = sorted(self._index_entries.items())
+        self._index_entries.clear()
+        self._index_entries.update(ordered)
+        return freeze(self)
+
+    IndexBuilder.load = load_with_entries
+    IndexBuilder.prune = prune_and_forget
+    IndexBuilder.freeze = freeze_in_page_order
+    IndexBuilder.dmlimits_updates_as_built_afresh = True
+
+
+#: Extensions that declare nothing about reading in parallel (Sphinx then reads serially, and
+#: warns, which the strict build turns into an error), and why each is safe:
+#:
+#: * ``sphinx_multitoc_numbering`` replaces how Sphinx numbers sections across toctrees,
+#:   which Sphinx does in the main process once every page is read and merged; it keeps no
+#:   state of its own per page.
+#: * ``sphinx_jupyterbook_latex``'s transforms act for the LaTeX builder only, and it keeps
+#:   nothing in Sphinx's environment.
+PARALLEL_READ_SAFE = ("sphinx_multitoc_numbering", "sphinx_jupyterbook_latex")
+#: Pages read in a process of their own when Sphinx reads in parallel: the API reference's
+#: two pages.  Its autodoc reading (parsing the library's sources for the order of their
+#: members and the ``#:`` comments, generating and parsing the entries) takes longer than all
+#: the other pages together; on one page, it was read by one process while the other waited.
+#: Sphinx's own chunks put each with ten other pages.
+READ_ALONE = ("book/api", "book/api_search_and_book")
+
+
+def _declare_parallel_read_safe(app, config) -> None:
+    for name in PARALLEL_READ_SAFE:
+        extension = app.extensions.get(name)
+        if extension is not None and extension.parallel_read_safe is None:
+            extension.parallel_read_safe = True
+
+
+def _no_type_comments(app, config) -> None:
+    """Disconnect autodoc's reading of type comments (``# type: (int) -> str``): for each
+    function it documents it reads and parses the function's source (two thirds of a second
+    of every build's API page), and the library has no such comment
+    (``tests/test_sphinx_parallel.py`` checks both)."""
+    for listener in list(app.events.listeners.get("autodoc-before-process-signature", [])):
+        if getattr(listener.handler, "__module__", "") == "sphinx.ext.autodoc.type_comment":
+            app.disconnect(listener.id)
+
+
+def _read_alone_in_parallel() -> None:
+    """Make Sphinx's parallel reading give each page of :data:`READ_ALONE` a process of its
+    own, and split the other pages among the other processes as Sphinx would; applied once per
+    process.  The parallel writing's chunks come from here too: Sphinx writes the first page in
+    order of names (the API reference's first) in its main process before it starts, and the
+    second page of the reference gets a process of its own.  Chunks without such a page are
+    Sphinx's own."""
+    import sphinx.builders
+
+    if getattr(sphinx.builders.make_chunks, "dmlimits_read_alone", False):
+        return
+    make_chunks = sphinx.builders.make_chunks
+
+    def chunks(arguments, nproc, maxbatch=10):
+        alone = [[a] for a in arguments if a in READ_ALONE]
+        if not alone:
+            return make_chunks(arguments, nproc, maxbatch)
+        rest = [a for a in arguments if a not in READ_ALONE]
+        return alone + (make_chunks(rest, max(1, nproc - len(alone)), maxbatch) if rest else [])
+
+    chunks.dmlimits_read_alone = True
+    sphinx.builders.make_chunks = chunks
+
+
+def _plugins_looked_up_once() -> None:
+    """Keep pybtex's lookups of its plugins for the process.  sphinxcontrib-bibtex resolves
+    every citation through ``pybtex.plugin.find_plugin``, which reads the entry points of every
+    installed distribution again each time: about a second of each build's writing, in
+    Sphinx's main process, where the pages' references are resolved one after another.  The
+    installed distributions do not change during a build; a plugin registered while it runs
+    (``register_plugin``) is still found first, as pybtex looks there before the entry
+    points.  Every distribution's entry points are read once, whatever the selection, so that
+    :func:`plugins_read_ahead` can read them before the build needs them."""
+    try:
+        import pybtex.plugin as plugin
+    except ImportError:  # the book cites nothing without it: nothing to look up
+        return
+    lookup = plugin.entry_points
+    if getattr(lookup, "dmlimits_kept", False):
+        return
+
+    @functools.cache
+    def everything() -> Any:
+        return lookup()  # every distribution's entry points, each file parsed once
+
+    @functools.cache
+    def kept(**selection: str) -> tuple:
+        return tuple(everything().select(**selection))  # what lookup(**selection) gives
+
+    def entry_points(**selection: str) -> Any:
+        # Without a selection, what lookup() gives, as it gives it (Python 3.11's is a
+        # dictionary of groups, whose iteration is deprecated).
+        return kept(**selection) if selection else everything()
+
+    entry_points.dmlimits_kept = True  # type: ignore[attr-defined]
+    plugin.entry_points = entry_points
+
+
+def plugins_read_ahead() -> None:
+    """Read pybtex's plugins' entry points now (``_plugins_looked_up_once``): the HTML
+    process does it while it waits for its command, rather than in Sphinx's first citation
+    (about a third of a second of one core, after the chapters are done)."""
+    _plugins_looked_up_once()
+    try:
+        import pybtex.plugin as plugin
+    except ImportError:
+        return
+    plugin.entry_points(group="pybtex.style.formatting")  # reads every distribution's
+
+
+def _share_doctrees_while_numbering(app) -> None:
+    """Unpickle each page's document tree once between the numbering and the writing.  Once
+    the pages are read, Sphinx numbers sections and figures by walking the tree of every page
+    (sphinx_multitoc_numbering walks the numbered ones again), each unpickled from disk, then
+    unpickles each page it writes once more to resolve and write it.  The walks only read the
+    trees: here they share one per page, which is then handed to the writing as Sphinx hands
+    it the trees of a serial read (its ``_write_doc_doctree_cache``).  Unpickling took about
+    two seconds of the writing's main process, where the pages are resolved one after
+    another."""
+    shared: dict = {}
+
+    def start(app, env) -> list:
+        unpickled = env.get_doctree
+
+        def get_doctree(docname: str):
+            tree = shared.get(docname)
+            if tree is None:
+                tree = shared[docname] = unpickled(docname)
+            return tree
+
+        env.get_doctree = get_doctree  # for the numbering only: removed at its end
+        return []
+
+    def end(app, env) -> list:
+        env.__dict__.pop("get_doctree", None)
+        for docname, tree in shared.items():
+            env._write_doc_doctree_cache.setdefault(docname, tree)
+        shared.clear()
+        return []
+
+    # The numbering is the only other listener (sphinx.environment.collectors.toctree).
+    app.connect("env-get-updated", start, priority=1)
+    app.connect("env-get-updated", end, priority=999)
+
+
+def _declared_not_built(module, name, *default):
+    """autodoc's ``getattr`` for modules: an attribute built on first use
+    (:mod:`dmlimits.core.lazy`) is documented as it is declared, its type and ``#:`` comment,
+    without being built: building them all (each module's cost formulas, read from the kept
+    formulas or derived, and the summary rows built from them) took seconds of every build's
+    API page, which then showed each value's whole ``repr``."""
+    from sphinx.util.inspect import safe_getattr
+
+    from dmlimits.core import lazy
+
+    if name in lazy.lazy_names(module):
+        if default:
+            return default[0]
+        raise AttributeError(f"{module.__name__}.{name} is built on first use")
+    return safe_getattr(module, name, *default)
+
+
+def setup(app):
+    import types
+
+    _update_search_index_as_built_afresh()
+    _plugins_looked_up_once()
+    _share_doctrees_while_numbering(app)
+    app.add_autodoc_attrgetter(types.ModuleType, _declared_not_built)
+    if app.parallel > 1:
+        _read_alone_in_parallel()
+    app.connect("config-inited", _declare_parallel_read_safe)
+    app.connect("config-inited", _no_type_comments)
+    app.add_domain(_numref_domain(), override=True)
+    app.connect("build-finished", _copy_mathjax)
+    app.add_css_file(STYLE_SHEET)
+    app.connect("builder-inited", _write_style_sheet)
+    # Early: html-page-context stops at the first handler that returns a template name.
+    app.connect("html-page-context", _dedupe_scripts, priority=100)
+    # After the theme adds its launch buttons (priority 501).
+    app.connect("html-page-context", _binder_opens_myst, priority=502)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
