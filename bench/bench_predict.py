@@ -92,7 +92,7 @@ def _memory_on_bench(rows) -> dict:
 
 
 def _memory_published() -> dict:
-    out = memory.outside_the_fit()
+    out = confront.outside_the_fit()
     return {"rows": out["peak_rows"], "median_abs_error": out["peak_median_abs_error"],
             "median_signed_error": out["peak_median_signed_error"]}  # fmt: skip
 
@@ -134,7 +134,7 @@ def measure() -> dict:
     }
     outside = confront.outside_split()
     out["outside_split"] = _figures(outside)
-    outside = memory.outside_the_fit()
+    outside = confront.outside_the_fit()
     out["outside_split"]["called_fitting"] = (
         outside["holdout_called_fitting"] / outside["holdout_runs"]
     )

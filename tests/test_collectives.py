@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import assert_levels_add_up, derivations_of, pixels_of_colour
+from dmlimits.book import collectives_page
 from dmlimits.core import derivation, scenario, units
 from dmlimits.core import symbols as s
 from dmlimits.core.symbols import REGISTRY
@@ -493,7 +494,7 @@ def test_balanced_inter_bandwidth_equalizes_the_levels(p0, p1):
 
 
 def test_node_grid_and_link_names():
-    p0, p1 = c.node_grid(H100, 100)
+    p0, p1 = collectives_page.node_grid(H100, 100)
     node = H100["network.node_size"]
     assert list(p0[:node]) == list(range(1, node + 1)) and np.all(p1[:node] == 1)
     assert list(p1[node:]) == [2, 4, 8, 16, 32, 64] and np.all(p0[node:] == node)
@@ -511,8 +512,8 @@ def test_figures_draw_for_every_topology(scn):
     from dmlimits.book import figures
 
     for fig in (
-        c.figure_allreduce_time(scn, 16, mark_words=1e9, mark_label="a vector"),
-        c.figure_allreduce_participants(scn, 1e9, 64),
+        collectives_page.figure_allreduce_time(scn, 16, mark_words=1e9, mark_label="a vector"),
+        collectives_page.figure_allreduce_participants(scn, 1e9, 64),
     ):
         assert fig.axes and all(ax.lines for ax in fig.axes)
         figures.tidy_legends(fig)
@@ -561,7 +562,7 @@ def test_equal_latency_times_both_show_in_the_time_figure():
     lat_node = c.allreduce_time(H100, 1.0, node, 0).latency
     lat_flat = c.allreduce_time(H100, 1.0, node * nodes, 1).latency
     assert lat_node == pytest.approx(lat_flat, rel=1e-12)  # the case this test is about
-    fig = c.figure_allreduce_time(H100, nodes)
+    fig = collectives_page.figure_allreduce_time(H100, nodes)
     for colour in PALETTE[0], PALETTE[2]:  # one node, the flat ring
         shown = pixels_of_colour(fig, fig.axes[0], 1e10, 1e12, lat_node, colour)
         assert shown >= 20, f"{colour} shows in {shown} pixels of the shared latency line"

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import assert_levels_add_up, derivations_of
+from dmlimits.book import data_parallel_page
 from dmlimits.core import derivation, scenario, units
 from dmlimits.core import symbols as s
 from dmlimits.core.symbols import REGISTRY
@@ -253,7 +254,7 @@ def test_figures_are_fit_to_read(name):
 
     figures.apply_style()
     scn = scenario.resolve(name)
-    for make in (dp.figure_dp_time, dp.figure_dp_memory):
+    for make in (data_parallel_page.figure_dp_time, data_parallel_page.figure_dp_memory):
         fig = make(scn)
         assert fig.axes
         figures.tidy_legends(fig)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import derivations_of
-from dmlimits.book import summary
+from dmlimits.book import expert_parallel_page, summary
 from dmlimits.core import scenario as sc
 from dmlimits.core import symbols as s
 from dmlimits.core import units
@@ -317,7 +317,7 @@ def test_the_sweep_summary_says_what_the_table_holds(name, sets):
 
     scn = sc.resolve(name, sets=sets)
     tab = ep.sweep_table(scn)
-    text = ep.sweep_summary(scn, tab)
+    text = expert_parallel_page.sweep_summary(scn, tab)
     ratio, share = tab["ratio"], tab["latency_share"]
     if np.any(ratio > 0):
         assert f"peaks at {ratio.max():.2g}," in text and f"to {ratio[-1]:.2g} at the top" in text
@@ -343,7 +343,7 @@ def test_the_worked_example_gives_each_gpu_a_token(name):
     scn = sc.resolve(name, sets=["model.sparse=true"])
     tab = ep.sweep_table(scn)
     anchor = published.value("paper1.post_slowdown_flop")
-    got = ep.worked_example(tab, anchor, gpu=scn.gpu_label)
+    got = expert_parallel_page.worked_example(tab, anchor, gpu=scn.gpu_label)
     per_gpu = tab["batch"] / tab["n_gpu"]
     distance = np.abs(np.log(tab["compute"] / anchor))
     assert got.nearest == int(np.argmin(distance))
@@ -365,16 +365,16 @@ def test_the_worked_example_gives_each_gpu_a_token(name):
 def test_the_worked_example_says_when_no_model_gives_a_gpu_a_token():
     tab = {"compute": np.array([1e25, 1e26]), "batch": np.array([1e6, 1e6]),
            "n_gpu": np.array([1e7, 1e8])}  # fmt: skip
-    got = ep.worked_example(tab, 2e25, gpu="GTX 580")
+    got = expert_parallel_page.worked_example(tab, 2e25, gpu="GTX 580")
     assert got.row == got.nearest == 0
     assert got.note.startswith("On GTX 580 GPUs no model of the sweep gives each GPU")
     with pytest.raises(ValueError, match="near: got 0"):
-        ep.worked_example(tab, 0, gpu="GTX 580")
+        expert_parallel_page.worked_example(tab, 0, gpu="GTX 580")
     with pytest.raises(ValueError, match="near: got 2 values; expected one compute"):
-        ep.worked_example(tab, [1e25, 1e26], gpu="GTX 580")
+        expert_parallel_page.worked_example(tab, [1e25, 1e26], gpu="GTX 580")
     empty = {k: np.array([]) for k in tab}
     with pytest.raises(ValueError, match="tab: got a sweep table without models"):
-        ep.worked_example(empty, 1e25, gpu="GTX 580")
+        expert_parallel_page.worked_example(empty, 1e25, gpu="GTX 580")
 
 
 def test_the_sweep_figure_is_fit_to_read_with_unbounded_bandwidth():
@@ -384,7 +384,7 @@ def test_the_sweep_figure_is_fit_to_read_with_unbounded_bandwidth():
     from dmlimits.book import figures
 
     figures.apply_style()
-    fig = ep.figure_sweep(sc.resolve("h100-infinite-network-low-latency-sparse"))
+    fig = expert_parallel_page.figure_sweep(sc.resolve("h100-infinite-network-low-latency-sparse"))
     figures.tidy_legends(fig)
     assert figures.check_figure(fig, drawn=True) == []
     labels = [line.get_label() for line in fig.axes[0].get_lines()]

@@ -12,7 +12,7 @@ from conftest import SHARED, derivations_of
 from dmlimits import cli
 from dmlimits.core import units
 from dmlimits.core.symbols import REGISTRY
-from dmlimits.measured import memory, runs, transformer
+from dmlimits.measured import confront, memory, runs, transformer
 
 BENCH = SHARED / "data" / "hf_ultrascale_benchmarks.csv"
 
@@ -261,7 +261,7 @@ def test_the_playbooks_factor_is_not_every_frameworks():
     """What the chapter says of the factor, and glues: applied to MosaicML's runs, which all
     ran, it would call most of them out of memory (measured: 32 of 95 fitting, against 88
     without it).  And the numbers it glues are the library's."""
-    out = memory.outside_the_fit()
+    out = confront.outside_the_fit()
     ran = [runs.interpret(r).config for r in runs.holdout_rows()]
     assert out["holdout_runs"] == len(ran)
     assert out["holdout_called_fitting"] == sum(memory.peak(c).fits for c in ran)

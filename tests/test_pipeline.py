@@ -39,6 +39,7 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import derivations_of
+from dmlimits.book import pipeline_page
 from dmlimits.core import derivation, units
 from dmlimits.core import symbols as s
 from dmlimits.core.symbols import REGISTRY
@@ -751,13 +752,13 @@ def test_schedule_errors_name_the_bad_value(call, message):
 def test_figures_are_drawn_from_the_library():
     import matplotlib.pyplot as plt
 
-    fig = pipeline.figure_bubble([4, 16], 16, [1, 2, 4], max_fraction=0.1)
+    fig = pipeline_page.figure_bubble([4, 16], 16, [1, 2, 4], max_fraction=0.1)
     assert isinstance(fig, plt.Figure) and len(fig.axes) == 2
     lines = fig.axes[0].get_lines()
     m = lines[0].get_xdata()
     assert np.allclose(lines[0].get_ydata(), pipeline.bubble_fraction(4, m))
     plt.close(fig)
-    fig = pipeline.figure_schedule(3, 6, 2, steps=2)
+    fig = pipeline_page.figure_schedule(3, 6, 2, steps=2)
     assert isinstance(fig, plt.Figure) and len(fig.axes) == 3
     # One bar per pass per step, each at its pass's time on its GPU's row (the bars of a GPU
     # and look share a collection).

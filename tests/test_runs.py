@@ -17,7 +17,7 @@ from dmlimits.cli import main
 from dmlimits.core import published
 from dmlimits.core import units as u
 from dmlimits.core.symbols import REGISTRY
-from dmlimits.measured import confront, nccl, runs, transformer
+from dmlimits.measured import configuration, confront, nccl, runs, transformer
 
 HF_BULK = SHARED / "data" / "hf_ultrascale_benchmarks.csv"
 FORMULAS = {
@@ -686,7 +686,7 @@ def test_blackwell_rows_are_modelled_from_the_books_presets(text, name, preset):
 
     assert runs._gpu(text) == name
     cl, v = runs.cluster(name), hardware.gpu_values(preset)
-    assert cl.peak("bf16") == runs._peak(preset) and cl.peak("fp8") == 2 * cl.peak("bf16")
+    assert cl.peak("bf16") == configuration.preset_peak_flops(preset) and cl.peak("fp8") == 2 * cl.peak("bf16")
     assert cl.hbm == v["hardware.hbm_capacity"] and cl.node_size == v["network.node_size"]
     assert cl.nvlink == v["network.intra_node.bandwidth"] / 2
     assert cl.nic == v["network.inter_node.bandwidth"] / 2

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import assert_levels_add_up, derivations_of
+from dmlimits.book import tensor_parallel_page
 from dmlimits.core import derivation, scenario, units
 from dmlimits.core import symbols as s
 from dmlimits.core.symbols import REGISTRY
@@ -272,7 +273,7 @@ def test_reference_shards_and_figures():
 
     ref = tp.reference_shards()
     assert np.all(ref["rows"] * ref["tp_model"] * ref["cols"] * ref["tp_ff"] > 0)
-    for fig in (tp.figure_time_vs_degree(H100), tp.figure_reference_shards(H100)):
+    for fig in (tensor_parallel_page.figure_time_vs_degree(H100), tensor_parallel_page.figure_reference_shards(H100)):
         assert len(fig.axes) >= 1
         plt.close(fig)
 

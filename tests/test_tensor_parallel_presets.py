@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import matplotlib
 import pytest
-from dmlimits.book import figures
+from dmlimits.book import figures, tensor_parallel_page
 from dmlimits.core import scenario
 from dmlimits.costs import tensor_parallel as tp
 
@@ -55,7 +55,7 @@ def test_figures_are_fit_to_read_with_unbounded_bandwidth(sets):
 
     figures.apply_style()
     scn = scenario.resolve("h100", sets=sets)
-    for fig in (tp.figure_time_vs_degree(scn, DM, TOK), tp.figure_reference_shards(scn)):
+    for fig in (tensor_parallel_page.figure_time_vs_degree(scn, DM, TOK), tensor_parallel_page.figure_reference_shards(scn)):
         figures.tidy_legends(fig)
         assert figures.check_figure(fig) == []
         labels = [line.get_label() for ax in fig.axes for line in ax.get_lines()]

@@ -20,9 +20,15 @@ build exits with status 1 and leaves the previous book as it was.
 from __future__ import annotations
 
 import argparse
+import csv
+import json
+import math
 import os
+import signal
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from dmlimits.build import RepositoryError
 from dmlimits.core.scenario import DEFAULT_SCENARIO, ScenarioError, describe_presets, resolve
@@ -110,9 +116,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    import signal
-
-    from dmlimits.build import BuildError, BuildInterrupted, build, check_repository
+    from dmlimits.build import (  # a command imports the layers it runs only
+        BuildError,
+        BuildInterrupted,
+        build,
+        check_repository,
+    )
 
     # Ctrl-C stops a build from its first line, even when it was started with SIGINT ignored
     # (as a background job or a test runner's worker starts it): the build stops itself on
@@ -144,7 +153,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_scenarios(args: argparse.Namespace) -> int:
     if args.keys:
-        from dmlimits.build import scenario_keys
+        from dmlimits.build import scenario_keys  # a command imports the layers it runs only
 
         for key, expected, doc in scenario_keys():
             print(f"{key:<38} {doc}; {expected}")
@@ -160,8 +169,11 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def _cmd_derivations(args: argparse.Namespace) -> int:
-    from dmlimits.core.derivation import DerivationError, all_derivations
-    from dmlimits.premises import PremiseError, check
+    from dmlimits.core.derivation import (  # a command imports the layers it runs only
+        DerivationError,
+        all_derivations,
+    )
+    from dmlimits.premises import PremiseError, check  # a command imports the layers it runs only
 
     failed = 0
     derivations = all_derivations()
@@ -195,9 +207,7 @@ def _whole(name: str, text: str) -> int:
 
 
 def _cmd_matmul(args: argparse.Namespace) -> int:
-    import json
-
-    from dmlimits.costs import matmul
+    from dmlimits.costs import matmul  # a command imports the layers it runs only
 
     scn = resolve("h100", [f"gpu={args.gpu}", *args.sets])
     parts = args.shape.lower().split("x")
@@ -235,9 +245,10 @@ def _cmd_matmul(args: argparse.Namespace) -> int:
 def _scenario_specs(text: str) -> list[str]:
     """The scenarios a ``--scenario`` argument names; an unknown preset is refused with the
     list of valid names before anything runs."""
-    from pathlib import Path
-
-    from dmlimits.core.scenario import PAPER_PRESETS, preset_names
+    from dmlimits.core.scenario import (  # a command imports the layers it runs only
+        PAPER_PRESETS,
+        preset_names,
+    )
 
     names = preset_names()
     if text.strip() == "all":
@@ -257,17 +268,11 @@ def _scenario_specs(text: str) -> list[str]:
 
 
 def _jsonable(x):
-    import math
-
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    import csv
-    import json
-    import time
-
-    from dmlimits import search
+    from dmlimits import search  # a command imports the layers it runs only
 
     scenarios = [resolve(spec, args.sets) for spec in _scenario_specs(args.scenario)]
     if args.jobs is not None and args.jobs < 1:
@@ -297,9 +302,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_headline(args: argparse.Namespace) -> int:
-    import json
-
-    from dmlimits import search
+    from dmlimits import search  # a command imports the layers it runs only
 
     specs = _scenario_specs(args.scenario)
     if len(specs) != 1:
@@ -371,10 +374,11 @@ def _add_predict(sub) -> None:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    import csv
-    import json
-
-    from dmlimits.measured import memory, runs, transformer
+    from dmlimits.measured import (  # a command imports the layers it runs only
+        memory,
+        runs,
+        transformer,
+    )
 
     if args.runs:
         try:

@@ -3,6 +3,7 @@ the default scenario."""
 
 from __future__ import annotations
 
+from dmlimits.book.glue import quantity
 from dmlimits.core import hardware
 from dmlimits.core.scenario import DEFAULT_SCENARIO, SCHEMA, Scenario, resolve
 
@@ -10,8 +11,6 @@ from dmlimits.core.scenario import DEFAULT_SCENARIO, SCHEMA, Scenario, resolve
 def _fmt(value, unit: str = "") -> str:
     """A value as the page shows it: booleans as true/false, numbers with their unit as a
     reader writes them (``3.352 TB/s``, ``1.125 µs``), choices as they are."""
-    from dmlimits.book.glue import quantity
-
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):

@@ -13,8 +13,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import functools
+import io
+import re
+
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib import mathtext
+from matplotlib.collections import PathCollection
+from matplotlib.colors import to_rgba
+from matplotlib.layout_engine import PlaceHolderLayoutEngine
+from matplotlib.text import Text
 
 from dmlimits.core.scenario import Scenario
 from dmlimits.costs import model
@@ -67,9 +76,6 @@ def share_mathtext_parses() -> bool:
     (``tests/test_figures.py`` checks the PNG bytes are unchanged).  Returns whether the cache
     is shared: with a matplotlib whose parser is laid out otherwise (requirements.txt pins the
     one this was written for) nothing changes but the speed."""
-    import functools
-
-    from matplotlib import mathtext
 
     parser = mathtext.MathTextParser
     if getattr(parser, "_dmlimits_shared", False):
@@ -116,8 +122,6 @@ def _xy(line) -> np.ndarray:
 
 def _points(ax: plt.Axes) -> np.ndarray:
     """Every plotted vertex and marker of the axes, in data coordinates."""
-    from matplotlib.collections import PathCollection
-
     parts = [_xy(line) for line in _data_lines(ax)]
     for coll in ax.collections:  # scatter points; areas and meshes are not points
         if isinstance(coll, PathCollection) and coll.get_offset_transform() == ax.transData:
@@ -131,8 +135,6 @@ def _points(ax: plt.Axes) -> np.ndarray:
 def _display_points(ax: plt.Axes) -> np.ndarray:
     """Every line of the axes (reference lines included) sampled densely along its segments,
     and every scatter point, in display coordinates: what a legend box must not cover."""
-    from matplotlib.collections import PathCollection
-
     parts = []
     for line in ax.get_lines():
         if not line.get_visible() or len(line.get_xdata()) == 0:
@@ -218,8 +220,6 @@ def hidden_lines(ax: plt.Axes) -> list[tuple[str, str]]:
     the same points, dashed and marked the same way, as a later line of another colour at least
     as wide, which hides it completely (each named by its label, or its place among the axes'
     lines)."""
-    from matplotlib.colors import to_rgba
-
     # A single marked point counts too: a dot can hide another.
     lines = [
         line for line in ax.get_lines()
@@ -310,8 +310,6 @@ def tidy_legends(fig: plt.Figure) -> None:
 def _places_axes(engine: Any) -> bool:
     """Whether a figure's layout engine moves its axes when the figure is drawn (the placeholder
     that ``tight_layout`` and ``set_layout_engine("none")`` leave behind moves nothing)."""
-    from matplotlib.layout_engine import PlaceHolderLayoutEngine
-
     return engine is not None and not isinstance(engine, PlaceHolderLayoutEngine)
 
 
@@ -328,8 +326,6 @@ def png_bytes(fig: plt.Figure) -> bytes:
     (it moved nothing).  The PNG is the one ``savefig(bbox_inches="tight")`` writes
     (``tests/test_figures.py`` compares them).  A figure whose engine places its axes when
     drawn (a constrained layout) is saved by ``savefig`` as it is."""
-    import io
-
     buffer = io.BytesIO()
     tight: Any = "tight"
     if not _places_axes(fig.get_layout_engine()) and hasattr(fig.canvas, "get_renderer"):
@@ -408,9 +404,6 @@ def check_figure(fig: plt.Figure, *, drawn: bool = False) -> list[str]:
     painting its pixels (legends need a renderer), unless ``drawn`` says it is laid out as a
     draw would lay it out (:func:`tidy_legends` leaves it so: a legend it moves is found at its
     new place without drawing)."""
-    import re
-
-    from matplotlib.text import Text
 
     problems = []
     if not drawn:
@@ -446,7 +439,6 @@ def check_figure(fig: plt.Figure, *, drawn: bool = False) -> list[str]:
             label = line.get_label()
             if label.startswith("_"):
                 continue
-            from matplotlib.colors import to_rgba
 
             look = (to_rgba(line.get_color()), line.get_linestyle(), line.get_marker())
             if look in looks:

@@ -26,9 +26,12 @@ import numbers
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
 import sympy as sp
 
+from dmlimits.book.figures import check_figure, png_bytes, share_mathtext_parses, tidy_legends
+from dmlimits.core import published
 from dmlimits.core.symbols import REGISTRY
 
 SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
@@ -119,8 +122,6 @@ class _Png:
     """A figure rendered once to PNG bytes with fixed metadata (byte-identical across builds)."""
 
     def __init__(self, fig: Any) -> None:
-        from dmlimits.book.figures import png_bytes
-
         self.png = png_bytes(fig)
 
     def _repr_png_(self) -> bytes:
@@ -139,20 +140,12 @@ GLUE_PREFIX = "application/papermill.record/"
 
 
 def _paste(key: str, obj: Any) -> None:
-    from IPython.core.formatters import format_display_data
-    from IPython.display import display
+    from IPython.core.formatters import format_display_data  # IPython loads only inside a kernel
+    from IPython.display import display  # IPython loads only inside a kernel
 
     bundle, metadata = format_display_data(obj)
     metadata["scrapbook"] = {"name": key, "mime_prefix": GLUE_PREFIX}
     display({GLUE_PREFIX + k: v for k, v in bundle.items()}, raw=True, metadata=metadata)
-
-
-def significant_digits(text: str) -> int:
-    """The significant digits of a number as written (``"2e28"`` has one, ``"37.22"`` four):
-    a published value is quoted to the precision it was published with."""
-    mantissa = text.strip().lower().split("e")[0].lstrip("+-")
-    digits = mantissa.replace(".", "").lstrip("0")
-    return max(1, len(digits) if "." in mantissa else len(digits.rstrip("0")) or 1)
 
 
 _PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"),
@@ -206,9 +199,6 @@ def glue(key: str, value: Any, *, digits: int = 3) -> Any:
         _paste(key, _Text(value))
         return value
     if type(value).__name__ == "Figure" and hasattr(value, "savefig"):
-        import matplotlib.pyplot as plt
-
-        from dmlimits.book.figures import check_figure, share_mathtext_parses, tidy_legends
 
         share_mathtext_parses()
         tidy_legends(value)
@@ -258,3 +248,12 @@ def read_glued(notebook: str | Path) -> dict[str, Any]:
             except (ValueError, SyntaxError):
                 out[meta["name"]] = text
     return out
+
+
+def glue_published(prefix: str = "") -> dict[str, published.Published]:
+    """Glue every published value whose key starts with ``prefix`` (as ``pub.KEY``), to the
+    digits it was published with, and return them by key."""
+    chosen = {k: p for k, p in published.table().items() if k.startswith(prefix)}
+    for key, p in chosen.items():
+        glue(f"pub.{key}", p.value, digits=p.digits)
+    return chosen

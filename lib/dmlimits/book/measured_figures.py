@@ -5,6 +5,7 @@ Each function returns a matplotlib figure for the chapter to glue; none computes
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from dmlimits.book.figures import PALETTE
@@ -21,8 +22,6 @@ def scaling_figure(curves: dict):
     their per-GPU drop from 128 to 2048 GPUs (anchored at the model's FSDP value at 128, their
     model not being stated), the GPU count where communication starts to bind, and the range
     where model parallelism overtakes FSDP alone."""
-    import matplotlib.pyplot as plt
-
     drop = published.value("paper2.per_gpu_throughput_drop_pct") / 100
     onset = published.value("paper2.comm_bound_onset_gpus")
     lo, hi = confront.DROP_RANGE
@@ -67,8 +66,6 @@ def mfu_figure(curves_by_gpu: dict):
     """MFU against GPU count, FSDP alone, for each GPU and shape, with the MFU Fernandez et al.
     report for each GPU in one common configuration, drawn at the configuration the chapter
     compares it with (:data:`dmlimits.measured.confront.COMMON`)."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(7.2, 4.2))
     k = 0
     shape, _, n_common = confront.COMMON
@@ -97,8 +94,6 @@ def mfu_figure(curves_by_gpu: dict):
 
 
 def scatter_figure(cmp: runs.Comparison):
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.6), sharey=True)
     labels = [confront.source_label(r) for r in cmp.rows]
     kinds = list(dict.fromkeys(labels))
@@ -131,8 +126,6 @@ def scatter_figure(cmp: runs.Comparison):
 def operations_figure(cases: dict):
     """Each configuration's step split by operation (:func:`dmlimits.measured.runs.operation_split`,
     the calibrated mode), as shares of the step, one bar a configuration."""
-    import matplotlib.pyplot as plt
-
     splits = {label: runs.operation_split(cfg) for label, cfg in cases.items()}
     fig, ax = plt.subplots(figsize=(8.4, 0.5 * len(cases) + 1.6))
     labels = list(splits)

@@ -13,13 +13,17 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import Patch
 
 from dmlimits import search
 from dmlimits.book.book_sweeps import CHOICE_ALTERNATIVES, authors_year
 from dmlimits.book.figures import PALETTE, _compute_axis, shared_line_styles, shared_marker_sizes
-from dmlimits.core import published
-from dmlimits.core.scenario import SCHEMA, Scenario
-from dmlimits.costs import closed_forms
+from dmlimits.book.glue import factor as as_factor
+from dmlimits.book.glue import sci as pretty
+from dmlimits.core import hardware, published
+from dmlimits.core.scenario import PAPER_PRESETS, SCHEMA, Scenario, resolve, resolve_overrides
+from dmlimits.costs import closed_forms, expert_parallel, matmul, pipeline, step, tensor_parallel
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
@@ -56,24 +60,22 @@ def wall_phrases(scn: Scenario) -> dict[str, str]:
     between the last feasible point and it; where every point of the sweep is feasible (a
     batch law that grows the batch fast enough) the wall lies beyond the sweep, and the words
     say so instead of naming a wall the sweep never reached."""
-    from dmlimits.book.glue import sci
-
     last, first = wall_between(scn)
     if first == first:  # an infeasible grid point: the wall is within the sweep
         return {
-            "falls": (f"falls until, past {sci(last)} FLOP, no cluster of any size can finish in "
+            "falls": (f"falls until, past {pretty(last)} FLOP, no cluster of any size can finish in "
                       "time: the latency wall."),
-            "caption": f"the shaded region right of {sci(first)} FLOP is infeasible.",
-            "takeaway": f"no run beyond {sci(last)} FLOP finishes in time.",
-            "wall": f"the wall comes after {sci(last)}",
+            "caption": f"the shaded region right of {pretty(first)} FLOP is infeasible.",
+            "takeaway": f"no run beyond {pretty(last)} FLOP finishes in time.",
+            "wall": f"the wall comes after {pretty(last)}",
         }  # fmt: skip
     return {
-        "falls": (f"falls up to the top of the sweep, {sci(last)} FLOP, where a cluster still "
+        "falls": (f"falls up to the top of the sweep, {pretty(last)} FLOP, where a cluster still "
                   "finishes in time: in this scenario the latency wall lies beyond the sweep."),
         "caption": "every model of the sweep finishes in time, so no region is shaded.",
-        "takeaway": (f"every run of the sweep, up to {sci(last)} FLOP, finishes in time: the "
+        "takeaway": (f"every run of the sweep, up to {pretty(last)} FLOP, finishes in time: the "
                      "wall lies beyond it."),
-        "wall": f"the sweep ends, at {sci(last)} FLOP, before any wall",
+        "wall": f"the sweep ends, at {pretty(last)} FLOP, before any wall",
     }  # fmt: skip
 
 
@@ -226,9 +228,6 @@ def decision_chart(scn: Scenario, m: dict[str, Any] | None = None) -> plt.Figure
     (:func:`~dmlimits.search.parallelism_map`), pale where that configuration cannot train the
     model in time, white where none fits; the line is the cluster the search chooses for each
     model (its smallest that trains in time)."""
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
-
     m = m or search.parallelism_map(scn)
     names = sorted({x for row in m["labels"] for x in row if x}, key=lambda x: (len(x), x))
     code = np.full(m["in_time"].shape, np.nan)
@@ -359,8 +358,6 @@ def latency_paid_effect(scn: Scenario, share: float = WALL_SHARE) -> dict[str, d
     in the search: per rule, the interpolated end of linear scaling, the first feasible grid
     point whose utilization is below ``share`` of the plateau (the wall as the grid sees it) and
     the last feasible point."""
-    from dmlimits.core.scenario import resolve_overrides
-
     if not 0 < share < 1:
         raise ValueError(f"share: got {share!r}; expected a fraction of the plateau in (0, 1)")
     out = {}
@@ -382,8 +379,6 @@ def latency_paid_text(effect: dict[str, dict[str, float]]) -> str:
     """The sentence that reports :func:`latency_paid_effect`: how far the end of linear scaling,
     the wall on the grid and the last feasible point move, each only where both rules have
     it."""
-    from dmlimits.book.glue import factor, sci
-
     a, b = effect["step"], effect["microbatch"]
     names = {
         "crossing": "the interpolated end of linear scaling",
@@ -396,11 +391,11 @@ def latency_paid_text(effect: dict[str, dict[str, float]]) -> str:
         if not (math.isfinite(x) and math.isfinite(y)):
             parts.append(f"{name} is not reached under both rules")
         elif x == y:
-            parts.append(f"{name} stays at {sci(x)} FLOP")
+            parts.append(f"{name} stays at {pretty(x)} FLOP")
         else:
             way = "earlier" if y < x else "later"
             ratio = max(x, y) / min(x, y)
-            parts.append(f"{name} moves from {sci(x)} to {sci(y)} FLOP ({factor(ratio)} times "
+            parts.append(f"{name} moves from {pretty(x)} to {pretty(y)} FLOP ({as_factor(ratio)} times "
                          f"{way})")  # fmt: skip
     return "; ".join(parts[:-1]) + " and " + parts[-1] + "."
 
@@ -409,8 +404,6 @@ def latency_simulation_table(stages: tuple[int, ...], multiples: tuple[int, ...]
     """For each pipeline depth and microbatch count (a multiple of the depth), the latencies a
     step pays across stage boundaries in the schedule simulation (1F1B; ZB-H2 where it has the
     microbatches it needs), beside the one chain ``2 (N_PP - 1)`` the search counts."""
-    from dmlimits.costs import pipeline
-
     lines = [
         "| Stages | Microbatches | Simulated, 1F1B | Simulated, zero bubble | Counted per step "
         "| Counted per microbatch |",
@@ -564,8 +557,6 @@ def configs_table(scn: Scenario, computes: list[float]) -> str:
 def choices_table() -> str:
     """The search's modelling choices: every ``search.*`` key, its default, the chapter that
     derives the default, and what it decides."""
-    from dmlimits.costs import expert_parallel, pipeline, step, tensor_parallel
-
     derived_in = {
         key: module.CHAPTER
         for module in (pipeline, tensor_parallel, expert_parallel, step)
@@ -617,8 +608,6 @@ def choice_effects(scn: Scenario) -> list[dict[str, Any]]:
     scaling ends, the last feasible point and, when the scenario is one of the paper's
     settings as published (no other change), how many of the authors' grid points are within
     :data:`~dmlimits.search.REFERENCE_TOLERANCE` utilization of theirs."""
-    from dmlimits.core.scenario import resolve_overrides
-
     reference = _is_reference(scn)
     out = []
     for label, changes in {"the defaults": {}, **CHOICE_ALTERNATIVES}.items():
@@ -641,8 +630,6 @@ def choice_effects(scn: Scenario) -> list[dict[str, Any]]:
 
 def _is_reference(scn: Scenario) -> str | None:
     """The paper's preset the scenario is, unchanged, or ``None``."""
-    from dmlimits.core.scenario import PAPER_PRESETS, resolve
-
     return next(
         (name for name in PAPER_PRESETS if dict(scn.values) == dict(resolve(name).values)), None
     )
@@ -677,13 +664,10 @@ BINDING_EXPLANATIONS = {
 
 def move_phrase(before: float, after: float, what: str = "it") -> str:
     """'leaves it at X FLOP' or 'moves it from X to Y FLOP (a factor of Z)', for glued prose."""
-    from dmlimits.book.glue import sci as pretty
-
     if not (math.isfinite(before) and math.isfinite(after)):
         return f"leaves {what} undefined"
     if f"{before:.3g}" == f"{after:.3g}":
         return f"leaves {what} at {pretty(before)} FLOP"
-    from dmlimits.book.glue import factor as as_factor
 
     ratio = after / before
     how = (
@@ -697,8 +681,6 @@ def departure_from_h100(scn: Scenario) -> str:
     """How a build departs from the paper's H100 setting, whose results are the published ones,
     for glued prose: ``""`` when it does not, ``"runs the B200 ..."`` for another GPU, else
     ``"changes"`` and the keys it changes."""
-    from dmlimits.core.scenario import resolve
-
     if scn["gpu"] != "h100":
         return f"runs the {scn.gpu_label}"
     changed = sorted(scn.differences(resolve("h100")))
@@ -708,8 +690,6 @@ def departure_from_h100(scn: Scenario) -> str:
 def cluster_change(before: dict[str, Any], after: dict[str, Any]) -> str:
     """What a changed assumption does to the cluster that trains one model, for glued prose:
     ``before`` and ``after`` are that model's rows of two sweeps (:func:`nearest`)."""
-    from dmlimits.book.glue import sci as pretty
-
     n0, n1 = float(before["n_gpu"]), float(after["n_gpu"])
     u0, u1 = float(before["utilization"]), float(after["utilization"])
     way = "rises" if u1 > u0 + 5e-4 else "falls" if u1 < u0 - 5e-4 else "stays"
@@ -760,8 +740,6 @@ _LOSS_KEYS = {
 def _binding_keys(scn: Scenario, r: dict[str, Any], loss: bool) -> tuple[str, tuple[str, ...]]:
     """What binds a result and the keys it depends on: the matmul's binding level (the
     plateau), or the step's binding loss (the end of linear scaling)."""
-    from dmlimits.costs import matmul
-
     shard = (r["d_model"] / r["tp_model"], scn["model.ff_ratio"] * r["d_model"] / r["tp_ff"])
     level = str(matmul.level_times(scn, shard[1], shard[0], r["nanobatch"], "forward")["binding"])
     if not loss or r["binding"] == "matmul":
@@ -775,8 +753,6 @@ def estimates_deciding(scn: Scenario) -> list[dict[str, str]]:
     (their source says so) and that decide one of its results: the plateau (through what binds
     its best matmul), the end of linear scaling (through its binding cost) or the last
     feasible point (always latency).  One row per result and value, with its source."""
-    from dmlimits.core import hardware
-
     sources = hardware.gpu_sources(scn["gpu"])
     borrowed = {
         k: src for k, src in sources.items()
@@ -803,8 +779,6 @@ def estimates_deciding(scn: Scenario) -> list[dict[str, str]]:
 def estimates_table(scns: list[Scenario]) -> str:
     """:func:`estimates_deciding` for several GPUs, as a Markdown table: one row per GPU and
     result, the values it rests on marked as estimates or as carried from the H100."""
-    from dmlimits.core import hardware
-
     lines = [
         "| GPU | Result | Bound by | Estimated values | Values carried from the H100 |",
         "|---|---|---|---|---|",

@@ -22,8 +22,12 @@ line), and a stage left behind by a build that was killed outright is removed by
 from __future__ import annotations
 
 import contextlib
+import copy
+import fcntl
+import hashlib
 import json
 import math
+import multiprocessing
 import os
 import re
 import shutil
@@ -36,6 +40,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 import yaml
@@ -112,7 +117,7 @@ def stop_children(grace: float = 1.0, settle: float = 0.3) -> int:
     those still alive after ``grace`` seconds; look again until no child has appeared for
     ``settle`` seconds (a worker thread may have been starting a kernel when the build was
     interrupted); return how many there were."""
-    import psutil
+    import psutil  # psutil loads only when a build measures its processes
 
     STOPPING.set()
     stopped = 0
@@ -143,7 +148,7 @@ def _wait_ended(procs: list, timeout: float) -> list:
     still running.  A zombie has ended: a kernel forked by the kernels' fork server
     (:mod:`dmlimits.build.kernel_fork`) is not this process's child, and once the server has gone
     nothing here can reap it (psutil.wait_procs would wait the whole timeout for it)."""
-    import psutil
+    import psutil  # psutil loads only when a build measures its processes
 
     def running(p: Any) -> bool:
         try:
@@ -173,8 +178,6 @@ def _wait_ended(procs: list, timeout: float) -> list:
 def output_lock(final: Path):
     """Hold the lock of one output folder for the block; a second build into the same folder
     refuses at once with one line naming the build that holds it."""
-    import fcntl
-
     final.parent.mkdir(parents=True, exist_ok=True)
     path = final.parent / f".{final.name}.lock"
     handle = path.open("a+")
@@ -205,7 +208,7 @@ STAGE_PREFIX = ".stage-"
 def remove_stale_stages(work: Path) -> list[Path]:
     """Remove the staging folders of builds that are no longer running (a build killed with
     SIGKILL cannot clean up after itself).  A stage's name carries its build's process id."""
-    import psutil
+    import psutil  # psutil loads only when a build measures its processes
 
     removed = []
     for stage in work.glob(f"{STAGE_PREFIX}*"):
@@ -370,10 +373,20 @@ def _ipc_kernel_manager(socket_dir: Path, reads: Path | None = None, forks: Any 
     ``reads``, the kernel lists there the assumptions it reads (:mod:`dmlimits.build.chapter_reads`).
     With ``forks`` (a started :class:`dmlimits.build.kernel_fork.ForkServer`), the kernel is forked
     from it rather than started as a new interpreter."""
-    from jupyter_client.manager import AsyncKernelManager
+    # the build's notebook tools load only when building
+    from jupyter_client.manager import (
+        AsyncKernelManager,  # the build's notebook tools load only when building
+    )
 
-    from dmlimits.build import kernel_fork
-    from dmlimits.core.scenario import READS_ENV
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits.build import (
+        kernel_fork,  # the build's parent process imports no more of the library than it runs
+    )
+
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits.core.scenario import (
+        READS_ENV,  # the build's parent process imports no more of the library than it runs
+    )
 
     class IpcKernelManager(AsyncKernelManager):
         def __init__(self, **kwargs):
@@ -453,9 +466,10 @@ def _ready_client() -> type:
     what has already arrived is discarded without waiting; a message of the kernel's start
     that comes later answers no cell's request, and nbclient only reads a cell's own
     messages."""
-    from queue import Empty
-
-    from jupyter_client.asynchronous import AsyncKernelClient
+    # the build's notebook tools load only when building
+    from jupyter_client.asynchronous import (
+        AsyncKernelClient,  # the build's notebook tools load only when building
+    )
 
     class ReadyClient(AsyncKernelClient):
         async def wait_for_ready(self, timeout: float | None = None) -> None:
@@ -518,7 +532,7 @@ def _read_source(root: Path, name: str) -> Any:
     source's bytes, the pinned environment (jupytext's version) and the Python: a build that
     finds them all reads its chapters without importing jupytext or parsing (about 0.6 s of
     the build's own process, before the first chapter can start)."""
-    import nbformat
+    import nbformat  # the build's notebook tools load only when building
 
     text = (root / f"{name}.md").read_bytes()
     cache = notebook_cache_dir(root / "_build")
@@ -535,7 +549,7 @@ def _read_source(root: Path, name: str) -> Any:
             with contextlib.suppress(OSError):  # used now (what prune_notebook_cache keeps)
                 os.utime(kept)
             return nb
-    import jupytext
+    import jupytext  # the build's notebook tools load only when building
 
     nb = jupytext.reads(text.decode("utf-8"), fmt="md:myst")
     if kept is not None:
@@ -576,8 +590,6 @@ def notebook_key(root: Path, name: str, parameters: dict) -> str:
 def _digest(*parts: bytes) -> str:
     """One address for ``parts``, each hashed apart (so that no two splits of the same bytes
     give the same address)."""
-    import hashlib
-
     h = hashlib.sha256()
     for part in parts:
         h.update(hashlib.sha256(part).digest())
@@ -588,7 +600,10 @@ def _environment(root: Path) -> tuple[bytes, ...]:
     """What every cached result of a build depends on besides its own inputs: the library's
     files (:func:`dmlimits.search.library_fingerprint`), the pinned environment and the
     Python."""
-    from dmlimits import search
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits import (
+        search,  # the build's parent process imports no more of the library than it runs
+    )
 
     requirements = root / "requirements.txt"
     return (
@@ -686,10 +701,8 @@ def _execute_one(
 ) -> Timing:  # fmt: skip
     """Execute the chapter ``name`` into ``stage``; ``source``: its source as
     :func:`_read_source` gave it, when the caller has read it already (a copy is executed)."""
-    import copy
-
-    import nbformat
-    import papermill as pm
+    import nbformat  # the build's notebook tools load only when building
+    import papermill as pm  # the build's notebook tools load only when building
 
     target = stage / f"{name}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -746,7 +759,7 @@ def outputs_checked_whole():
     notebook's check (fastjsonschema) takes about 0.03 s a chapter, and nbformat makes it
     anyway when the notebook is read and written, but only logs what it finds: here a
     notebook that fails it fails the build.  Restored on the way out, whatever happens."""
-    from nbformat.v4 import nbbase
+    from nbformat.v4 import nbbase  # the build's notebook tools load only when building
 
     checked = nbbase.validate
     nbbase.validate = _not_checked_yet
@@ -765,7 +778,7 @@ def _hide_injected_parameters(path: Path) -> tuple[str, ...]:
     The notebook is checked whole against the notebook schema on the way: a notebook that
     fails the check raises :class:`BuildError` (:func:`outputs_checked_whole`).  Returns what
     its cells wrote to stderr."""
-    import nbformat
+    import nbformat  # the build's notebook tools load only when building
 
     found: dict[str, Any] = {}
     nb = nbformat.read(path, as_version=4, capture_validation_error=found)
@@ -803,7 +816,7 @@ def _describe_failure(name: str, exc: BaseException, stage: Path) -> str:
     if not source:
         executed = stage / f"{name}.ipynb"
         if executed.is_file():
-            import nbformat
+            import nbformat  # the build's notebook tools load only when building
 
             nb = nbformat.read(executed, as_version=4)
             for c in nb.cells:
@@ -875,7 +888,10 @@ def execute_notebooks(
     ``forks``, a started :class:`dmlimits.build.kernel_fork.ForkServer` that the caller closes
     (``None``: each kernel starts on its own), or, with ``"own"``, from a server started here
     when a notebook is to be executed."""
-    from dmlimits.build import chapter_reads
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits.build import (
+        chapter_reads,  # the build's parent process imports no more of the library than it runs
+    )
 
     total = len(names)
     cache = notebook_cache_dir(root / "_build")
@@ -979,7 +995,10 @@ def _fork_server() -> Any:
     """A started fork server for the chapters' kernels (:mod:`dmlimits.build.kernel_fork`), or
     ``None`` when it is switched off or cannot be started (each kernel is then started as its
     own process)."""
-    from dmlimits.build import kernel_fork
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits.build import (
+        kernel_fork,  # the build's parent process imports no more of the library than it runs
+    )
 
     if not kernel_fork.enabled():
         return None
@@ -994,7 +1013,10 @@ def keep_formulas(work: Path) -> None:
     """Keep the built formulas between the build's processes (the sweeps' workers and the
     notebooks' kernels inherit the variable): ``_build/cache/formulas`` unless the environment
     names another folder, or ``off`` (:mod:`dmlimits.core.formula_cache`)."""
-    from dmlimits.core import formula_cache
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits.core import (
+        formula_cache,  # the build's parent process imports no more of the library than it runs
+    )
 
     os.environ.setdefault(formula_cache.CACHE_ENV, str(work / "cache" / "formulas"))
 
@@ -1003,7 +1025,10 @@ def keep_sweeps(work: Path) -> None:
     """Keep the sweeps on disk, where every process of the build reads them:
     ``_build/cache/sweeps`` unless the environment names another folder, or ``off``
     (:data:`dmlimits.search.CACHE_ENV`)."""
-    from dmlimits import search
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits import (
+        search,  # the build's parent process imports no more of the library than it runs
+    )
 
     os.environ.setdefault(search.CACHE_ENV, str(work / "cache" / "sweeps"))
 
@@ -1015,8 +1040,15 @@ def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
     those that depend on their results (:func:`dmlimits.book.book_sweeps.scenarios_swept_next`).
     Meanwhile the model's closed forms the chapters read are built and kept
     (:func:`start_keeping_closed_forms`)."""
-    from dmlimits import search
-    from dmlimits.book import book_sweeps
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits import (
+        search,  # the build's parent process imports no more of the library than it runs
+    )
+
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits.book import (
+        book_sweeps,  # the build's parent process imports no more of the library than it runs
+    )
 
     keep_sweeps(work)
     if search.cache_path(scn) is None:
@@ -1043,7 +1075,10 @@ def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
 
 def _sweep_round(scns: list[Scenario], order: str, jobs: int) -> int:
     """Sweep those of ``scns`` that the cache lacks, with a progress bar; how many."""
-    from dmlimits import search
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits import (
+        search,  # the build's parent process imports no more of the library than it runs
+    )
 
     todo = [s for s in scns if not search.cache_path(s).is_file()]
     if not todo:
@@ -1071,10 +1106,15 @@ def start_keeping_closed_forms(scns: list[Scenario]) -> Any:
     project's machine) while the other kernel ran.  Started with the sweeps, it takes a
     core that is otherwise idle while the search builds its own formulas before its workers
     start.  If it fails, the chapters build what it did not keep, and fail there, loudly."""
-    import multiprocessing
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits.core import (
+        formula_cache,  # the build's parent process imports no more of the library than it runs
+    )
 
-    from dmlimits.core import formula_cache
-    from dmlimits.costs import model
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits.costs import (
+        model,  # the build's parent process imports no more of the library than it runs
+    )
 
     laws = list(dict.fromkeys((bool(x["model.sparse"]), str(x["batch.law"])) for x in scns))
     if formula_cache.cache_dir() is None or all(model.closed_forms_kept(*law) for law in laws):
@@ -1087,7 +1127,10 @@ def start_keeping_closed_forms(scns: list[Scenario]) -> Any:
 
 
 def _build_closed_forms(laws: list[tuple[bool, str]]) -> None:
-    from dmlimits.costs import model
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits.costs import (
+        model,  # the build's parent process imports no more of the library than it runs
+    )
 
     for signum in STOP_SIGNALS:  # stopped at once with the build, not by its handler
         signal.signal(signum, signal.SIG_DFL)
@@ -1231,8 +1274,6 @@ def sphinx_key(root: Path, stage: Path, names: list[str]) -> str:
     Sphinx's incremental build is safe for: the changed chapters are read again, every label
     and number stays where it was.  A changed source or formula gives another key, so Sphinx
     reads and writes every page, strictly, as it does with the cache off."""
-    import hashlib
-
     h = hashlib.sha256()
     for rel, path in _staged_files(stage).items():
         if rel.suffix == ".ipynb":
@@ -1319,8 +1360,6 @@ def sphinx_state(cache: Path, key: str):
     state without it (a build that failed, was stopped or was killed) is removed first, so a
     page that warned is never skipped because its source did not change since.  Only the most
     recently used states are kept (``SPHINX_KEEP``)."""
-    import fcntl
-
     cache.mkdir(parents=True, exist_ok=True)
     handle = (cache / f".{key}.lock").open("a+")
     try:
@@ -1345,8 +1384,6 @@ def sphinx_state(cache: Path, key: str):
 def _prune_states(cache: Path) -> None:
     """Remove all but the ``SPHINX_KEEP`` most recently used states, and any that a failed
     build left (skipping those another build holds)."""
-    import fcntl
-
     folders = [p for p in cache.iterdir() if p.is_dir()]
     kept = sorted(
         (p for p in folders if (p / _OK).is_file()),
@@ -1530,7 +1567,10 @@ def _build(
         pruned = prune_notebook_cache(notebook_cache_dir(work))
         if pruned:
             _say(f"removed {pruned} execution(s) used longest ago from the notebook cache")
-        from dmlimits import search
+        # the build's parent process imports no more of the library than it runs
+        from dmlimits import (
+            search,  # the build's parent process imports no more of the library than it runs
+        )
 
         pruned = prune_sweep_cache(search.cache_dir())
         if pruned:

@@ -140,8 +140,12 @@ def reparameterize(path: Path, parameters: dict[str, Any], reads: list[str]) -> 
     """Give the execution at ``path`` the injected cell papermill writes for ``parameters``
     (so that the notebook re-runs for the scenario it is now part of) and say, in its
     metadata, which assumptions it read."""
-    import nbformat
-    from papermill.translators import translate_parameters
+    import nbformat  # the build's notebook tools load only when building
+
+    # the build's notebook tools load only when building
+    from papermill.translators import (
+        translate_parameters,  # the build's notebook tools load only when building
+    )
 
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:

@@ -30,10 +30,13 @@ that reads the API page, the longest to read.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
+import importlib
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 
 
@@ -49,13 +52,14 @@ def main(argv: list[str]) -> int:
             return 2
         argv = argv[2:]
         if jobs > 1:
-            import functools
-
-            import jupyter_book.sphinx
+            import jupyter_book.sphinx  # Jupyter Book loads only when the HTML is built
 
             build = jupyter_book.sphinx.build_sphinx  # the command imports it when it runs
             jupyter_book.sphinx.build_sphinx = functools.partial(build, jobs=jobs)
-    from jupyter_book.cli.main import main as jupyter_book
+    # Jupyter Book loads only when the HTML is built
+    from jupyter_book.cli.main import (
+        main as jupyter_book,  # Jupyter Book loads only when the HTML is built
+    )
 
     try:
         with collector_off():
@@ -108,10 +112,12 @@ def preload(config: Path, library: bool) -> None:
     imports (:data:`SETUP_IMPORTS`), and, with ``library``, every module of this library; and
     read pybtex's plugins (:func:`dmlimits.build.sphinxext.plugins_read_ahead`).  An import that
     fails is left for the build to report."""
-    import importlib
-
     from jupyter_book.cli import main as _  # noqa: F401
-    from jupyter_book.config import get_final_config
+
+    # Jupyter Book loads only when the HTML is built
+    from jupyter_book.config import (
+        get_final_config,  # Jupyter Book loads only when the HTML is built
+    )
 
     sphinx_config, _meta = get_final_config(
         user_yaml=config,
@@ -124,13 +130,19 @@ def preload(config: Path, library: bool) -> None:
         except Exception:  # the build imports it again, and reports it
             continue
     try:
-        from dmlimits.build.sphinxext import plugins_read_ahead
+        # the build's parent process imports no more of the library than it runs
+        from dmlimits.build.sphinxext import (
+            plugins_read_ahead,  # the build's parent process imports no more of the library than it runs
+        )
 
         plugins_read_ahead()
     except Exception:  # the build looks them up again, and reports what fails
         pass
     if library:
-        from dmlimits.core.derivation import import_library
+        # the build's parent process imports no more of the library than it runs
+        from dmlimits.core.derivation import (
+            import_library,  # the build's parent process imports no more of the library than it runs
+        )
 
         import_library()
 
@@ -154,7 +166,10 @@ def _preloaded(argv: list[str]) -> list[str] | None:
 def run_and_leave(argv: list[str]) -> None:
     """:func:`main`, then end the process at once with its exit code (an exception it raised
     is printed first, exit code 1)."""
-    from dmlimits.build.kernel_fork import end_now
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits.build.kernel_fork import (
+        end_now,  # the build's parent process imports no more of the library than it runs
+    )
 
     code = 1
     try:
@@ -166,8 +181,6 @@ def run_and_leave(argv: list[str]) -> None:
             argv = command
         code = main(argv)
     except BaseException:
-        import traceback
-
         traceback.print_exc()
     finally:
         end_now(code)

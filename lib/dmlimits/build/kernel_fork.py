@@ -37,14 +37,20 @@ answers nothing, the build starts its kernels the usual way.
 
 from __future__ import annotations
 
+import atexit
 import gc
+import importlib
+import importlib.util
 import json
 import os
+import pkgutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
+from pathlib import Path
 from typing import Any
 
 #: This environment variable set to ``off`` makes the build start each kernel as its own
@@ -226,7 +232,6 @@ def _become_kernel(request: dict[str, Any], answers: int) -> None:
         for key, value in _IMPORTS_SET.items():
             os.environ.setdefault(key, value)
         argv = request["argv"]
-        import importlib.util
 
         sys.argv = [importlib.util.find_spec(LAUNCHER).origin, *argv[3:]]  # as python -m sets it
         # The library's import in a fresh kernel starts recording what the chapter reads when
@@ -234,7 +239,7 @@ def _become_kernel(request: dict[str, Any], answers: int) -> None:
         scenario = sys.modules.get("dmlimits.core.scenario")
         if scenario is not None:
             scenario.record_reads(os.environ.get(scenario.READS_ENV))
-        from ipykernel import kernelapp
+        from ipykernel import kernelapp  # loaded in the forked kernel only
 
         code = 0
         kernelapp.launch_new_instance(argv=argv[3:])
@@ -242,8 +247,6 @@ def _become_kernel(request: dict[str, Any], answers: int) -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
-        import traceback
-
         traceback.print_exc()
         code = 1
     finally:
@@ -281,8 +284,6 @@ def end_now(code: int) -> None:
     never returns.  A forked kernel ends so, as does the HTML build's process
     (:mod:`dmlimits.build.jupyter_book_run`)."""
     try:
-        import atexit
-
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -293,13 +294,10 @@ def end_now(code: int) -> None:
 def _import_library() -> None:
     """Import every module of this library but :data:`LIBRARY_SKIP`; on any error, drop what
     was imported of it, so that each chapter imports it (and shows the error) itself."""
-    import importlib
-    import pkgutil
-
     try:
-        import dmlimits
+        package = str(Path(__file__).resolve().parents[1])  # the folder of dmlimits
 
-        for info in pkgutil.walk_packages(dmlimits.__path__, "dmlimits."):
+        for info in pkgutil.walk_packages([package], "dmlimits."):
             if info.name not in LIBRARY_SKIP:
                 importlib.import_module(info.name)
     except Exception:
@@ -313,7 +311,7 @@ def _lambdify_ready() -> None:
     submodules) and imports its printers, up to a tenth of a second of each chapter that
     evaluates a formula.  The namespace is the same whichever expression fills it."""
     try:
-        import sympy
+        import sympy  # sympy loads only when a formula is built
 
         x = sympy.Symbol("x")
         sympy.lambdify(x, x + 1, "numpy")
@@ -336,7 +334,6 @@ def serve(answers: int) -> None:
     # frozen modules may hide breakpoints.  A kernel's warning goes to its output channel,
     # where no cell reads it; the server's would go to the build's log.  No chapter debugs.
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-    import importlib
 
     before = dict(os.environ)
     for name in PRELOAD:

@@ -55,7 +55,9 @@
 from __future__ import annotations
 
 import functools
+import io
 import shutil
+import types
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +65,7 @@ MATHJAX_PARTS = ("tex-chtml.js", "output", "ui", "a11y", "input")
 
 
 def mathjax_source() -> Path:
-    import mathjax
+    import mathjax  # Sphinx loads only inside its own build
 
     return Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
 
@@ -138,7 +140,7 @@ def _numref_domain():
     """The standard domain, its numbered references resolved against one shared copy of each
     page's doctree (the same pickled bytes give the same tree; a page pickled again is read
     again)."""
-    from sphinx.domains.std import StandardDomain
+    from sphinx.domains.std import StandardDomain  # Sphinx loads only inside its own build
 
     class NumrefSharingDomain(StandardDomain):
         def _resolve_numref_xref(self, env, *args, **kwargs):
@@ -165,9 +167,7 @@ def _numref_domain():
 def _update_search_index_as_built_afresh() -> None:
     """Patch Sphinx's search index so that an updated index equals one built afresh (see the
     module's docstring); applied once per process."""
-    import io
-
-    from sphinx.search import IndexBuilder
+    from sphinx.search import IndexBuilder  # Sphinx loads only inside its own build
 
     if getattr(IndexBuilder, "dmlimits_updates_as_built_afresh", False):
         return
@@ -245,7 +245,7 @@ def _read_alone_in_parallel() -> None:
     order of names (the API reference's first) in its main process before it starts, and the
     second page of the reference gets a process of its own.  Chunks without such a page are
     Sphinx's own."""
-    import sphinx.builders
+    import sphinx.builders  # Sphinx loads only inside its own build
 
     if getattr(sphinx.builders.make_chunks, "dmlimits_read_alone", False):
         return
@@ -272,7 +272,7 @@ def _plugins_looked_up_once() -> None:
     points.  Every distribution's entry points are read once, whatever the selection, so that
     :func:`plugins_read_ahead` can read them before the build needs them."""
     try:
-        import pybtex.plugin as plugin
+        import pybtex.plugin as plugin  # Sphinx loads only inside its own build
     except ImportError:  # the book cites nothing without it: nothing to look up
         return
     lookup = plugin.entry_points
@@ -302,7 +302,7 @@ def plugins_read_ahead() -> None:
     (about a third of a second of one core, after the chapters are done)."""
     _plugins_looked_up_once()
     try:
-        import pybtex.plugin as plugin
+        import pybtex.plugin as plugin  # Sphinx loads only inside its own build
     except ImportError:
         return
     plugin.entry_points(group="pybtex.style.formatting")  # reads every distribution's
@@ -349,9 +349,12 @@ def _declared_not_built(module, name, *default):
     without being built: building them all (each module's cost formulas, read from the kept
     formulas or derived, and the summary rows built from them) took seconds of every build's
     API page, which then showed each value's whole ``repr``."""
-    from sphinx.util.inspect import safe_getattr
+    from sphinx.util.inspect import safe_getattr  # Sphinx loads only inside its own build
 
-    from dmlimits.core import lazy
+    # the build's parent process imports no more of the library than it runs
+    from dmlimits.core import (
+        lazy,  # the build's parent process imports no more of the library than it runs
+    )
 
     if name in lazy.lazy_names(module):
         if default:
@@ -361,8 +364,6 @@ def _declared_not_built(module, name, *default):
 
 
 def setup(app):
-    import types
-
     _update_search_index_as_built_afresh()
     _plugins_looked_up_once()
     _share_doctrees_while_numbering(app)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -73,6 +74,18 @@ def numbers(
 def counts(name: str, value: Any, minimum: int = 1) -> np.ndarray:
     """:func:`numbers` for counts: whole numbers of at least ``minimum``."""
     return numbers(name, value, minimum=minimum, whole=True)
+
+
+def whole(name: str, value: Any, minimum: int = 1) -> int:
+    """One whole number of at least ``minimum`` (a Python or numpy integer, or a whole float),
+    as an ``int``; otherwise a ValueError that names the value and what was expected."""
+    expected = f"expected a whole number of at least {minimum}"
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"{name}: got {value!r:.80}; {expected}")
+    number = float(value)
+    if not (math.isfinite(number) and number == int(number) and number >= minimum):
+        raise ValueError(f"{name}: got {value!r:.80}; {expected}")
+    return int(number)
 
 
 def flag(name: str, value: Any) -> bool:

@@ -18,11 +18,15 @@ so what the book shows is what the tests check.
 from __future__ import annotations
 
 import functools
+import importlib
+import pkgutil
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import sympy as sp
 
 from dmlimits.core.printing import visible_width
@@ -188,8 +192,6 @@ def _values(exprs: tuple[sp.Expr, ...]) -> list[tuple[sp.Float, ...]] | None:
     in its own domain), evaluated to :data:`_DIGITS` digits; ``None`` when a value is not a
     finite real number (a function without a definition, a pole, a logarithm of a negative
     number) or cannot be evaluated."""
-    import numpy as np
-
     symbols = sorted(set().union(*(e.free_symbols for e in exprs)), key=sp.default_sort_key)
     rng = np.random.default_rng(20241)
     out = []
@@ -213,7 +215,7 @@ def _unlike(a: sp.Float, b: sp.Float) -> bool:
 def _differs(prev: sp.Expr, new: sp.Expr, *, scaled: bool) -> bool:
     """True only when ``new`` is certainly not identically ``prev`` (with ``scaled``: not
     ``prev`` times any constant): their values at the same point are not so related.  False
-    means nothing either way.  It spares :func:`_same` the symbolic attempts that fail slowly
+    means nothing either way.  It spares :func:`same` the symbolic attempts that fail slowly
     (a premise compared with each equation it cites, most of them other relations, took
     seconds of ``simplify`` a derivation); an equality is still only ever proved
     symbolically."""
@@ -227,7 +229,7 @@ def _differs(prev: sp.Expr, new: sp.Expr, *, scaled: bool) -> bool:
     return _unlike(b1 * a2, b2 * a1)
 
 
-def _same(prev: sp.Basic, new: sp.Basic) -> bool:
+def same(prev: sp.Basic, new: sp.Basic) -> bool:
     """Two expressions are equal, or two equations state the same relation."""
     if isinstance(prev, sp.Equality) != isinstance(new, sp.Equality):
         return False
@@ -292,13 +294,13 @@ class Derivation:
                 )
             return
         if step.using is not None:
-            if _same(step.using.apply(prev.expr), step.expr):
+            if same(step.using.apply(prev.expr), step.expr):
                 return
             raise DerivationError(
                 f"{where}: substituting {step.using.name!r} into step "
                 f"{index - 1} does not give {step.expr}"
             )
-        if not _same(prev.expr, step.expr):
+        if not same(prev.expr, step.expr):
             raise DerivationError(
                 f"{where}: {step.expr} is not equal to step {index - 1}, {prev.expr}"
             )
@@ -384,9 +386,12 @@ class Derivation:
             if shown:
                 parts.append(f"```{{math}}\n{shown}\n```")
             parts.append(f"```{{math}}\n:label: {self.label(index)}\n{step.latex(registry)}\n```")
-        from dmlimits.premises import justification_markdown  # premises builds on this module
-
-        parts.append(justification_markdown(self))
+        if _JUSTIFICATION is None:
+            raise RuntimeError(
+                f"derivation {self.name!r}: its premises' justification is rendered by "
+                "dmlimits.premises; import it (dmlimits.book does) before rendering"
+            )
+        parts.append(_JUSTIFICATION(self))
         return "\n\n".join(parts)
 
     def _repr_markdown_(self) -> str:
@@ -415,6 +420,18 @@ def derivation(
 # ``derivations --verify`` command find them all.
 _BUILDERS: dict[str, object] = {}
 
+#: The sentence printed under a derivation, saying how each of its premises is justified.  The
+#: premises are checked against oracles that sit above the costs they check
+#: (:mod:`dmlimits.premises`), so that layer registers the renderer here when it is imported.
+_JUSTIFICATION: Callable[[Derivation], str] | None = None
+
+
+def register_justification(render: Callable[[Derivation], str]) -> None:
+    """Render the justification of every derivation's premises with ``render`` (called by
+    :mod:`dmlimits.premises` when imported)."""
+    global _JUSTIFICATION
+    _JUSTIFICATION = render
+
 
 def register(builder):
     """Decorator for a zero-argument function returning a :class:`Derivation`: the function
@@ -432,12 +449,10 @@ def register(builder):
 def import_library() -> None:
     """Import every module of the package, subpackages included: each registers its
     derivations (here) and its symbols (in the registry of ``dmlimits.core.symbols``) when imported."""
-    import importlib
-    import pkgutil
-
-    import dmlimits
-
-    for module in pkgutil.walk_packages(dmlimits.__path__, prefix="dmlimits."):
+    # The package's folder, walked as a registry finds its entries: every module is imported
+    # by name, so that each layer registers what it derives without this module naming it.
+    package = str(Path(__file__).resolve().parents[1])
+    for module in pkgutil.walk_packages([package], prefix="dmlimits."):
         if module.name != "dmlimits.__main__":
             importlib.import_module(module.name)
 
@@ -491,8 +506,6 @@ def derivation_named(name: str) -> Derivation | None:
 def derivations_of(module: str) -> list[Derivation]:
     """The derivations registered by one module of the package (e.g. ``"pipeline"`` or
     ``"measured.runs"``)."""
-    import importlib
-
     importlib.import_module(f"dmlimits.{module}")
     prefix = f"dmlimits.{module}."
     return [builder() for key, builder in _BUILDERS.items() if key.startswith(prefix)]

@@ -34,6 +34,7 @@ that every kept builder reads back what a fresh build returns.
 
 from __future__ import annotations
 
+import ast
 import dis
 import functools
 import hashlib
@@ -50,6 +51,9 @@ from typing import Any
 import numpy as np
 import sympy as sp
 from sympy.core.function import UndefinedFunction
+from sympy.functions.elementary.piecewise import ExprCondPair
+
+from dmlimits.core.printing import Log2
 
 #: The environment variable naming the folder of kept formulas ("off" or unset: none kept).
 CACHE_ENV = "DMLIMITS_FORMULA_CACHE"
@@ -107,8 +111,6 @@ def _imported(name: str, path: Path) -> frozenset[str]:
     inside a function), read from its syntax tree: ``import dmlimits.x``, ``from .x import y``
     (``y`` too when it is a module), ``from . import y``.  Read once a process: every closure
     shares it (eight closures parsed the same modules again, 3.5 s of each chapter's kernel)."""
-    import ast
-
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -263,9 +265,6 @@ class _NotKept(Exception):
 def _sympy_namespace() -> dict[str, Any]:
     """The names an ``srepr`` of the book's expressions uses: sympy's, and the book's own
     function classes."""
-    from sympy.functions.elementary.piecewise import ExprCondPair
-
-    from dmlimits.core.printing import Log2
 
     namespace: dict[str, Any] = {}
     exec("from sympy import *", namespace)  # a fixed statement

@@ -286,3 +286,11 @@ def display(expr: Any, names: dict[sp.Symbol, str] | None = None, width: int = M
         first = rf"& {body[0]}"
     rest = [rf"&\quad {line}" for line in body[1:]]
     return "\\begin{aligned}\n" + " \\\\\n".join([first, *rest]) + "\n\\end{aligned}"
+
+
+def significant_digits(text: str) -> int:
+    """The significant digits of a number as written (``"2e28"`` has one, ``"37.22"`` four):
+    a published value is quoted to the precision it was published with."""
+    mantissa = text.strip().lower().split("e")[0].lstrip("+-")
+    digits = mantissa.replace(".", "").lstrip("0")
+    return max(1, len(digits) if "." in mantissa else len(digits.rstrip("0")) or 1)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from dmlimits.core.printing import significant_digits
+
 
 @cache
 def data_rows(filename: str) -> tuple[dict[str, str], ...]:
@@ -38,8 +40,6 @@ def table() -> dict[str, Published]:
     for row in data_rows("published_values.csv"):
         if row["key"] in out:
             raise ValueError(f"published_values.csv: key {row['key']!r} appears twice")
-        from dmlimits.book.glue import significant_digits
-
         out[row["key"]] = Published(
             row["key"], float(row["value"]), row["unit"], row["what"], row["cite"], row["where"],
             significant_digits(row["value"]),
@@ -57,12 +57,3 @@ def get(key: str) -> Published:
 def value(key: str) -> float:
     return get(key).value
 
-
-def glue_all(prefix: str = "") -> dict[str, Published]:
-    """Glue every published value whose key starts with ``prefix`` (as ``pub.KEY``)."""
-    from dmlimits.book.glue import glue
-
-    chosen = {k: p for k, p in table().items() if k.startswith(prefix)}
-    for key, p in chosen.items():
-        glue(f"pub.{key}", p.value, digits=p.digits)
-    return chosen

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from dmlimits.core import units as u
+from dmlimits.core.printing import display, latex
 
 
 @dataclass(frozen=True)
@@ -86,15 +87,11 @@ class Registry:
     def latex(self, expr: sp.Basic) -> str:
         """LaTeX of ``expr`` in the book's conventions (:mod:`dmlimits.core.printing`), every
         registered symbol in its declared notation."""
-        from dmlimits.core.printing import latex
-
         return latex(expr, self.latex_names)
 
     def display(self, expr: sp.Basic) -> str:
         """``expr`` as display math that fits the text column
         (:func:`~dmlimits.core.printing.display`)."""
-        from dmlimits.core.printing import display
-
         return display(expr, self.latex_names)
 
 

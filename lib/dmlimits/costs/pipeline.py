@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from dmlimits.core import formula_cache, lazy
+from dmlimits.core import checks, formula_cache, lazy
 from dmlimits.core import symbols as s
 from dmlimits.core import units as u
 from dmlimits.core.checks import as_output as _out
@@ -414,15 +414,6 @@ SUMMARY = {
 
 
 # --- Checks --------------------------------------------------------------------------------
-def _integer(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer | float):
-        raise ValueError(
-            f"{name}: got {value!r:.80}; expected a whole number of at least {minimum}"
-        )
-    if not (math.isfinite(value) and value == int(value) and value >= minimum):
-        raise ValueError(f"{name}: got {value!r}; expected a whole number of at least {minimum}")
-    return int(value)
-
 
 def check_zero_bubble(n_pp: Any, m: Any, v: Any = 1) -> None:
     """Raise ValueError unless ZB-H2 applies: ``v = 1`` and ``m >= 2 N_PP`` (Qi et al. 2024)."""
@@ -603,7 +594,7 @@ def least_microbatches(n_pp: Any, zero_bubble: bool = False, rule: str = "2n") -
     default: two per stage, so that the weight gradients pending fill the drain and hide the
     pipeline's latency; the authors' final code) or ``2 N_PP - 1`` (``"2n-1"``: the fewest
     with which the ZB-H2 schedule itself runs without idling; Qi et al. 2024)."""
-    p = _integer("n_pp", n_pp)
+    p = checks.whole("n_pp", n_pp)
     zero_bubble = flag("zero_bubble", zero_bubble)
     if rule not in ZERO_BUBBLE_RULES:
         raise ValueError(f"rule: got {rule!r}; expected one of {', '.join(ZERO_BUBBLE_RULES)}")
@@ -618,7 +609,7 @@ def unit_tokens(unit: str, sequence_length: Any) -> int:
     whole number of tokens, as in the authors' final code) or ``"sequence"``."""
     if unit not in MICROBATCH_UNITS:
         raise ValueError(f"unit: got {unit!r}; expected one of {', '.join(MICROBATCH_UNITS)}")
-    return 1 if unit == "token" else _integer("sequence_length", sequence_length)
+    return 1 if unit == "token" else checks.whole("sequence_length", sequence_length)
 
 
 @cache
@@ -638,8 +629,8 @@ def valid_microbatches(
     default, :func:`unit_tokens`): the batch over the experts and the data-parallel degree.
     Erdil & Schneider-Joseph (2024); the authors' final code, ``optimal_parallelism.ipynb``.
     """
-    n = _integer("units", units)
-    k = _integer("count", count)
+    n = checks.whole("units", units)
+    k = checks.whole("count", count)
     return _smallest_divisors(n, least_microbatches(n_pp, zero_bubble, rule), k)
 
 
@@ -652,8 +643,8 @@ def deepest_pipeline(n_layers: Any, units: Any, zero_bubble: bool = True, rule: 
     parallelism degree is a power of two (Erdil & Schneider-Joseph 2024; the authors' final code,
     ``optimal_parallelism.ipynb``).
     """
-    layers = _integer("n_layers", n_layers)
-    n = _integer("units", units)
+    layers = checks.whole("n_layers", n_layers)
+    n = checks.whole("units", units)
     zero_bubble = flag("zero_bubble", zero_bubble)
     p = layers & -layers  # the largest power of two dividing the layers
     while p > 1 and not valid_microbatches(p, n, zero_bubble=zero_bubble, count=1, rule=rule):
@@ -930,8 +921,8 @@ def _laid_out(
 ) -> tuple[int, int, int, Any]:  # fmt: skip
     """The arguments of :func:`schedule` checked, and its passes laid out: ``N_PP``, ``m`` and
     ``v`` as integers, then the passes (``listed``) or their makespan."""
-    p, mm, vv = _integer("n_pp", n_pp), _integer("m", m), _integer("v", v)
-    b = _integer("backward", backward)
+    p, mm, vv = checks.whole("n_pp", n_pp), checks.whole("m", m), checks.whole("v", v)
+    b = checks.whole("backward", backward)
     lat, coll = _slots("latency", latency), _slots("collective", collective)
     if (
         isinstance(head, bool)
@@ -995,8 +986,8 @@ def schedule_zero_bubble(n_pp: Any, m: Any, steps: Any = 2, latency: Any = 0) ->
     ``k m + i``.  No interleaving: chunk ``j`` is stage ``j``.  A message across a stage boundary
     arrives ``latency`` whole slots after the pass that sends it ends.
     """
-    p, mm, k = _integer("n_pp", n_pp), _integer("m", m), _integer("steps", steps)
-    lat = _integer("latency", latency, minimum=0)
+    p, mm, k = checks.whole("n_pp", n_pp), checks.whole("m", m), checks.whole("steps", steps)
+    lat = checks.whole("latency", latency, minimum=0)
     total, cap = mm * k, ZERO_BUBBLE_MICROBATCHES_PER_STAGE * p - 1
     ends: dict[tuple[str, int, int], int] = {}
     placed: list[ScheduledPass] = []
@@ -1049,7 +1040,7 @@ def latency_slots(
     if lat == 0:
         raise ValueError("latency: got 0; expected a positive number of slots to measure by")
     if order == "zero-bubble":
-        k = _integer("steps", steps)
+        k = checks.whole("steps", steps)
         base = schedule_zero_bubble(n_pp, m, k).makespan
         return (schedule_zero_bubble(n_pp, m, k, latency=latency).makespan - base) / lat / k
     base = schedule(n_pp, m, v, order).makespan
@@ -1104,125 +1095,3 @@ def compare_interleaved_orders(
                     )
                 )
     return out
-
-
-# --- Figures -----------------------------------------------------------------------------------
-def figure_bubble(
-    n_pp_values: Any,
-    n_pp_interleaved: Any,
-    v_values: Any,
-    max_fraction: Any | None = None,
-    m_max: Any | None = None,
-):
-    """The 1F1B bubble against the microbatch count: left, without interleaving for several
-    ``N_PP`` (a dot where zero bubble becomes possible, ``m = 2 N_PP``); right, one ``N_PP`` with
-    several interleaving factors, the waits ``z`` showing below ``m = N_PP``.  All values from
-    :func:`bubble_fraction`; a dashed line at ``max_fraction`` when given."""
-    import matplotlib.pyplot as plt
-
-    from dmlimits.book.figures import PALETTE
-
-    stages = [_integer("n_pp_values", p) for p in n_pp_values]
-    p_int = _integer("n_pp_interleaved", n_pp_interleaved)
-    factors = [_integer("v_values", x) for x in v_values]
-    top = _integer("m_max", m_max) if m_max is not None else 8 * max([*stages, p_int])
-    m = np.arange(1, top + 1)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.8), sharey=True)
-    for i, p in enumerate(stages):
-        color = PALETTE[i % len(PALETTE)]
-        left.plot(m, bubble_fraction(p, m), color=color, label=rf"$N_{{\mathrm{{PP}}}} = {p}$")
-        zb = ZERO_BUBBLE_MICROBATCHES_PER_STAGE * p
-        if zb <= top:
-            left.plot([zb], [bubble_fraction(p, zb)], "o", color=color, ms=5)
-    for i, vv in enumerate(factors):
-        right.plot(
-            m,
-            bubble_fraction(p_int, m, vv),
-            color=PALETTE[i % len(PALETTE)],
-            label=rf"$v = {vv}$",
-        )
-    right.axvline(p_int, color=PALETTE[-1], lw=0.8, ls=":")
-    right.set_title(rf"$N_{{\mathrm{{PP}}}} = {p_int}$, interleaved", fontsize=10)
-    left.set_title("1F1B without interleaving (dots: zero bubble possible)", fontsize=10)
-    for ax in (left, right):
-        ax.set_xscale("log")
-        ax.set_xlabel("microbatches per step, $m$")
-        if max_fraction is not None:
-            ax.axhline(float(max_fraction), color=PALETTE[-1], ls="--", lw=0.9)
-        ax.legend(loc="upper right", fontsize=8)
-    left.set_ylabel("bubble fraction $f$")
-    left.set_ylim(0, 1)
-    fig.tight_layout()
-    return fig
-
-
-def _draw_schedule(
-    ax: Any, sched: Schedule, scale: float, offset: float = 0.0, first_step: int = 0
-) -> None:
-    from dmlimits.book.figures import PALETTE
-
-    colors = {"F": PALETTE[0], "B": PALETTE[1], "W": PALETTE[2]}
-    # One collection of bars per GPU and look (kind, pale step, later chunk): a schedule has
-    # hundreds of passes, and a collection each made the figure take seconds to draw.
-    bars: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
-    for p in sched.passes:
-        step, micro = divmod(p.micro, sched.m)
-        start, width = offset + p.start / scale, (p.end - p.start) / scale
-        look = (p.gpu, p.kind, bool((step + first_step) % 2), p.chunk >= sched.n_pp)
-        bars.setdefault(look, []).append((start, width))
-        if width >= 1:
-            # Inside its bar, so inside the axes: left out of the layout's measures, which
-            # would otherwise size each of hundreds of labels to find the axes' extent.
-            ax.text(
-                start + width / 2, p.gpu, str(micro + 1), ha="center", va="center",
-                fontsize=6, color="white", in_layout=False,
-            )  # fmt: skip
-    for (gpu, kind, pale, later), ranges in bars.items():
-        ax.broken_barh(
-            ranges, (gpu - 0.42, 0.84), facecolors=colors[kind], alpha=0.55 if pale else 1.0,
-            edgecolor="white", linewidth=0.6, hatch="////" if later else None,
-        )  # fmt: skip
-
-
-def figure_schedule(n_pp: Any, m: Any, v: Any, steps: Any = 2, backward: Any = BACKWARD_SLOTS):
-    """Gantt charts of ``steps`` steps on ``N_PP`` GPUs with ``m`` microbatches: 1F1B, Megatron-LM's
-    interleaved 1F1B with ``v`` chunks per GPU (one flush per step) and ZB-H2 (steps back to
-    back), from :func:`schedule` and :func:`schedule_zero_bubble`.  Time in slots of one forward
-    pass through a whole stage; numbers are microbatches; every second step pale, passes through
-    a GPU's second and later chunks hatched."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    from dmlimits.book.figures import PALETTE
-
-    p, mm, vv = _integer("n_pp", n_pp), _integer("m", m), _integer("v", v)
-    k, b = _integer("steps", steps), _integer("backward", backward)
-    plain = schedule(p, mm, 1, "1f1b", b)
-    inter = schedule(p, mm, vv, "interleaved", b)
-    zb = schedule_zero_bubble(p, mm, k)
-    fig, axes = plt.subplots(3, 1, figsize=(9.5, 6.2), sharex=True)
-    panels = [
-        (plain, 1, f"1F1B: bubble {float(plain.bubble):.0%} of every flush"),
-        (inter, vv, f"interleaved 1F1B, v = {vv}: bubble {float(inter.bubble):.0%}"),
-        (zb, 1, "ZB-H2, steps back to back: no GPU idles between its first and last pass"),
-    ]
-    for ax, (sched, scale, title) in zip(axes, panels, strict=True):
-        if sched.steps > 1:
-            _draw_schedule(ax, sched, scale)
-        else:
-            for step in range(k):
-                _draw_schedule(ax, sched, scale, step * sched.makespan / scale, step)
-        ax.set_title(title, fontsize=9, loc="left")
-        ax.set_yticks(range(p), [f"GPU {g + 1}" for g in range(p)])
-        ax.set_ylim(p - 0.5, -0.5)
-        ax.grid(False)
-    axes[-1].set_xlabel("time (slots of one forward pass through a stage)")
-    handles = [
-        Patch(color=PALETTE[0], label="forward"),
-        Patch(color=PALETTE[1], label="backward"),
-        Patch(color=PALETTE[2], label="weight gradient (ZB-H2)"),
-        Patch(facecolor="white", edgecolor=PALETTE[-1], hatch="////", label="later chunk"),
-    ]
-    fig.legend(handles=handles, loc="upper center", fontsize=8, ncol=4)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    return fig

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from dmlimits.core import formula_cache, lazy
+from dmlimits.core import checks, formula_cache, lazy, published
 from dmlimits.core import symbols as s
 from dmlimits.core import units as u
 from dmlimits.core.checks import as_output as _out
@@ -610,17 +610,6 @@ __getattr__ = lazy.attributes(__name__, COST_FORMULAS=_cost_formulas, SUMMARY=_s
 # --- Checks ----------------------------------------------------------------------------------
 
 
-def _count(name: str, value: Any) -> int:
-    """A single positive whole number (Python or numpy integer, or a whole float)."""
-    ok = not isinstance(value, bool | np.bool_)
-    try:
-        number = float(value) if ok else math.nan
-    except (TypeError, ValueError):
-        number = math.nan
-    if not (math.isfinite(number) and number >= 1 and number == int(number)):
-        raise ValueError(f"{name}: got {value!r:.80}; expected a whole number of at least 1")
-    return int(number)
-
 
 def _divides(width_name: str, width: np.ndarray, degree_name: str, degree: np.ndarray) -> None:
     if not checking():
@@ -641,7 +630,7 @@ def _check_level(name: str, level: Any, group: np.ndarray) -> tuple[int, ...] | 
             raise ValueError(
                 f"{name}: got {level!r}; expected 0, 1 or a pair (GPUs per node, nodes)"
             )
-        pair = (_count(f"{name}[0]", level[0]), _count(f"{name}[1]", level[1]))
+        pair = (checks.whole(f"{name}[0]", level[0]), checks.whole(f"{name}[1]", level[1]))
         if np.any(group != pair[0] * pair[1]):
             bad = group[group != pair[0] * pair[1]].flat[0] if group.ndim else group
             raise ValueError(
@@ -694,7 +683,7 @@ def tp_splits(n_tp: Any, rule: str = _DEFAULT_SPLIT) -> list[tuple[int, int]]:
     rule without rounding, as this book states it, ``sqrt(N_TP) <= N_TP,ff <= 4 sqrt(N_TP)``, in
     integers: ``N_TP,ff^2 >= N_TP`` and ``N_TP,ff^2 <= 16 N_TP``.
     """
-    n = _count("n_tp", n_tp)
+    n = checks.whole("n_tp", n_tp)
     if rule not in SPLIT_RULES:
         raise ValueError(f"rule: got {rule!r}; expected one of {', '.join(SPLIT_RULES)}")
     return list(_splits(n, rule))
@@ -961,8 +950,8 @@ def max_degree(scn: Scenario, d_model: Any, d_ff: Any, level: Any, one_d: bool =
     """
     scn = _check_scenario(scn)
     level = coll.check_level(level)
-    dm = _count("d_model", d_model)
-    dff = _count("d_ff", d_ff)
+    dm = checks.whole("d_model", d_model)
+    dff = checks.whole("d_ff", d_ff)
     if not isinstance(one_d, bool):
         raise ValueError(f"one_d: got {one_d!r}; expected True or False")
     flat = nvlink_domain(scn) if level == 0 else scn
@@ -1000,7 +989,7 @@ def best_split(
 ) -> tuple[int, int]:
     """The split by the rule, dividing both widths, with the least bandwidth time."""
     scn = _check_scenario(scn)
-    dm, dff, n = _count("d_model", d_model), _count("d_ff", d_ff), _count("n_tp", n_tp)
+    dm, dff, n = checks.whole("d_model", d_model), checks.whole("d_ff", d_ff), checks.whole("n_tp", n_tp)
     splits = [(m, f) for m, f in tp_splits(n) if dm % m == 0 and dff % f == 0]
     if not splits:
         raise ValueError(
@@ -1025,8 +1014,8 @@ def node_first_levels(
     ``node_size // tp_model`` GPUs per node, or all of them if fewer.
     """
     scn = _check_scenario(scn)
-    m, f = _count("tp_model", tp_model), _count("tp_ff", tp_ff)
-    node = _count("network.node_size", scn["network.node_size"])
+    m, f = checks.whole("tp_model", tp_model), checks.whole("tp_ff", tp_ff)
+    node = checks.whole("network.node_size", scn["network.node_size"])
 
     def fit(group: int, room: int) -> tuple[int, int | tuple[int, int]]:
         inside = max(d for d in _divisors(group) if d <= room)
@@ -1039,85 +1028,11 @@ def node_first_levels(
     return level_model, level_ff
 
 
-# --- Figures -----------------------------------------------------------------------------------
-def figure_time_vs_degree(scn: Scenario, d_model: Any = None, tokens: Any = None):
-    """Per-layer compute time and TP bandwidth time against the TP degree, 1D (left) and 2D with
-    the best split by the rule (right), with both groups on NVLink (beyond one node: as if the
-    NVLink domain were larger) or on InfiniBand; the latency per layer for reference.  A
-    bandwidth curve that is zero at every degree (an unbounded bandwidth) cannot be drawn on the
-    logarithmic axis: it is left out and its legend entry says so.
-
-    ``d_model`` defaults to the smallest model of the sweep; ``tokens`` to one sequence."""
-    import matplotlib.pyplot as plt
-
-    from dmlimits.book.figures import PALETTE
-    from dmlimits.costs import model
-
-    scn = _check_scenario(scn)
-    sh = model.shapes(scn)
-    dm = float(sh.d_model[0]) if d_model is None else float(_count("d_model", d_model))
-    dff = dm * float(scn["model.ff_ratio"])
-    tok = float(scn["model.sequence_length"]) if tokens is None else tokens
-    nv = nvlink_domain(scn)
-    node = scn["network.node_size"]
-    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.9), sharey=True)
-    for ax, one_d in zip(axes, (True, False), strict=True):
-        degrees, comp, nvl, ib, lat = [], [], [], [], []
-        n = 2  # one GPU sends nothing
-        while n <= 4096:
-            if one_d:
-                m, f = 1, n
-            else:
-                splits = [(a, c) for a, c in tp_splits(n) if dm % a == 0 and dff % c == 0]
-                if not splits:
-                    n *= 2
-                    continue
-                m, f = best_split(nv, dm, dff, n, 0, 0)
-            if dm % m or dff % f:
-                break
-            degrees.append(n)
-            comp.append(tp_compute_time(scn, dm, dff, tok, m, f))
-            t_nv = tp_comm_time(nv, dm, dff, tok, m, f, 0, 0)
-            nvl.append(t_nv.bandwidth)
-            ib.append(tp_comm_time(scn, dm, dff, tok, m, f, 1, 1).bandwidth)
-            lat.append(t_nv.latency)
-            n *= 2
-        ax.plot(degrees, comp, "o-", ms=3, color=PALETTE[0], label="compute")
-        for times, style, color, name in ((nvl, "s-", PALETTE[3], "NVLink"),
-                                          (ib, "^-", PALETTE[1], "InfiniBand")):  # fmt: skip
-            label = f"TP bandwidth, {name}"
-            if not any(t > 0 for t in times):
-                # Unbounded bandwidth: zero at every degree, which a log axis cannot show.
-                times, label = [], label + ": zero, not drawn"
-            ax.plot(degrees[: len(times)], times, style, ms=3, color=color, label=label)
-        ax.plot(degrees, lat, ":", color=PALETTE[2], label="TP latency (not hidden)")
-        ax.axvline(node, color="grey", lw=0.8, ls="--")
-        ax.text(node * 1.08, 0.97, "one node", transform=ax.get_xaxis_transform(),
-                fontsize=8, va="top", color="grey")  # fmt: skip
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("tensor-parallel degree $N_{\\mathrm{TP}}$")
-        ax.set_title(
-            r"1D (Megatron), $N_{\mathrm{TP},m} = 1$" if one_d else "2D, best split by the rule",
-            fontsize=10,
-        )
-    axes[0].set_ylabel("seconds per layer per step")
-    axes[0].legend(loc="lower left", fontsize=8)
-    fig.suptitle(
-        f"$d_{{\\mathrm{{model}}}}$ = {dm:,.0f}, {tok:,.0f} tokens per GPU ({scn.name})",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    return fig
-
-
 def reference_shards(setting: str = "Default scaling") -> dict[str, np.ndarray]:
     """The TP split and per-GPU shard of the paper's optimal configurations (H100, as rerun;
     ``data/paper1_reference_configs.csv``): ``compute``, ``tp_model``, ``tp_ff``, ``rows``,
     ``cols`` (the shard's ``d_model`` and ``d_ff`` sides) and ``side``, the side of the square
     shard of the same area."""
-    from dmlimits.core import published
-
     rows = [
         r for r in published.data_rows("paper1_reference_configs.csv") if r["setting"] == setting
     ]
@@ -1136,45 +1051,3 @@ def reference_shards(setting: str = "Default scaling") -> dict[str, np.ndarray]:
         "cols": cols_,
         "side": np.sqrt(rows_ * cols_),
     }
-
-
-def figure_reference_shards(scn: Scenario):
-    """The shards of the paper's optimal configurations against the crossovers of this
-    scenario's links: where TP traffic hides on NVLink and where on InfiniBand.  A link of
-    unbounded bandwidth has no crossover (every shard hides its traffic): no line, and its
-    legend entry says so."""
-    import matplotlib.pyplot as plt
-
-    from dmlimits.book.figures import PALETTE
-
-    scn = _check_scenario(scn)
-    ref = reference_shards()
-    fig, ax = plt.subplots(figsize=(7.0, 5.0))
-    ax.plot(ref["compute"], ref["side"], "o", ms=4, color=PALETTE[0],
-            label="paper's optimum: side of a square shard of the same area")  # fmt: skip
-    ax.plot(
-        ref["compute"],
-        ref["cols"],
-        "_",
-        ms=7,
-        color=PALETTE[5],
-        label="its $d_{\\mathrm{ff}}$ side",
-    )
-    ax.plot(ref["compute"], ref["rows"], "|", ms=7, color=PALETTE[6],
-            label="its $d_{\\mathrm{model}}$ side")  # fmt: skip
-    for level, color, name in ((0, PALETTE[3], "NVLink"), (1, PALETTE[1], "InfiniBand")):
-        side = crossover_shard(scn, level)
-        label = f"crossover of a square shard, {name} ({scn.name})"
-        if side > 0:
-            ax.axhline(side, color=color, ls="--", label=label)
-        else:  # unbounded bandwidth: every shard hides its traffic; no line on a log axis
-            ax.plot([], [], color=color, ls="--", label=f"no crossover, {name} ({scn.name})")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("training compute (FLOP)")
-    ax.set_ylabel("shard side (rows or columns)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=7.5)
-    ax.set_title("Tensor-parallel shards of the paper's optimal configurations (H100, as rerun)",
-                 fontsize=10)  # fmt: skip
-    fig.tight_layout()
-    return fig

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from dmlimits.core import published
-from dmlimits.measured import nccl, runs
+from dmlimits.measured import memory, nccl, operations, runs
 
 SHAPES = ("llama2-7b", "llama2-70b")
 # "Communication-bound": exposed communication takes at least this share of the step, where
@@ -131,8 +132,6 @@ def fsdp_variant(shape: str, windows: bool = False, regather: bool = False, gpu:
     compute.  Returns the GPU counts, the share of each step that exposed communication takes
     (``NaN`` where the configuration does not fit), the onset (:func:`comm_bound_onset`) and the
     per-GPU drop (:func:`per_gpu_drop`)."""
-    from dmlimits.measured import memory
-
     factors = runs.calibrate(windows=True) if windows else runs.calibrated()
     gpus, tokens, exposed, step = [], [], [], []
     for n in runs.GPU_COUNTS:
@@ -664,8 +663,6 @@ def stages_compared(rows=None) -> dict[str, dict]:
     """For each placement of the output layer and the loss
     (:data:`dmlimits.measured.operations.PLACEMENTS`), the step timed operation by operation and
     the matmul efficiency fitted afresh: the figures of :func:`step_rule`."""
-    from dmlimits.measured import operations
-
     out = {}
     for rule in operations.PLACEMENTS:
         with operations.placement(rule):  # runs.calibrated() refits inside it
@@ -680,8 +677,6 @@ def stage_imbalance(rows=None) -> dict:
     them and as Megatron-LM's default split would (where their layers divide evenly over the
     stages): the row count, the least and greatest excess of each, and whether nanotron's
     busiest stage is in the first half of every pipeline."""
-    from dmlimits.measured import operations
-
     nanotron, megatron, early = [], [], True
     for row in runs.dev_rows() if rows is None else rows:
         cfg = runs.interpret(row).config
@@ -707,8 +702,6 @@ def attention_sensitivity(values: dict[str, float], outside_rows=None) -> dict[s
     peak, :func:`dmlimits.measured.operations.attention_utilizations`): its fitted matmul
     efficiency, its pooled MFU error with one source left out, and its MFU error on runs
     outside the development split (``outside_rows``; MosaicML's by default)."""
-    from dmlimits.measured import operations
-
     with operations.attention_utilizations(values):
         loso = held_out()  # runs.calibrated() refits inside the block
         fit = runs.calibrate(runs.dev_rows())
@@ -729,8 +722,6 @@ def faster_hopper_attention(rows, utilization: float | None = None) -> dict:
     faster attention kernel than the development rows' could explain (their Transformer
     Engine prefers cuDNN's fused attention on Hopper, for which the book has no published
     training figure)."""
-    from dmlimits.measured import operations
-
     flash2 = published.value("flash3.h100_flash2_utilization")
     faster = published.value("flash3.h100_utilization") if utilization is None else utilization
     hopper = {name: faster for name, value in operations.ATTENTION_UTILIZATION.items()
@@ -844,3 +835,39 @@ def counting_counts(cmp: runs.Comparison) -> Counter:
 
 def published_drop() -> float:
     return published.value("paper2.per_gpu_throughput_drop_pct")
+
+
+def published_peak_errors() -> list[tuple[dict, float]]:
+    """Each published row that reports a peak (torchtitan's) with the relative error of the
+    predicted peak against it."""
+    out = []
+    for r in runs.dev_rows():
+        if r["metric"] != "peak_memory":
+            continue
+        unit = {"GiB": 2**30, "GB": 1e9}[r["unit"]]
+        out.append((r, memory.peak(runs.interpret(r).config).total / (float(r["value"]) * unit) - 1))
+    return out
+
+
+def outside_the_fit() -> dict[str, Any]:
+    """The memory check on the book's own runs, none of which its constants were fitted on:
+    MosaicML's MPT runs (``published_runs_holdout.csv``; all ran), how many it calls fitting,
+    and how many it would with the Playbook's activation factor; and the published rows that
+    report a peak (torchtitan's, :func:`published_peak_errors`), the median relative error of
+    the predicted peak, absolute and signed, and the notes of the rows it misses most (by
+    absolute error, the worst first)."""
+    mpt = [runs.interpret(r).config for r in runs.holdout_rows()]
+    peaks = published_peak_errors()
+    err = np.array([e for _, e in peaks])
+    worst = sorted(peaks, key=lambda p: -abs(p[1]))
+    return {
+        "holdout_runs": len(mpt),
+        "holdout_called_fitting": sum(memory.peak(c).fits for c in mpt),
+        "holdout_called_fitting_with_playbook_factor": sum(
+            memory.peak(c, factor=memory.PLAYBOOK_ACTIVATION_FACTOR).fits for c in mpt
+        ),
+        "peak_rows": len(err),
+        "peak_median_abs_error": float(np.median(np.abs(err))),
+        "peak_median_signed_error": float(np.median(err)),
+        "peak_worst": [(r["notes"], e) for r, e in worst],
+    }

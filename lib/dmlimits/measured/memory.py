@@ -45,9 +45,9 @@ out-of-memory calls.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import sympy as sp
@@ -58,9 +58,10 @@ from dmlimits.core.derivation import Derivation, Step, Substitution, derivation,
 from dmlimits.costs import pipeline as pl
 from dmlimits.costs import tensor_parallel as tpm
 from dmlimits.measured import transformer as tf
+from dmlimits.measured.configuration import SHARDING
 
 if TYPE_CHECKING:
-    from dmlimits.measured.runs import Config
+    from dmlimits.measured.configuration import Config
 
 CHAPTER = "diminishing_returns"
 _B = u.byte
@@ -457,8 +458,6 @@ def peak(
     """Peak bytes per GPU of a :class:`~dmlimits.measured.runs.Config` (see the module's
     docstring); ``factor`` defaults to the configuration's activation factor, ``overhead`` to
     the fitted constant."""
-    from dmlimits.measured.runs import SHARDING
-
     sh = cfg.shape
     group = cfg.dp * cfg.cp
     if cfg.sharding == "hsdp" and cfg.shard_group:
@@ -518,8 +517,6 @@ def fit_constants(configs, measured_bytes) -> tuple[float, float]:
 def frugal(cfg: Config) -> Config:
     """The same run with the least activation memory the model knows: full recomputation, and
     sequence parallelism wherever there is tensor parallelism."""
-    from dataclasses import replace
-
     return replace(cfg, recompute="full", sequence_parallel=cfg.tp > 1)
 
 
@@ -571,43 +568,3 @@ def held_out(configs, measured_bytes, ran, groups) -> dict[str, dict[str, float]
             "overhead": overhead,
         }
     return out
-
-
-def published_peak_errors() -> list[tuple[dict, float]]:
-    """Each published row that reports a peak (torchtitan's) with the relative error of the
-    predicted peak against it."""
-    from dmlimits.measured import runs
-
-    out = []
-    for r in runs.dev_rows():
-        if r["metric"] != "peak_memory":
-            continue
-        unit = {"GiB": 2**30, "GB": 1e9}[r["unit"]]
-        out.append((r, peak(runs.interpret(r).config).total / (float(r["value"]) * unit) - 1))
-    return out
-
-
-def outside_the_fit() -> dict[str, Any]:
-    """The memory check on the book's own runs, none of which its constants were fitted on:
-    MosaicML's MPT runs (``published_runs_holdout.csv``; all ran), how many it calls fitting,
-    and how many it would with the Playbook's activation factor; and the published rows that
-    report a peak (torchtitan's, :func:`published_peak_errors`), the median relative error of
-    the predicted peak, absolute and signed, and the notes of the rows it misses most (by
-    absolute error, the worst first)."""
-    from dmlimits.measured import runs
-
-    mpt = [runs.interpret(r).config for r in runs.holdout_rows()]
-    peaks = published_peak_errors()
-    err = np.array([e for _, e in peaks])
-    worst = sorted(peaks, key=lambda p: -abs(p[1]))
-    return {
-        "holdout_runs": len(mpt),
-        "holdout_called_fitting": sum(peak(c).fits for c in mpt),
-        "holdout_called_fitting_with_playbook_factor": sum(
-            peak(c, factor=PLAYBOOK_ACTIVATION_FACTOR).fits for c in mpt
-        ),
-        "peak_rows": len(err),
-        "peak_median_abs_error": float(np.median(np.abs(err))),
-        "peak_median_signed_error": float(np.median(err)),
-        "peak_worst": [(r["notes"], e) for r, e in worst],
-    }

@@ -213,7 +213,7 @@ def fit() -> Fit:
 
 def figure(fitted: Fit | None = None):
     """Measured points and the fitted curves, one colour per node count."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib loads only where a figure is drawn
 
     fitted = fitted or fit()
     m = measurements()

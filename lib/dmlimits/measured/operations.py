@@ -58,10 +58,10 @@ from dmlimits.costs import pipeline as pl
 from dmlimits.costs import tensor_parallel as tpm
 from dmlimits.measured import memory
 from dmlimits.measured import transformer as tf
-from dmlimits.measured.runs import SHARDING
+from dmlimits.measured.configuration import SHARDING
 
 if TYPE_CHECKING:
-    from dmlimits.measured.runs import Config
+    from dmlimits.measured.configuration import Config
 
 CHAPTER = "diminishing_returns"
 _S, _B = u.second, u.byte

@@ -25,11 +25,17 @@ of two that :meth:`~dmlimits.core.derivation.Derivation.verify` would accept).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy as sp
 
-from dmlimits.core.derivation import Derivation, Substitution, _same, derivation_named
+from dmlimits.core.derivation import (
+    Derivation,
+    Substitution,
+    derivation_named,
+    register_justification,
+    same,
+)
 from dmlimits.premises import oracles as _oracles  # noqa: F401  (registers one oracle per derivation)
 from dmlimits.premises.base import _CITE, ORACLE_KINDS, ORACLES, RTOL, Oracle, PremiseError, oracle
 from dmlimits.premises.simulations import pipelined_makespan, ring_allreduce, two_level_allreduce
@@ -71,14 +77,14 @@ def _cited_steps(labels: Iterable[str]) -> list[sp.Basic]:
 
 
 def _is_cited(expr: sp.Basic, cited: list[sp.Basic]) -> bool:
-    return any(_same(c, expr) for c in cited)
+    return any(same(c, expr) for c in cited)
 
 
 def _substitution_is_cited(sub: Substitution, cited: list[sp.Basic]) -> bool:
     """Every pair of the mapping is one of the cited equations (``lhs = rhs``)."""
     eqs = [c for c in cited if isinstance(c, sp.Equality)]
     return all(
-        any(e.lhs == k and _same(sp.Eq(k, v, evaluate=False), e) for e in eqs)
+        any(e.lhs == k and same(sp.Eq(k, v, evaluate=False), e) for e in eqs)
         for k, v in sub.mapping.items()
     )
 
@@ -170,11 +176,12 @@ _ARTICLE = {"simulation": "a simulation", "hand count": "a hand count",
 def scaled(d: Derivation, factor: int = 2) -> Derivation:
     """``d`` with every step's right side multiplied by ``factor``: the chain still links where
     its steps are linear, as a premise off by that factor would leave it."""
-    from dataclasses import replace
-
     def scale(e: sp.Basic) -> sp.Basic:
         if isinstance(e, sp.Equality):
             return sp.Eq(e.lhs, factor * e.rhs, evaluate=False)
         return factor * e
 
     return replace(d, steps=tuple(replace(s, expr=scale(s.expr)) for s in d.steps))
+
+
+register_justification(justification_markdown)

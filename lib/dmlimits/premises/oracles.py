@@ -7,10 +7,16 @@ import itertools
 import math
 from collections.abc import Callable
 from functools import cache
+from unittest import mock
 
 import sympy as sp
 
+from dmlimits import search
+from dmlimits.core import published
 from dmlimits.core.derivation import Derivation
+from dmlimits.core.scenario import resolve
+from dmlimits.costs import closed_forms, model, pipeline
+from dmlimits.costs import step as stepm
 from dmlimits.premises.base import PremiseError, _at, _compare, oracle
 from dmlimits.premises.simulations import (
     _bisect,
@@ -262,8 +268,6 @@ def _arith(d: Derivation) -> str:
 # --- The model of training runs (the authors' final code's outputs) ----------------------------
 @cache
 def _reference_models() -> tuple[dict[str, float], ...]:
-    from dmlimits.core import published
-
     out = []
     for r in published.data_rows("paper1_reference_sweeps.csv"):
         out.append({k: float(r[k]) for k in ("d_model", "training_flop_16bit", "n_params_total",
@@ -272,8 +276,6 @@ def _reference_models() -> tuple[dict[str, float], ...]:
 
 
 def _laws() -> dict[str, float]:
-    from dmlimits.core.scenario import resolve
-
     v = resolve("h100").values
     return {"k_D": v["training.tokens_per_param"], "a_L": v["depth.coefficient"],
             "e_L": v["depth.exponent"], "r_ff": v["model.ff_ratio"]}  # fmt: skip
@@ -310,8 +312,6 @@ def _model_compute_width(d: Derivation) -> str:
 
 
 def _width_cases(sparse: bool) -> list[tuple[dict[str, float], float]]:
-    from dmlimits.core.scenario import resolve
-
     v = resolve("h100-sparse").values
     laws = _laws()
     extra = {"S_ref": v["sparsity.reference_experts"], "d_ref": v["sparsity.reference_d_model"]}
@@ -354,9 +354,6 @@ def _depth_dense(d: Derivation) -> str:
 
 # --- Closed forms ------------------------------------------------------------------------------
 def _h100_symbols() -> dict[str, float]:
-    from dmlimits.core.scenario import resolve
-    from dmlimits.costs import closed_forms
-
     scn = resolve("h100")
     out = {str(k): float(v) for k, v in closed_forms.symbol_values(scn).items()}
     nums = closed_forms.values(scn)
@@ -365,8 +362,6 @@ def _h100_symbols() -> dict[str, float]:
 
 
 def _published_close(got: float, key: str) -> str:
-    from dmlimits.core import published
-
     entry = published.get(key)
     if float(f"{got:.{entry.digits - 1}e}") != entry.value:
         raise PremiseError(f"{key}: the derivation gives {got:.6g}, published {entry.value:g}")
@@ -474,8 +469,6 @@ def _cf_lat_size(d: Derivation) -> str:
     "1F1B laid out pass by pass (pipeline.schedule): the idle share of the flush",
 )
 def _bubble_1f1b(d: Derivation) -> str:
-    from dmlimits.costs import pipeline
-
     cases = [({"N_PP": n, "m_micro": m}, float(pipeline.schedule(n, m).bubble))
              for n, m in ((2, 1), (2, 4), (4, 4), (4, 16), (8, 3))]  # fmt: skip
     return _compare(d.result, "f_bubble", cases)
@@ -488,8 +481,6 @@ def _bubble_1f1b(d: Derivation) -> str:
     "the idle share of the flush with its waits, and with one chunk per GPU",
 )
 def _bubble_interleaved(d: Derivation) -> str:
-    from dmlimits.costs import pipeline
-
     waits = [({"N_PP": n, "m_micro": m, "v_PP": v},
               float(pipeline.schedule(n, m, v, "breadth-first", backward=1).bubble))
              for n, m, v in ((2, 4, 2), (4, 2, 2), (4, 8, 3), (3, 1, 2))]  # fmt: skip
@@ -506,8 +497,6 @@ def _bubble_interleaved(d: Derivation) -> str:
     " that give it",
 )
 def _microbatches(d: Derivation) -> str:
-    from dmlimits.costs import pipeline
-
     cases = [({"N_PP": n, "f_bubble_max": float(pipeline.schedule(n, m).bubble)}, m)
              for n, m in ((2, 4), (4, 4), (4, 12), (8, 16))]  # fmt: skip
     return _compare(d.result, "m_micro", cases)
@@ -519,8 +508,6 @@ def _microbatches(d: Derivation) -> str:
     "a simulated flush (pipeline.schedule): its length against one GPU's busy time and the bubble",
 )
 def _flush(d: Derivation) -> str:
-    from dmlimits.costs import pipeline
-
     cases = []
     for n, m in ((2, 4), (4, 4), (8, 3)):
         sched = pipeline.schedule(n, m)
@@ -810,8 +797,6 @@ def _cp_run(d: Derivation) -> str:
     "utilization, and the overlapped communication",
 )
 def _mfu(d: Derivation) -> str:
-    from dmlimits.costs import pipeline
-
     cases = []
     for n, m, v_pp, t_ovl in ((1, 1, 1, 0.0), (4, 8, 1, 0.0), (4, 8, 2, 0.0), (8, 8, 1, 50.0)):
         batch, f_tok, f_model, peak, gpus = 1e6, 6e9, 5.5e9, 1e15, 64
@@ -1037,12 +1022,6 @@ SEARCH_POINTS = 8
 def _search_against_authors(d: Derivation, name: str) -> str:
     """Run the search at a few h100 grid points with the step's ``name`` formula taken from
     ``d`` (not from the library's copy) and compare with the authors' utilization."""
-    from unittest import mock
-
-    from dmlimits import search
-    from dmlimits.core.scenario import resolve
-    from dmlimits.costs import model
-    from dmlimits.costs import step as stepm
 
     scn = resolve("h100")
     original = stepm._numeric

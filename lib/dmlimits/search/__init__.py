@@ -35,19 +35,27 @@ Five things make it fast without changing a result (tests/test_search_pruning.py
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import itertools
 import math
+import multiprocessing
 import os
+import time
 from collections import OrderedDict
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import cache, lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dmlimits.core import published
 from dmlimits.core.checks import require_scenario, trusted_arguments
-from dmlimits.core.scenario import Scenario
+from dmlimits.core.formula_cache import closure_fingerprint, read_json, write_json
+from dmlimits.core.formula_cache import library_fingerprint as fingerprint
+from dmlimits.core.scenario import PAPER_PRESETS, Scenario
 from dmlimits.costs import closed_forms, matmul, model
 from dmlimits.costs import collectives as coll
 from dmlimits.costs import data_parallel as dpm
@@ -1119,8 +1127,6 @@ def _key(scn: Scenario) -> str:
 def library_fingerprint() -> str:
     """A hash of every file of the installed library (code, data, presets): a changed formula
     or constant changes it (:func:`dmlimits.core.formula_cache.library_fingerprint`)."""
-    from dmlimits.core.formula_cache import library_fingerprint as fingerprint
-
     return fingerprint()
 
 
@@ -1130,15 +1136,11 @@ def sweep_fingerprint() -> str:
     (:func:`dmlimits.core.formula_cache.closure_fingerprint`).  A changed formula or constant
     changes it; a change to a module the search never imports (a chapter's figures, the model
     of measured runs) does not, and the sweeps kept on disk stay valid."""
-    from dmlimits.core.formula_cache import closure_fingerprint
-
     return closure_fingerprint(__name__)
 
 
 def cache_dir() -> Any:
     """The folder of the sweep cache (:data:`CACHE_ENV`), or ``None`` when it is off."""
-    from pathlib import Path
-
     folder = os.environ.get(CACHE_ENV, "")
     return None if folder in ("", "off") else Path(folder)
 
@@ -1146,8 +1148,6 @@ def cache_dir() -> Any:
 def cache_path(scn: Scenario) -> Any:
     """Where the sweep of ``scn`` is cached on disk (content-addressed: :func:`sweep_fingerprint`
     and every value of the scenario), or ``None`` when the disk cache is off."""
-    import hashlib
-
     folder = cache_dir()
     if folder is None:
         return None
@@ -1158,9 +1158,6 @@ def cache_path(scn: Scenario) -> Any:
 def _load(path: Any) -> list[dict[str, Any]] | None:
     """The sweep kept at ``path``, marked used now (the build removes the sweeps used longest
     ago first: :func:`dmlimits.build.prune_sweep_cache`); ``None`` when there is none."""
-    import contextlib
-
-    from dmlimits.core.formula_cache import read_json
 
     results = read_json(path)
     if results is not None:
@@ -1171,8 +1168,6 @@ def _load(path: Any) -> list[dict[str, Any]] | None:
 
 def _store(path: Any, results: list[dict[str, Any]]) -> None:
     """Write atomically: a reader sees the whole sweep or none (two builds may race)."""
-    from dmlimits.core.formula_cache import write_json
-
     write_json(path, results)
 
 
@@ -1242,9 +1237,6 @@ def sweep_many(
     The first scenario is swept here, which also prepares every lambdified formula; the
     others go to forked workers that inherit them.  ``progress(scn, seconds)`` is called as
     each scenario finishes.  The results fill the cache of this process."""
-    import os
-    import time
-
     scns = [require_scenario(x) for x in scns]
     jobs = max(1, jobs or os.cpu_count() or 1)
     for scn in scns:  # what the disk cache holds is read here, not swept again
@@ -1267,8 +1259,6 @@ def sweep_many(
         rest = [x for x in todo[1:] if _key(x) not in _SWEEPS]
         if jobs > 1 and len(rest) > 1:
             rest = _families_first(todo[0], rest)
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
 
             ctx = multiprocessing.get_context("fork")
             pool = ProcessPoolExecutor(max_workers=min(jobs, len(rest)), mp_context=ctx)
@@ -1467,8 +1457,6 @@ def reference_rows(setting: str) -> list[dict[str, Any]]:
     """The authors' final code's result at every model of one setting's sweep (a preset name of
     :data:`dmlimits.core.scenario.PAPER_PRESETS`), from ``data/paper1_reference_sweeps.csv``: numbers
     as floats, ``feasible`` as a bool, an empty configuration as ``NaN``."""
-    from dmlimits.core.scenario import PAPER_PRESETS
-
     if setting not in PAPER_PRESETS:
         raise ValueError(
             f"setting: got {setting!r}; expected one of the paper's presets: "
@@ -1492,8 +1480,6 @@ def reference_setting(scn: Scenario) -> str:
     setting with the same GPU, the same kind of model and batch law (a scenario file that
     changes the run's length on A100s is compared with ``a100``).  ValueError when the paper
     has no such setting (another GPU, say)."""
-    from dmlimits.core.scenario import PAPER_PRESETS
-
     for name in (scn.name, scn.name.split("+")[0], scn.origin.removeprefix("preset ")):
         if name in PAPER_PRESETS:
             return name

@@ -1,0 +1,94 @@
+"""The matmul chapter's figures, drawn from what
+:mod:`dmlimits.costs.matmul` computes (the cost module itself never draws)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from dmlimits.book.figures import PALETTE
+from dmlimits.core.scenario import Scenario
+from dmlimits.costs.matmul import (
+    LEVEL_LABELS,
+    LEVELS,
+    PAD_MULTIPLE,
+    level_times,
+    matmul_efficiency,
+    min_nanobatch,
+    pass_efficiency,
+)
+
+
+def figure_efficiency_map(scenarios: list[Scenario], aspect: float, n: int = 64) -> Figure:
+    """Heat maps of :func:`pass_efficiency` against nanobatch and shard size, one panel per
+    scenario; shards are ``d x aspect d``; the dashed line is :func:`min_nanobatch`."""
+    nb = np.geomspace(PAD_MULTIPLE, 2**14, n)
+    side = np.geomspace(2**8, 2**16, n)
+    vmax = max(float(scn["hardware.effective_utilization"]) for scn in scenarios)
+    fig, axes = plt.subplots(
+        1,
+        len(scenarios),
+        figsize=(3.0 * len(scenarios) + 1.2, 3.7),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    mesh = None
+    for ax, scn in zip(axes[0], scenarios, strict=True):
+        eff = pass_efficiency(scn, side[:, None], aspect * side[:, None], nb[None, :])
+        mesh = ax.pcolormesh(nb, side, eff, vmin=0, vmax=vmax, cmap="viridis", shading="auto")
+        lines = ax.contour(
+            nb, side, eff, levels=np.arange(2, 9, 2) / 10, colors="white", linewidths=0.6
+        )
+        for label in ax.clabel(lines, fmt="%.1f", fontsize=7, inline_spacing=8):
+            label.set_rotation(0)  # upright, however the contour turns
+        ax.axvline(min_nanobatch(scn), color=PALETTE[2], ls="--", lw=1.4)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xlabel("nanobatch $b$ (tokens)")
+        ax.set_title(scn.gpu_label, fontsize=10)
+        ax.grid(False)
+    axes[0][0].set_ylabel(f"shard side $d$ (shard $d \\times {aspect:g}d$)")
+    fig.colorbar(mesh, ax=list(axes[0]), label="efficiency (fraction of peak)", pad=0.02)
+    return fig
+
+
+def figure_level_times(scn: Scenario, d1: Any, d2: Any, kind: str) -> Figure:
+    """The time of each part of one matmul against the nanobatch, for one shard: the roofline
+    the model takes the maximum of, and the efficiency that results."""
+    nb = np.arange(PAD_MULTIPLE, 2**13 + 1, PAD_MULTIPLE, dtype=float)
+    parts = level_times(scn, d1, d2, nb, kind)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.8))
+    # HBM blue, L2 red, shared memory orange dashed, arithmetic purple, the kernel latency grey
+    # dash-dot: the arithmetic in the palette's teal was hard to tell from HBM's blue.
+    styles = {"hbm": (0, "-"), "l2": (1, "-"), "shared": (2, "--"), "arithmetic": (5, "-"),
+              "latency": (6, "-.")}  # fmt: skip
+    for key in (*LEVELS, "arithmetic", "latency"):
+        value = np.broadcast_to(parts[key], nb.shape)
+        colour, ls = styles[key]
+        left.plot(nb, value * 1e6, color=PALETTE[colour], ls=ls, label=LEVEL_LABELS[key])
+    left.plot(nb, parts["total"] * 1e6, color="black", lw=2, ls=":", label="total")
+    left.set_ylabel("time (µs)")
+    left.legend(fontsize=8, loc="upper left")
+    eff = matmul_efficiency(scn, d1, d2, nb, kind)
+    right.plot(nb, eff, color=PALETTE[0])
+    right.axhline(
+        scn["hardware.effective_utilization"],
+        color=PALETTE[2],
+        ls="--",
+        label="effective utilization",
+    )
+    right.axvline(min_nanobatch(scn), color=PALETTE[1], ls=":", label="minimum nanobatch")
+    right.set_ylabel("efficiency (fraction of peak)")
+    right.set_ylim(0, 1)
+    right.legend(fontsize=8, loc="lower right")
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("nanobatch $b$ (tokens)")
+    left.set_yscale("log")
+    fig.suptitle(f"{d1:g} × {d2:g} shard, {kind}, {scn.gpu_label}", fontsize=10)
+    fig.tight_layout()
+    return fig
