@@ -6,15 +6,17 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+from importlib import resources
+from pathlib import Path
 
 import pytest
-from conftest import SHARED, derivations_of
+from conftest import derivations_of
 from dmlimits import cli
 from dmlimits.core import units
 from dmlimits.core.symbols import REGISTRY
 from dmlimits.measured import confront, memory, runs, transformer
 
-BENCH = SHARED / "data" / "hf_ultrascale_benchmarks.csv"
+BENCH = Path(str(resources.files("dmlimits") / "data" / "hf_ultrascale_benchmarks.csv"))
 
 
 def _config(shape="llama2-70b", n=8, **kw) -> runs.Config:
@@ -159,7 +161,6 @@ def _bench_rows():
         return list(csv.DictReader(fh))
 
 
-@pytest.mark.skipif(not BENCH.is_file(), reason="needs ../shared/data/hf_ultrascale_benchmarks.csv")
 def test_the_check_agrees_with_recorded_out_of_memory_outcomes():
     """On the Ultra-Scale Playbook's 3,287 runs (crashed or out of memory, or ran), the peak
     estimate's verdict agrees with the outcome 92% of the time (measured, in sample: the two
@@ -169,7 +170,6 @@ def test_the_check_agrees_with_recorded_out_of_memory_outcomes():
     assert agree / len(rows) >= 0.90
 
 
-@pytest.mark.skipif(not BENCH.is_file(), reason="needs ../shared/data/hf_ultrascale_benchmarks.csv")
 def test_the_constants_are_the_fit_on_the_benchmark_file():
     """PLAYBOOK_ACTIVATION_FACTOR and OVERHEAD_BYTES are what fit_constants finds on the runs
     that ran: a changed formula that moves the fit fails here until they are refitted.  The

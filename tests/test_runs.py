@@ -4,10 +4,14 @@ calibrated mode against published runs, and the ``predict`` command."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
+import os
 from dataclasses import replace
+from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +23,7 @@ from dmlimits.core import units as u
 from dmlimits.core.symbols import REGISTRY
 from dmlimits.measured import configuration, confront, nccl, runs, transformer
 
-HF_BULK = SHARED / "data" / "hf_ultrascale_benchmarks.csv"
+HF_BULK = Path(str(resources.files("dmlimits") / "data" / "hf_ultrascale_benchmarks.csv"))
 FORMULAS = {
     **{f"transformer.{k}": v for k, v in transformer.COST_FORMULAS.items()},
     **{f"nccl.{k}": v for k, v in nccl.COST_FORMULAS.items()},
@@ -202,14 +206,31 @@ def test_half_peak_message_grows_with_nodes():
     assert fit.busbw(sizes[1], n) == pytest.approx(fit.bus_bandwidth / 2)
 
 
-def test_project_data_is_the_shared_data_when_present():
-    shared = SHARED / "data" / "paper2_nccl_allreduce_busbw.csv"
+#: The project's copies of the shared data files: (its file, the shared file, the SHA-256 of
+#: the project's copy).  The digests run everywhere; beside ../shared the rows are compared too.
+COPIES = (
+    (nccl.DATA, "paper2_nccl_allreduce_busbw.csv",
+     "bc467e94e7984adadc94773f32dbcc9467f362ba94936af2dee2a153a0f0b6ab"),
+    (runs.DATA, "published_runs_dev.csv",
+     "94a6a584ea1fff83225b6f4ccc0a3dba5d077c98b212d96cd18421edff221380"),
+    ("hf_ultrascale_benchmarks.csv", "hf_ultrascale_benchmarks.csv",
+     "6236782a9a6f9808df0b06f82adb34f93362e6e4ca4b8b735a36111efea7b486"),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(("ours", "theirs", "sha"), COPIES)
+def test_project_data_is_the_shared_data(ours, theirs, sha):
+    """Each copy is the file it was copied from: its digest as recorded (on any clone), and,
+    where ../shared is beside the project, row for row the shared file.  Under CI the shared
+    folder must be there."""
+    path = resources.files("dmlimits") / "data" / ours
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == sha, f"{ours} changed"
+    shared = SHARED / "data" / theirs
     if not shared.exists():
-        pytest.skip("../shared is not beside the project")
-    theirs = list(csv.DictReader(shared.open()))
-    assert [dict(r) for r in published.data_rows(nccl.DATA)] == theirs
-    dev = SHARED / "data" / "published_runs_dev.csv"
-    assert [dict(r) for r in published.data_rows(runs.DATA)] == list(csv.DictReader(dev.open()))
+        assert not os.environ.get("CI"), f"CI is set and {shared} is missing"
+        return
+    mine = [dict(r) for r in published.data_rows(ours)]
+    assert mine == list(csv.DictReader(shared.open()))
 
 
 # --- Published runs ------------------------------------------------------------------------------
@@ -440,7 +461,6 @@ def test_predict_runs_reads_the_data_file_with_its_comment_lines(capsys):
 
 
 @pytest.mark.slow  # the command on all 3,287 rows: end to end what the published rows check
-@pytest.mark.skipif(not HF_BULK.exists(), reason="../shared/data is not beside the project")
 def test_predict_runs_handles_every_row_of_the_bulk_file(capsys):
     out = _predict_runs(capsys, HF_BULK)
     with HF_BULK.open() as fh:
@@ -449,7 +469,6 @@ def test_predict_runs_handles_every_row_of_the_bulk_file(capsys):
     assert sum(1 for r in out if r["prediction_error"]) == 0
 
 
-@pytest.mark.skipif(not HF_BULK.exists(), reason="../shared/data is not beside the project")
 def test_calibrated_mode_on_runs_it_was_not_fitted_to():
     """The Playbook's full sweep (3,287 runs, never seen by the calibration): the bound holds,
     and the calibrated mode predicts better than the bound does.  What the real-runs chapter
@@ -573,7 +592,6 @@ def test_the_steps_bubble_is_the_simulated_schedules():
 
 
 @pytest.mark.slow  # every row of the Playbook's file interpreted, and its schedules simulated
-@pytest.mark.skipif(not HF_BULK.exists(), reason="../shared/data is not beside the project")
 def test_the_bulk_files_bubbles_are_the_simulated_schedules():
     """The same check on every pipelined configuration of the Playbook's file."""
     with HF_BULK.open() as fh:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import fcntl
-import hashlib
 import json
 import math
 import multiprocessing
@@ -45,6 +44,7 @@ from typing import Any
 
 import yaml
 
+from dmlimits.core.plumbing import atomic_copy, cache_folder, digest, write_json
 from dmlimits.core.scenario import DEFAULT_SCENARIO, SCHEMA, Scenario, read_keys, resolve
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -518,8 +518,7 @@ NOTEBOOK_CACHE_ENV = "DMLIMITS_NOTEBOOK_CACHE"
 
 def notebook_cache_dir(work: Path) -> Path | None:
     """Where executed notebooks are cached, or ``None`` when the cache is off."""
-    folder = os.environ.get(NOTEBOOK_CACHE_ENV, str(work / "cache" / "notebooks"))
-    return None if folder in ("", "off") else Path(folder)
+    return cache_folder(NOTEBOOK_CACHE_ENV, work / "cache" / "notebooks")
 
 
 #: Where the chapters' parsed sources are kept, under the cache of executed notebooks.
@@ -540,7 +539,7 @@ def _read_source(root: Path, name: str) -> Any:
     if cache is not None:
         requirements = root / "requirements.txt"
         pins = requirements.read_bytes() if requirements.is_file() else b""
-        kept = cache / SOURCES / f"{_digest(b'md:myst', text, pins, sys.version.encode())}.json"
+        kept = cache / SOURCES / f"{digest(b'md:myst', text, pins, sys.version.encode())}.json"
         try:
             nb = nbformat.from_dict(json.loads(kept.read_text(encoding="utf-8")))
         except (OSError, ValueError):  # none yet, or unreadable: parse again
@@ -554,14 +553,7 @@ def _read_source(root: Path, name: str) -> Any:
     nb = jupytext.reads(text.decode("utf-8"), fmt="md:myst")
     if kept is not None:
         with contextlib.suppress(OSError):  # a cache that cannot be written is still read
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=kept.parent, prefix=".tmp-", suffix=".json")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as out:
-                    json.dump(nb, out)
-                os.replace(tmp, kept)  # a reader sees the whole parse or none
-            finally:
-                Path(tmp).unlink(missing_ok=True)
+            write_json(kept, nb)
     return nb
 
 
@@ -569,7 +561,7 @@ def source_key(root: Path, name: str) -> str:
     """The address of a chapter's source and everything it runs on, without its parameters:
     executions with equal source keys differ only by the scenario they were given
     (:mod:`dmlimits.build.chapter_reads`)."""
-    return _digest(name.encode(), (root / f"{name}.md").read_bytes(), *_environment(root))
+    return digest(name.encode(), (root / f"{name}.md").read_bytes(), *_environment(root))
 
 
 def notebook_key(root: Path, name: str, parameters: dict) -> str:
@@ -579,21 +571,12 @@ def notebook_key(root: Path, name: str, parameters: dict) -> str:
     the library (its code, data files and presets: :func:`dmlimits.search.library_fingerprint`),
     run by the pinned environment (requirements.txt) on one Python.  A change to any of these
     gives another address, so a cached execution is never read for other inputs."""
-    return _digest(
+    return digest(
         name.encode(),
         (root / f"{name}.md").read_bytes(),
         json.dumps(parameters, sort_keys=True, default=repr).encode(),
         *_environment(root),
     )
-
-
-def _digest(*parts: bytes) -> str:
-    """One address for ``parts``, each hashed apart (so that no two splits of the same bytes
-    give the same address)."""
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(hashlib.sha256(part).digest())
-    return h.hexdigest()
 
 
 def _environment(root: Path) -> tuple[bytes, ...]:
@@ -687,11 +670,7 @@ def _cache_store(cache: Path | None, key: str, executed: Path) -> None:
     """Add an execution to the cache atomically (a reader sees the whole notebook or none)."""
     if cache is None:
         return
-    cache.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache, prefix=".tmp-", suffix=".ipynb")
-    os.close(fd)
-    shutil.copyfile(executed, tmp)
-    os.replace(tmp, cache / f"{key}.ipynb")
+    atomic_copy(executed, cache / f"{key}.ipynb")
 
 
 def _execute_one(
@@ -1251,8 +1230,7 @@ _OK = "ok"  # written in a state's folder once a build from it has succeeded
 
 def sphinx_cache_dir(work: Path) -> Path | None:
     """Where Sphinx's states are kept, or ``None`` when they are not."""
-    folder = os.environ.get(SPHINX_CACHE_ENV, str(work / "cache" / "sphinx"))
-    return None if folder in ("", "off") else Path(folder)
+    return cache_folder(SPHINX_CACHE_ENV, work / "cache" / "sphinx")
 
 
 def _staged_files(stage: Path) -> dict[Path, Path]:
@@ -1274,16 +1252,13 @@ def sphinx_key(root: Path, stage: Path, names: list[str]) -> str:
     Sphinx's incremental build is safe for: the changed chapters are read again, every label
     and number stays where it was.  A changed source or formula gives another key, so Sphinx
     reads and writes every page, strictly, as it does with the cache off."""
-    h = hashlib.sha256()
-    for rel, path in _staged_files(stage).items():
-        if rel.suffix == ".ipynb":
-            continue  # the executed chapters: what may change incrementally
-        h.update(hashlib.sha256(str(rel).encode() + b"\0" + path.read_bytes()).digest())
-    for name in names:
-        h.update(hashlib.sha256((root / f"{name}.md").read_bytes()).digest())
-    for part in _environment(root):
-        h.update(hashlib.sha256(part).digest())
-    return h.hexdigest()[:20]
+    staged = [
+        str(rel).encode() + b"\0" + path.read_bytes()
+        for rel, path in _staged_files(stage).items()
+        if rel.suffix != ".ipynb"  # the executed chapters: what may change incrementally
+    ]
+    sources = [(root / f"{name}.md").read_bytes() for name in names]
+    return digest(*staged, *sources, *_environment(root))[:20]
 
 
 #: What a chapter's execution holds that its page does not show: papermill's injected cell

@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dmlimits.core.formula_cache import read_json, write_json
+from dmlimits.core.plumbing import read_json, write_json
 from dmlimits.core.scenario import ALL_READ, Scenario
 
 #: The parameters a chapter may read through the scenario alone.

@@ -53,6 +53,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from dmlimits.core.plumbing import switched_on
+
 #: This environment variable set to ``off`` makes the build start each kernel as its own
 #: process (what the tests' nbval does, and a build did before).
 FORK_ENV = "DMLIMITS_KERNEL_FORK"
@@ -83,7 +85,7 @@ LAUNCHER = "ipykernel_launcher"
 
 def enabled() -> bool:
     """Whether the build forks its kernels (:data:`FORK_ENV` is not ``off``)."""
-    return os.environ.get(FORK_ENV, "on").strip().lower() != "off"
+    return switched_on(FORK_ENV)
 
 
 def forkable(argv: list[str]) -> bool:

@@ -37,13 +37,10 @@ from __future__ import annotations
 import ast
 import dis
 import functools
-import hashlib
 import importlib
 import inspect
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,6 +50,7 @@ import sympy as sp
 from sympy.core.function import UndefinedFunction
 from sympy.functions.elementary.piecewise import ExprCondPair
 
+from dmlimits.core.plumbing import cache_folder, digest, read_json, write_json
 from dmlimits.core.printing import Log2
 
 #: The environment variable naming the folder of kept formulas ("off" or unset: none kept).
@@ -72,18 +70,15 @@ _FINGERPRINTED = (".py", ".csv", ".yaml", ".md")
 
 
 def _fingerprint(paths: list[Path]) -> str:
-    h = hashlib.sha256()
-    for path in sorted(paths):
-        h.update(str(path.relative_to(_ROOT)).encode())
-        h.update(_file_digest(path))
-    return h.hexdigest()
+    return digest(*(part for path in sorted(paths)
+                    for part in (str(path.relative_to(_ROOT)), _file_digest(path))))  # fmt: skip
 
 
 @functools.cache
-def _file_digest(path: Path) -> bytes:
+def _file_digest(path: Path) -> str:
     """The hash of one file of the library, read once a process (the closures of several
     modules share most of their files, and every one holds the data files)."""
-    return hashlib.sha256(path.read_bytes()).digest()
+    return digest(path.read_bytes())
 
 
 @functools.cache
@@ -204,43 +199,14 @@ def _environment_key(module: str | None = None) -> str:
 
 def cache_dir() -> Path | None:
     """The folder of kept formulas, or ``None`` when none are kept."""
-    folder = os.environ.get(CACHE_ENV, "")
-    return None if folder in ("", "off") else Path(folder)
+    return cache_folder(CACHE_ENV)
 
 
 def _path(key: str, module: str | None = None) -> Path | None:
     folder = cache_dir()
     if folder is None:
         return None
-    digest = hashlib.sha256(f"{_environment_key(module)}\0{key}".encode()).hexdigest()
-    return folder / f"{digest}.json"
-
-
-def read_json(path: Path | None) -> Any:
-    """The JSON kept at ``path``, or ``None`` when there is none or it cannot be read (a file
-    cut short is built again and written over).  The sweep cache reads with it too."""
-    if path is None:
-        return None
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` to ``path`` atomically: another process reads the whole file or none
-    (two builds may race).  Raises ``OSError`` when the folder cannot be written.  The sweep
-    cache writes with it too."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    return folder / f"{digest(_environment_key(module), key)}.json"
 
 
 def _store(path: Path, data: dict) -> bool:

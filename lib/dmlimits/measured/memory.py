@@ -455,7 +455,7 @@ def peak(
     factor: float | None = None,
     overhead: float = OVERHEAD_BYTES,
 ) -> Memory:
-    """Peak bytes per GPU of a :class:`~dmlimits.measured.runs.Config` (see the module's
+    """Peak bytes per GPU of a :class:`~dmlimits.measured.configuration.Config` (see the module's
     docstring); ``factor`` defaults to the configuration's activation factor, ``overhead`` to
     the fitted constant."""
     sh = cfg.shape

@@ -607,7 +607,7 @@ def torchtitan_split(cfg: Config) -> tuple[tuple[int, ...], int]:
 
 
 #: The splits :func:`stage_times` and :func:`pipeline_stretch` take, by
-#: :class:`~dmlimits.measured.runs.Config`'s ``stages``: Megatron-LM's default, nanotron's,
+#: :class:`~dmlimits.measured.configuration.Config`'s ``stages``: Megatron-LM's default, nanotron's,
 #: Megatron-Core's with the embedding and the loss counted as layers, and torchtitan's.
 SPLITS = {
     "last": megatron_split,

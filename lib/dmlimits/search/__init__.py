@@ -36,7 +36,6 @@ Five things make it fast without changing a result (tests/test_search_pruning.py
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 import math
 import multiprocessing
@@ -46,15 +45,15 @@ from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dmlimits.core import published
 from dmlimits.core.checks import require_scenario, trusted_arguments
-from dmlimits.core.formula_cache import closure_fingerprint, read_json, write_json
+from dmlimits.core.formula_cache import closure_fingerprint
 from dmlimits.core.formula_cache import library_fingerprint as fingerprint
+from dmlimits.core.plumbing import cache_folder, digest, read_json, switched_on, write_json
 from dmlimits.core.scenario import PAPER_PRESETS, Scenario
 from dmlimits.costs import closed_forms, matmul, model
 from dmlimits.costs import collectives as coll
@@ -626,7 +625,7 @@ SEEDS = 32
 
 def pruning() -> bool:
     """Whether the search prunes (:data:`PRUNE_ENV` is not ``off``)."""
-    return os.environ.get(PRUNE_ENV, "on").strip().lower() != "off"
+    return switched_on(PRUNE_ENV)
 
 
 #: The columns of a model of the sweep that the candidates of a batch read through their pair,
@@ -1141,8 +1140,7 @@ def sweep_fingerprint() -> str:
 
 def cache_dir() -> Any:
     """The folder of the sweep cache (:data:`CACHE_ENV`), or ``None`` when it is off."""
-    folder = os.environ.get(CACHE_ENV, "")
-    return None if folder in ("", "off") else Path(folder)
+    return cache_folder(CACHE_ENV)
 
 
 def cache_path(scn: Scenario) -> Any:
@@ -1151,8 +1149,7 @@ def cache_path(scn: Scenario) -> Any:
     folder = cache_dir()
     if folder is None:
         return None
-    digest = hashlib.sha256((sweep_fingerprint() + _key(scn)).encode()).hexdigest()
-    return folder / f"{digest}.json"
+    return folder / f"{digest(sweep_fingerprint(), _key(scn))}.json"
 
 
 def _load(path: Any) -> list[dict[str, Any]] | None:
