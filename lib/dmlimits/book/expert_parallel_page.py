@@ -56,7 +56,7 @@ def figure_remote_fraction(scn: Scenario, max_degree: int = 256):
 
 
 class Example(NamedTuple):
-    """The row of :func:`sweep_table` a worked example takes, and why."""
+    """The row of :func:`~dmlimits.costs.expert_parallel.sweep_table` a worked example takes, and why."""
 
     row: int
     nearest: int  # the row nearest the compute asked for
@@ -104,7 +104,7 @@ def sweep_summary(scn: Scenario, tab: dict[str, np.ndarray] | None = None) -> st
     bandwidth ratio peaks and ends (or that it is zero: unbounded bandwidth), and from which
     compute the latency of a step's expert crossings alone exceeds the step's time budget (or
     how close it comes when it never does within the sweep).  ``tab`` is
-    :func:`sweep_table`'s, computed here when not given."""
+    :func:`~dmlimits.costs.expert_parallel.sweep_table`'s, computed here when not given."""
     tab = sweep_table(scn) if tab is None else tab
     ratio, share, experts = tab["ratio"], tab["latency_share"], tab["experts"]
     if not np.any(ratio > 0):
