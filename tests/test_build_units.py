@@ -529,7 +529,8 @@ def test_the_html_runner_preloads_sphinx_its_extensions_and_the_library_if_asked
     loaded = set(json.loads(subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout))  # fmt: skip
-    assert {"sphinx.application", "myst_nb", "sphinx_book_theme", "dmlimits.build.sphinxext"} <= loaded
+    extensions = {"sphinx.application", "myst_nb", "sphinx_book_theme", "dmlimits.build.sphinxext"}
+    assert extensions <= loaded
     # What the extensions' setup functions import, before Sphinx calls them.
     assert set(jupyter_book_run.SETUP_IMPORTS) <= loaded
     # Only what the API page's autodoc would import, and only when asked.

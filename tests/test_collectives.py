@@ -1,4 +1,5 @@
-"""Collectives (dmlimits.costs.collectives): derivations, units, a ring simulation, and the numbers."""
+"""Collectives (dmlimits.costs.collectives): derivations, units, a ring simulation, and the
+numbers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Data parallelism (dmlimits.costs.data_parallel): derivations, units, consistency with the collectives
+"""Data parallelism (dmlimits.costs.data_parallel): derivations, units, consistency with the
+collectives
 module, the memory check on hand-checkable cases, and errors.
 
 Every hardware number below comes from a scenario; the expected values are computed here from the

@@ -1,4 +1,5 @@
-"""Expert parallelism (dmlimits.costs.expert_parallel): derivations, units, and uniform routing simulated.
+"""Expert parallelism (dmlimits.costs.expert_parallel): derivations, units, and uniform routing
+simulated.
 
 The Monte Carlo simulation below is written here, independently of the library: it places the
 ``S`` experts of a block on the GPUs of an expert-parallel group, ``ep_intra`` GPUs in each of

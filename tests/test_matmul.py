@@ -1,4 +1,5 @@
-"""The single-GPU matmul model (dmlimits.costs.matmul) against the paper's printed table and itself."""
+"""The single-GPU matmul model (dmlimits.costs.matmul) against the paper's printed table and
+itself."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Pipeline parallelism (dmlimits.costs.pipeline): derivations; the bubble against simulated schedules.
+"""Pipeline parallelism (dmlimits.costs.pipeline): derivations; the bubble against simulated
+schedules.
 
 The simulations below are written here, independently of the library's formulas: they lay out
 every forward and backward slot of every microbatch on every GPU, respecting the dependencies of

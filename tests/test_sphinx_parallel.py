@@ -1,4 +1,5 @@
-"""The book's HTML in parallel (dmlimits.build.sphinxext, dmlimits.build.jupyter_book_run): Sphinx reads the
+"""The book's HTML in parallel (dmlimits.build.sphinxext, dmlimits.build.jupyter_book_run): Sphinx
+reads the
 pages in several processes, the API reference in one of its own, with the extensions Jupyter
 Book loads; the pages are those a serial build writes.  And the API reference's autodoc: an
 attribute built on first use is documented as declared, never built, and type comments are
@@ -54,7 +55,9 @@ def _build(src, out, parallel: int) -> dict[str, bytes]:
 def test_pages_read_in_parallel_are_the_pages_read_serially(tmp_path):
     """With the extensions that declare nothing about parallel reading (Sphinx would warn,
     and the strict build fail), the book's extension lets Sphinx read in parallel."""
-    extensions = ["sphinx_multitoc_numbering", "sphinx_jupyterbook_latex", "dmlimits.build.sphinxext"]
+    extensions = [
+        "sphinx_multitoc_numbering", "sphinx_jupyterbook_latex", "dmlimits.build.sphinxext",
+    ]
     _project(tmp_path / "src", extensions)
     serial = _build(tmp_path / "src", tmp_path / "serial", 1)
     parallel = _build(tmp_path / "src", tmp_path / "parallel", 2)
@@ -206,7 +209,9 @@ def test_each_page_is_unpickled_once_for_its_numbering_and_its_writing(tmp_path,
     of a build that unpickles them every time (the serial build above compares the rest)."""
     from sphinx.environment import BuildEnvironment
 
-    extensions = ["sphinx_multitoc_numbering", "sphinx_jupyterbook_latex", "dmlimits.build.sphinxext"]
+    extensions = [
+        "sphinx_multitoc_numbering", "sphinx_jupyterbook_latex", "dmlimits.build.sphinxext",
+    ]
     _project(tmp_path / "src", extensions)
     unpickled: list[str] = []
     read = BuildEnvironment.get_doctree

@@ -273,7 +273,8 @@ def test_reference_shards_and_figures():
 
     ref = tp.reference_shards()
     assert np.all(ref["rows"] * ref["tp_model"] * ref["cols"] * ref["tp_ff"] > 0)
-    for fig in (tensor_parallel_page.figure_time_vs_degree(H100), tensor_parallel_page.figure_reference_shards(H100)):
+    page = tensor_parallel_page
+    for fig in (page.figure_time_vs_degree(H100), page.figure_reference_shards(H100)):
         assert len(fig.axes) >= 1
         plt.close(fig)
 

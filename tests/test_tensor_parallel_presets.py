@@ -55,7 +55,8 @@ def test_figures_are_fit_to_read_with_unbounded_bandwidth(sets):
 
     figures.apply_style()
     scn = scenario.resolve("h100", sets=sets)
-    for fig in (tensor_parallel_page.figure_time_vs_degree(scn, DM, TOK), tensor_parallel_page.figure_reference_shards(scn)):
+    page = tensor_parallel_page
+    for fig in (page.figure_time_vs_degree(scn, DM, TOK), page.figure_reference_shards(scn)):
         figures.tidy_legends(fig)
         assert figures.check_figure(fig) == []
         labels = [line.get_label() for ax in fig.axes for line in ax.get_lines()]

@@ -155,7 +155,8 @@ def test_listing_what_a_build_sweeps_loads_no_plotting():
     import sys
 
     probe = (
-        "import json, sys\nfrom dmlimits.book import book_sweeps\nfrom dmlimits.core import scenario as sc\n"
+        "import json, sys\nfrom dmlimits.book import book_sweeps\n"
+        "from dmlimits.core import scenario as sc\n"
         "n = len(book_sweeps.scenarios_swept(sc.resolve('h100')))\n"
         "print(json.dumps([n, 'matplotlib.pyplot' in sys.modules]))"
     )

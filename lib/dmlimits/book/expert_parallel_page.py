@@ -56,7 +56,8 @@ def figure_remote_fraction(scn: Scenario, max_degree: int = 256):
 
 
 class Example(NamedTuple):
-    """The row of :func:`~dmlimits.costs.expert_parallel.sweep_table` a worked example takes, and why."""
+    """The row of :func:`~dmlimits.costs.expert_parallel.sweep_table` a worked example takes, and
+    why."""
 
     row: int
     nearest: int  # the row nearest the compute asked for

@@ -32,7 +32,8 @@ def figure_bubble(
     """The 1F1B bubble against the microbatch count: left, without interleaving for several
     ``N_PP`` (a dot where zero bubble becomes possible, ``m = 2 N_PP``); right, one ``N_PP`` with
     several interleaving factors, the waits ``z`` showing below ``m = N_PP``.  All values from
-    :func:`~dmlimits.costs.pipeline.bubble_fraction`; a dashed line at ``max_fraction`` when given."""
+    :func:`~dmlimits.costs.pipeline.bubble_fraction`; a dashed line at ``max_fraction`` when
+    given."""
     stages = [checks.whole("n_pp_values", p) for p in n_pp_values]
     p_int = checks.whole("n_pp_interleaved", n_pp_interleaved)
     factors = [checks.whole("v_values", x) for x in v_values]
@@ -96,7 +97,8 @@ def _draw_schedule(
 def figure_schedule(n_pp: Any, m: Any, v: Any, steps: Any = 2, backward: Any = BACKWARD_SLOTS):
     """Gantt charts of ``steps`` steps on ``N_PP`` GPUs with ``m`` microbatches: 1F1B, Megatron-LM's
     interleaved 1F1B with ``v`` chunks per GPU (one flush per step) and ZB-H2 (steps back to
-    back), from :func:`~dmlimits.costs.pipeline.schedule` and :func:`~dmlimits.costs.pipeline.schedule_zero_bubble`.  Time in slots of one forward
+    back), from :func:`~dmlimits.costs.pipeline.schedule` and
+    :func:`~dmlimits.costs.pipeline.schedule_zero_bubble`.  Time in slots of one forward
     pass through a whole stage; numbers are microbatches; every second step pale, passes through
     a GPU's second and later chunks hatched."""
     p, mm, vv = checks.whole("n_pp", n_pp), checks.whole("m", m), checks.whole("v", v)

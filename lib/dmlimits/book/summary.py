@@ -31,7 +31,9 @@ def entries() -> list[dict]:
         module = importlib.import_module(f"dmlimits.costs.{name}")
         summary = getattr(module, "SUMMARY", None)
         if not isinstance(summary, dict) or set(KEYS) - set(summary):
-            raise ValueError(f"dmlimits.costs.{name}.SUMMARY must be a dict with keys {', '.join(KEYS)}")
+            raise ValueError(
+                f"dmlimits.costs.{name}.SUMMARY must be a dict with keys {', '.join(KEYS)}"
+            )
         out.append({**summary, "module": name})
     return out
 

@@ -63,8 +63,8 @@ def wall_phrases(scn: Scenario) -> dict[str, str]:
     last, first = wall_between(scn)
     if first == first:  # an infeasible grid point: the wall is within the sweep
         return {
-            "falls": (f"falls until, past {pretty(last)} FLOP, no cluster of any size can finish in "
-                      "time: the latency wall."),
+            "falls": (f"falls until, past {pretty(last)} FLOP, no cluster of any size can finish "
+                      "in time: the latency wall."),
             "caption": f"the shaded region right of {pretty(first)} FLOP is infeasible.",
             "takeaway": f"no run beyond {pretty(last)} FLOP finishes in time.",
             "wall": f"the wall comes after {pretty(last)}",
@@ -395,8 +395,8 @@ def latency_paid_text(effect: dict[str, dict[str, float]]) -> str:
         else:
             way = "earlier" if y < x else "later"
             ratio = max(x, y) / min(x, y)
-            parts.append(f"{name} moves from {pretty(x)} to {pretty(y)} FLOP ({as_factor(ratio)} times "
-                         f"{way})")  # fmt: skip
+            parts.append(f"{name} moves from {pretty(x)} to {pretty(y)} FLOP "
+                         f"({as_factor(ratio)} times {way})")  # fmt: skip
     return "; ".join(parts[:-1]) + " and " + parts[-1] + "."
 
 
@@ -453,7 +453,8 @@ def analytic_figure(rows: list[dict[str, Any]]) -> plt.Figure:
 # --- Tables ------------------------------------------------------------------------------------
 def sci(x: float, digits: int = 3) -> str:
     """A number for a Markdown table: ``2.05e28`` as ``$2.05 \\times 10^{28}$``, ``NaN`` as a
-    dash, and (the rule of :func:`dmlimits.book.glue.sci`) a whole number below ten million as a count
+    dash, and (the rule of :func:`dmlimits.book.glue.sci`) a whole number below ten million as a
+    count
     with thousands separators: 4,096 GPUs, never ``$4.10 \\times 10^{3}$``."""
     if not (isinstance(x, int | float) and math.isfinite(x)):
         return "—" if x != math.inf else "∞"

@@ -370,23 +370,18 @@ class Progress:
 def _ipc_kernel_manager(socket_dir: Path, reads: Path | None = None, forks: Any = None):
     """Kernels talk to papermill over local IPC sockets (in ``socket_dir``, a short path under
     the system's temporary folder: socket paths are limited in length) rather than TCP.  With
-    ``reads``, the kernel lists there the assumptions it reads (:mod:`dmlimits.build.chapter_reads`).
+    ``reads``, the kernel lists there the assumptions it reads
+    (:mod:`dmlimits.build.chapter_reads`).
     With ``forks`` (a started :class:`dmlimits.build.kernel_fork.ForkServer`), the kernel is forked
     from it rather than started as a new interpreter."""
     # the build's notebook tools load only when building
-    from jupyter_client.manager import (
-        AsyncKernelManager,  # the build's notebook tools load only when building
-    )
+    from jupyter_client.manager import AsyncKernelManager
 
     # the build's parent process imports no more of the library than it runs
-    from dmlimits.build import (
-        kernel_fork,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits.build import kernel_fork
 
     # the build's parent process imports no more of the library than it runs
-    from dmlimits.core.scenario import (
-        READS_ENV,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits.core.scenario import READS_ENV
 
     class IpcKernelManager(AsyncKernelManager):
         def __init__(self, **kwargs):
@@ -467,9 +462,7 @@ def _ready_client() -> type:
     that comes later answers no cell's request, and nbclient only reads a cell's own
     messages."""
     # the build's notebook tools load only when building
-    from jupyter_client.asynchronous import (
-        AsyncKernelClient,  # the build's notebook tools load only when building
-    )
+    from jupyter_client.asynchronous import AsyncKernelClient
 
     class ReadyClient(AsyncKernelClient):
         async def wait_for_ready(self, timeout: float | None = None) -> None:
@@ -584,9 +577,7 @@ def _environment(root: Path) -> tuple[bytes, ...]:
     files (:func:`dmlimits.search.library_fingerprint`), the pinned environment and the
     Python."""
     # the build's parent process imports no more of the library than it runs
-    from dmlimits import (
-        search,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits import search
 
     requirements = root / "requirements.txt"
     return (
@@ -868,9 +859,7 @@ def execute_notebooks(
     (``None``: each kernel starts on its own), or, with ``"own"``, from a server started here
     when a notebook is to be executed."""
     # the build's parent process imports no more of the library than it runs
-    from dmlimits.build import (
-        chapter_reads,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits.build import chapter_reads
 
     total = len(names)
     cache = notebook_cache_dir(root / "_build")
@@ -975,9 +964,7 @@ def _fork_server() -> Any:
     ``None`` when it is switched off or cannot be started (each kernel is then started as its
     own process)."""
     # the build's parent process imports no more of the library than it runs
-    from dmlimits.build import (
-        kernel_fork,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits.build import kernel_fork
 
     if not kernel_fork.enabled():
         return None
@@ -993,9 +980,7 @@ def keep_formulas(work: Path) -> None:
     notebooks' kernels inherit the variable): ``_build/cache/formulas`` unless the environment
     names another folder, or ``off`` (:mod:`dmlimits.core.formula_cache`)."""
     # the build's parent process imports no more of the library than it runs
-    from dmlimits.core import (
-        formula_cache,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits.core import formula_cache
 
     os.environ.setdefault(formula_cache.CACHE_ENV, str(work / "cache" / "formulas"))
 
@@ -1005,9 +990,7 @@ def keep_sweeps(work: Path) -> None:
     ``_build/cache/sweeps`` unless the environment names another folder, or ``off``
     (:data:`dmlimits.search.CACHE_ENV`)."""
     # the build's parent process imports no more of the library than it runs
-    from dmlimits import (
-        search,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits import search
 
     os.environ.setdefault(search.CACHE_ENV, str(work / "cache" / "sweeps"))
 
@@ -1020,14 +1003,10 @@ def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
     Meanwhile the model's closed forms the chapters read are built and kept
     (:func:`start_keeping_closed_forms`)."""
     # the build's parent process imports no more of the library than it runs
-    from dmlimits import (
-        search,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits import search
 
     # the build's parent process imports no more of the library than it runs
-    from dmlimits.book import (
-        book_sweeps,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits.book import book_sweeps
 
     keep_sweeps(work)
     if search.cache_path(scn) is None:
@@ -1055,9 +1034,7 @@ def sweep_up_front(scn: Scenario, work: Path, jobs: int) -> None:
 def _sweep_round(scns: list[Scenario], order: str, jobs: int) -> int:
     """Sweep those of ``scns`` that the cache lacks, with a progress bar; how many."""
     # the build's parent process imports no more of the library than it runs
-    from dmlimits import (
-        search,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits import search
 
     todo = [s for s in scns if not search.cache_path(s).is_file()]
     if not todo:
@@ -1086,14 +1063,10 @@ def start_keeping_closed_forms(scns: list[Scenario]) -> Any:
     core that is otherwise idle while the search builds its own formulas before its workers
     start.  If it fails, the chapters build what it did not keep, and fail there, loudly."""
     # the build's parent process imports no more of the library than it runs
-    from dmlimits.core import (
-        formula_cache,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits.core import formula_cache
 
     # the build's parent process imports no more of the library than it runs
-    from dmlimits.costs import (
-        model,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits.costs import model
 
     laws = list(dict.fromkeys((bool(x["model.sparse"]), str(x["batch.law"])) for x in scns))
     if formula_cache.cache_dir() is None or all(model.closed_forms_kept(*law) for law in laws):
@@ -1107,9 +1080,7 @@ def start_keeping_closed_forms(scns: list[Scenario]) -> Any:
 
 def _build_closed_forms(laws: list[tuple[bool, str]]) -> None:
     # the build's parent process imports no more of the library than it runs
-    from dmlimits.costs import (
-        model,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits.costs import model
 
     for signum in STOP_SIGNALS:  # stopped at once with the build, not by its handler
         signal.signal(signum, signal.SIG_DFL)
@@ -1263,7 +1234,8 @@ def sphinx_key(root: Path, stage: Path, names: list[str]) -> str:
 
 #: What a chapter's execution holds that its page does not show: papermill's injected cell
 #: (hidden from the page, :func:`_hide_injected_parameters`) and, in the notebook's metadata,
-#: the parameters and what a copied execution read (:func:`dmlimits.build.chapter_reads.reparameterize`).
+#: the parameters and what a copied execution read
+#: (:func:`dmlimits.build.chapter_reads.reparameterize`).
 _NOT_ON_THE_PAGE = ("papermill", "dmlimits")
 
 
@@ -1543,9 +1515,7 @@ def _build(
         if pruned:
             _say(f"removed {pruned} execution(s) used longest ago from the notebook cache")
         # the build's parent process imports no more of the library than it runs
-        from dmlimits import (
-            search,  # the build's parent process imports no more of the library than it runs
-        )
+        from dmlimits import search
 
         pruned = prune_sweep_cache(search.cache_dir())
         if pruned:

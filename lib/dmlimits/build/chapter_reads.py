@@ -143,9 +143,7 @@ def reparameterize(path: Path, parameters: dict[str, Any], reads: list[str]) -> 
     import nbformat  # the build's notebook tools load only when building
 
     # the build's notebook tools load only when building
-    from papermill.translators import (
-        translate_parameters,  # the build's notebook tools load only when building
-    )
+    from papermill.translators import translate_parameters
 
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:

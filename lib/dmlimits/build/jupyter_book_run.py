@@ -57,9 +57,7 @@ def main(argv: list[str]) -> int:
             build = jupyter_book.sphinx.build_sphinx  # the command imports it when it runs
             jupyter_book.sphinx.build_sphinx = functools.partial(build, jobs=jobs)
     # Jupyter Book loads only when the HTML is built
-    from jupyter_book.cli.main import (
-        main as jupyter_book,  # Jupyter Book loads only when the HTML is built
-    )
+    from jupyter_book.cli.main import main as jupyter_book
 
     try:
         with collector_off():
@@ -115,9 +113,7 @@ def preload(config: Path, library: bool) -> None:
     from jupyter_book.cli import main as _  # noqa: F401
 
     # Jupyter Book loads only when the HTML is built
-    from jupyter_book.config import (
-        get_final_config,  # Jupyter Book loads only when the HTML is built
-    )
+    from jupyter_book.config import get_final_config
 
     sphinx_config, _meta = get_final_config(
         user_yaml=config,
@@ -131,18 +127,14 @@ def preload(config: Path, library: bool) -> None:
             continue
     try:
         # the build's parent process imports no more of the library than it runs
-        from dmlimits.build.sphinxext import (
-            plugins_read_ahead,  # the build's parent process imports no more of the library than it runs
-        )
+        from dmlimits.build.sphinxext import plugins_read_ahead
 
         plugins_read_ahead()
     except Exception:  # the build looks them up again, and reports what fails
         pass
     if library:
         # the build's parent process imports no more of the library than it runs
-        from dmlimits.core.derivation import (
-            import_library,  # the build's parent process imports no more of the library than it runs
-        )
+        from dmlimits.core.derivation import import_library
 
         import_library()
 
@@ -167,9 +159,7 @@ def run_and_leave(argv: list[str]) -> None:
     """:func:`main`, then end the process at once with its exit code (an exception it raised
     is printed first, exit code 1)."""
     # the build's parent process imports no more of the library than it runs
-    from dmlimits.build.kernel_fork import (
-        end_now,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits.build.kernel_fork import end_now
 
     code = 1
     try:

@@ -352,9 +352,7 @@ def _declared_not_built(module, name, *default):
     from sphinx.util.inspect import safe_getattr  # Sphinx loads only inside its own build
 
     # the build's parent process imports no more of the library than it runs
-    from dmlimits.core import (
-        lazy,  # the build's parent process imports no more of the library than it runs
-    )
+    from dmlimits.core import lazy
 
     if name in lazy.lazy_names(module):
         if default:

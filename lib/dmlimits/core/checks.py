@@ -80,7 +80,8 @@ def whole(name: str, value: Any, minimum: int = 1) -> int:
     """One whole number of at least ``minimum`` (a Python or numpy integer, or a whole float),
     as an ``int``; otherwise a ValueError that names the value and what was expected."""
     expected = f"expected a whole number of at least {minimum}"
-    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
+    number_types = int | float | np.integer | np.floating
+    if isinstance(value, bool | np.bool_) or not isinstance(value, number_types):
         raise ValueError(f"{name}: got {value!r:.80}; {expected}")
     number = float(value)
     if not (math.isfinite(number) and number == int(number) and number >= minimum):

@@ -448,7 +448,8 @@ def register(builder):
 
 def import_library() -> None:
     """Import every module of the package, subpackages included: each registers its
-    derivations (here) and its symbols (in the registry of ``dmlimits.core.symbols``) when imported."""
+    derivations (here) and its symbols (in the registry of ``dmlimits.core.symbols``) when
+    imported."""
     # The package's folder, walked as a registry finds its entries: every module is imported
     # by name, so that each layer registers what it derives without this module naming it.
     package = str(Path(__file__).resolve().parents[1])

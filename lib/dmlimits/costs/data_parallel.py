@@ -9,7 +9,8 @@ This module derives that cost itself, in sympy, from the collectives module's ex
 
 * **The all-reduce.**  One all-reduce of all ``N`` gradient words per step, among the ``N_DP``
   replicas, split over the hierarchy: ``N_DP,0`` replicas inside each node, ``N_DP,1`` nodes.
-  It is :mod:`dmlimits.costs.collectives`' two-level all-reduce (``collectives-allreduce-two-level``)
+  It is :mod:`dmlimits.costs.collectives`' two-level all-reduce
+  (``collectives-allreduce-two-level``)
   with ``n_w = N``, one repetition, spread over the ``N_GPU`` GPUs of the cluster (each GPU
   all-reduces the gradients of its own shard of the model, ``N N_DP / N_GPU`` words).
 * **Two explicit choices.**  ``overlap_levels`` (default ``True``): the bandwidth times of the

@@ -989,7 +989,8 @@ def best_split(
 ) -> tuple[int, int]:
     """The split by the rule, dividing both widths, with the least bandwidth time."""
     scn = _check_scenario(scn)
-    dm, dff, n = checks.whole("d_model", d_model), checks.whole("d_ff", d_ff), checks.whole("n_tp", n_tp)
+    dm, dff = checks.whole("d_model", d_model), checks.whole("d_ff", d_ff)
+    n = checks.whole("n_tp", n_tp)
     splits = [(m, f) for m, f in tp_splits(n) if dm % m == 0 and dff % f == 0]
     if not splits:
         raise ValueError(

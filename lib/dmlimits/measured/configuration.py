@@ -175,7 +175,8 @@ class Factors:
     includes the derate, divided by ``matmul``; the memory-bound operations and the optimizer
     step from HBM bandwidth) instead of as the step's FLOP at one efficiency.  ``windows``:
     each overlappable collective hides behind the compute it can run beside
-    (:data:`~dmlimits.measured.runs.OVERLAP_WINDOWS`), not behind the share ``overlap`` of the whole step's."""
+    (:data:`~dmlimits.measured.runs.OVERLAP_WINDOWS`), not behind the share ``overlap`` of the
+    whole step's."""
 
     matmul: float = 1.0
     collective: float = 1.0

@@ -845,7 +845,8 @@ def published_peak_errors() -> list[tuple[dict, float]]:
         if r["metric"] != "peak_memory":
             continue
         unit = {"GiB": 2**30, "GB": 1e9}[r["unit"]]
-        out.append((r, memory.peak(runs.interpret(r).config).total / (float(r["value"]) * unit) - 1))
+        predicted = memory.peak(runs.interpret(r).config).total
+        out.append((r, predicted / (float(r["value"]) * unit) - 1))
     return out
 
 

@@ -1,7 +1,8 @@
 """Peak memory of one GPU in a real training run: does a configuration fit?
 
 The first paper checks only that parameters and optimizer state fit the cluster's HBM
-(:mod:`dmlimits.costs.data_parallel`).  A real run of :mod:`dmlimits.measured.runs` also holds gradients
+(:mod:`dmlimits.costs.data_parallel`).  A real run of :mod:`dmlimits.measured.runs` also holds
+gradients
 and activations, and shards them by its ZeRO stage, FSDP or HSDP group, tensor, sequence,
 context and pipeline splits.  This module counts them, in sympy where it is a formula:
 

@@ -1006,7 +1006,8 @@ KEEPS_GATHERED_SOURCES = ("torchtitan",)
 
 
 #: Sources whose framework splits its pipeline's blocks otherwise than Megatron-LM's default,
-#: and how (:data:`~dmlimits.measured.configuration.STAGE_PLACEMENTS`).  nanotron, the Ultra-Scale Playbook's framework, deals
+#: and how (:data:`~dmlimits.measured.configuration.STAGE_PLACEMENTS`).  nanotron, the Ultra-Scale
+#: Playbook's framework, deals
 #: the blocks to the stages by a compute cost that counts the output layer, greedily
 #: (``build_model`` in ``nanotron/models/base.py``;
 #: :func:`dmlimits.measured.operations.nanotron_split`); its stages come out uneven all the

@@ -1,6 +1,7 @@
 """Premises: what justifies the steps a derivation does not prove.
 
-:meth:`dmlimits.core.derivation.Derivation.verify` proves that every step follows from the one before
+:meth:`dmlimits.core.derivation.Derivation.verify` proves that every step follows from the one
+before
 it.  It cannot prove the first step, nor a substitution labelled a definition or an assumption:
 those are the derivation's *premises*, and a wrong premise verifies as well as a right one.  This
 subpackage says, for every derivation of the library, how each premise is justified
@@ -50,7 +51,8 @@ __all__ = [
 # --- Premises and how each is justified ---------------------------------------------------------
 @dataclass(frozen=True)
 class Premise:
-    """A step of a derivation that :meth:`~dmlimits.core.derivation.Derivation.verify` does not prove."""
+    """A step of a derivation that :meth:`~dmlimits.core.derivation.Derivation.verify` does not
+    prove."""
 
     step: int  # 1-based
     kind: str  # "first step", "definition" or "assumption"
@@ -130,7 +132,8 @@ class Report:
 
 def check(d: Derivation) -> Report:
     """Verify ``d``'s steps, check its cited premises and run its oracle; raise
-    :class:`~dmlimits.core.derivation.DerivationError` or :class:`PremiseError` naming what fails."""
+    :class:`~dmlimits.core.derivation.DerivationError` or :class:`PremiseError` naming what
+    fails."""
     d.verify()
     found = premises(d)
     o = ORACLES.get(d.name)

@@ -1452,7 +1452,8 @@ REFERENCE_TOLERANCE = 0.01
 
 def reference_rows(setting: str) -> list[dict[str, Any]]:
     """The authors' final code's result at every model of one setting's sweep (a preset name of
-    :data:`dmlimits.core.scenario.PAPER_PRESETS`), from ``data/paper1_reference_sweeps.csv``: numbers
+    :data:`dmlimits.core.scenario.PAPER_PRESETS`), from ``data/paper1_reference_sweeps.csv``:
+    numbers
     as floats, ``feasible`` as a bool, an empty configuration as ``NaN``."""
     if setting not in PAPER_PRESETS:
         raise ValueError(
