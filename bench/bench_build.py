@@ -16,7 +16,8 @@ order:
 2. the default book again, nothing changed: every sweep and notebook is read from the caches,
    and Sphinx reads and writes no page;
 3. one changed assumption (``training.months=6``): the sweeps and notebooks that depend on it
-   are computed again (a chapter that read none of it is copied: :mod:`dmlimits.build.chapter_reads`),
+   are computed again (a chapter that read none of it is copied:
+   :mod:`dmlimits.build.chapter_reads`),
    and Sphinx reads and writes the chapters again.
 
 The run is repeated (``--repeat``, three times unless told), each time from empty caches, and
