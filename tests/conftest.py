@@ -74,7 +74,7 @@ def derivations_of(module: str) -> list:
 
 
 def toc_notebooks() -> list[str]:
-    from dmlimits.build import toc_notebooks as names
+    from dmlimits.build.engine import toc_notebooks as names
 
     return [Path(n).name for n in names(ROOT)]
 

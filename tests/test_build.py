@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import BUILD, EXECUTED, HTML, ROOT, run_cli, toc_notebooks
 from dmlimits.book.glue import read_glued
-from dmlimits.build import NOTEBOOK_CACHE_ENV, REPOSITORY_ENV, SPHINX_CACHE_ENV, stream_texts
+from dmlimits.build.engine import NOTEBOOK_CACHE_ENV, REPOSITORY_ENV, SPHINX_CACHE_ENV, stream_texts
 from dmlimits.core import published
 from dmlimits.core.scenario import resolve
 from dmlimits.costs import model
@@ -56,8 +56,8 @@ SCENARIO_FREE = {"notebooks/notation", "notebooks/summary", "notebooks/diminishi
 def _seed(cache: Path) -> set[str]:
     """Copy into ``cache`` the default book's executions of the chapters that read nothing of
     the scenario, with what they read; return those chapters."""
-    from dmlimits import build
     from dmlimits.build import chapter_reads
+    from dmlimits.build import engine as build
 
     project = build.notebook_cache_dir(BUILD)
     seeded = set()

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT
-from dmlimits import build
+from dmlimits.build import engine as build
 from dmlimits.build import jupyter_book_run
 from dmlimits.core.scenario import resolve
 

@@ -14,9 +14,9 @@ import jupytext
 import nbformat
 import pytest
 from conftest import ROOT
-from dmlimits import build
 from dmlimits.book.glue import read_glued
 from dmlimits.build import chapter_reads
+from dmlimits.build import engine as build
 from dmlimits.core import scenario as sc
 
 

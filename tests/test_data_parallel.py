@@ -1,6 +1,5 @@
 """Data parallelism (dmlimits.costs.data_parallel): derivations, units, consistency with the
-collectives
-module, the memory check on hand-checkable cases, and errors.
+collectives module, the memory check on hand-checkable cases, and errors.
 
 Every hardware number below comes from a scenario; the expected values are computed here from the
 scenario's figures by the simple arithmetic of the paper's data-parallel costs (Erdil &

@@ -13,7 +13,7 @@ import time
 
 import psutil
 import pytest
-from dmlimits import build
+from dmlimits.build import engine as build
 from dmlimits.build import kernel_fork
 from dmlimits.core import scenario as sc
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 from conftest import ROOT
-from dmlimits import build
+from dmlimits.build import engine as build
 from dmlimits.core import scenario as sc
 
 

@@ -64,14 +64,14 @@ def test_binder_runs_the_projects_python():
     ],
 )
 def test_the_repository_url_is_read_and_normalized(monkeypatch, given, url):
-    from dmlimits.build import REPOSITORY_ENV, repository_url
+    from dmlimits.build.engine import REPOSITORY_ENV, repository_url
 
     monkeypatch.setenv(REPOSITORY_ENV, given)
     assert repository_url({}) == url
 
 
 def test_a_bad_repository_url_names_the_value(monkeypatch):
-    from dmlimits.build import REPOSITORY_ENV, RepositoryError, repository_url
+    from dmlimits.build.engine import REPOSITORY_ENV, RepositoryError, repository_url
 
     monkeypatch.setenv(REPOSITORY_ENV, "https://github.com/only-owner")
     with pytest.raises(RepositoryError, match=r"'https://github.com/only-owner' is not a repo"):

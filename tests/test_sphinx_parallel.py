@@ -1,7 +1,6 @@
 """The book's HTML in parallel (dmlimits.build.sphinxext, dmlimits.build.jupyter_book_run): Sphinx
-reads the
-pages in several processes, the API reference in one of its own, with the extensions Jupyter
-Book loads; the pages are those a serial build writes.  And the API reference's autodoc: an
+reads the pages in several processes, the API reference in one of its own, with the extensions
+Jupyter Book loads; the pages are those a serial build writes.  And the API reference's autodoc: an
 attribute built on first use is documented as declared, never built, and type comments are
 not read (the library has none)."""
 

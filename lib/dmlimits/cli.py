@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dmlimits.build import RepositoryError
+from dmlimits.build.engine import RepositoryError
 from dmlimits.core.scenario import DEFAULT_SCENARIO, ScenarioError, describe_presets, resolve
 
 

@@ -1,9 +1,9 @@
 """The scenarios whose sweeps a book's chapters read, listed for the build to sweep up front.
 
-A build asks for them before any chapter runs (:func:`dmlimits.build.sweep_up_front`), so they
-live apart from the figures and tables that read the sweeps (:mod:`dmlimits.book.whole_run`):
-listing
-them imports the search and the what-if variants, not matplotlib.
+A build asks for them before any chapter runs (:func:`dmlimits.build.engine.sweep_up_front`),
+so they live apart from the figures and tables that read the sweeps
+(:mod:`dmlimits.book.whole_run`): listing them imports the search and the what-if variants, not
+matplotlib.
 """
 
 from __future__ import annotations

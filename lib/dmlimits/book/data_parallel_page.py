@@ -66,8 +66,8 @@ def figure_dp_time(scn: Scenario, degrees: tuple[int, ...] = FIGURE_DEGREES):
 def figure_dp_memory(scn: Scenario):
     """The largest data-parallel degree the memory allows on the smallest cluster that trains
     each model in time, against the most replicas the batch allows
-    (:func:`~dmlimits.costs.data_parallel.batch_bound`) and
-    the degree at which the all-reduce takes as long as the arithmetic."""
+    (:func:`~dmlimits.costs.data_parallel.batch_bound`) and the degree at which the all-reduce
+    takes as long as the arithmetic."""
     scn = require_scenario(scn)
     plt = figures.plt
     sh = model.shapes(scn)

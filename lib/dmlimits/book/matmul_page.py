@@ -24,8 +24,7 @@ from dmlimits.costs.matmul import (
 
 def figure_efficiency_map(scenarios: list[Scenario], aspect: float, n: int = 64) -> Figure:
     """Heat maps of :func:`~dmlimits.costs.matmul.pass_efficiency` against nanobatch and shard
-    size, one panel per
-    scenario; shards are ``d x aspect d``; the dashed line is
+    size, one panel per scenario; shards are ``d x aspect d``; the dashed line is
     :func:`~dmlimits.costs.matmul.min_nanobatch`."""
     nb = np.geomspace(PAD_MULTIPLE, 2**14, n)
     side = np.geomspace(2**8, 2**16, n)

@@ -98,8 +98,8 @@ def figure_schedule(n_pp: Any, m: Any, v: Any, steps: Any = 2, backward: Any = B
     """Gantt charts of ``steps`` steps on ``N_PP`` GPUs with ``m`` microbatches: 1F1B, Megatron-LM's
     interleaved 1F1B with ``v`` chunks per GPU (one flush per step) and ZB-H2 (steps back to
     back), from :func:`~dmlimits.costs.pipeline.schedule` and
-    :func:`~dmlimits.costs.pipeline.schedule_zero_bubble`.  Time in slots of one forward
-    pass through a whole stage; numbers are microbatches; every second step pale, passes through
+    :func:`~dmlimits.costs.pipeline.schedule_zero_bubble`.  Time in slots of one forward pass
+    through a whole stage; numbers are microbatches; every second step pale, passes through
     a GPU's second and later chunks hatched."""
     p, mm, vv = checks.whole("n_pp", n_pp), checks.whole("m", m), checks.whole("v", v)
     k, b = checks.whole("steps", steps), checks.whole("backward", backward)

@@ -454,8 +454,7 @@ def analytic_figure(rows: list[dict[str, Any]]) -> plt.Figure:
 def sci(x: float, digits: int = 3) -> str:
     """A number for a Markdown table: ``2.05e28`` as ``$2.05 \\times 10^{28}$``, ``NaN`` as a
     dash, and (the rule of :func:`dmlimits.book.glue.sci`) a whole number below ten million as a
-    count
-    with thousands separators: 4,096 GPUs, never ``$4.10 \\times 10^{3}$``."""
+    count with thousands separators: 4,096 GPUs, never ``$4.10 \\times 10^{3}$``."""
     if not (isinstance(x, int | float) and math.isfinite(x)):
         return "—" if x != math.inf else "∞"
     if float(x).is_integer() and abs(x) < 1e7:

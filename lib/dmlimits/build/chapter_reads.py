@@ -36,7 +36,7 @@ KEEP = 12
 #: Where the lists are kept, under the cache of executed notebooks.
 FOLDER = "reads"
 #: What a kernel reads of its scenario that the build's scenario may hold otherwise: the kernel
-#: resolves a preset and overrides (:func:`dmlimits.build.notebook_parameters`), whose
+#: resolves a preset and overrides (:func:`dmlimits.build.engine.notebook_parameters`), whose
 #: description, origin and overrides are not a scenario file's.  An execution that read one
 #: of them is kept for its own parameters only.  (The name is passed to the kernel as is.)
 NOT_COMPARED = ("@description", "@origin", "@overrides")

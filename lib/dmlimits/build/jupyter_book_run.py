@@ -22,7 +22,7 @@ imports Jupyter Book, Sphinx and the extensions the book's ``_config.yml`` names
 as one line of JSON on its standard input, ``{"argv": [...], "cwd": "..."}``, and runs it as
 above (end of input: it ends, having run nothing).  The build starts it when the chapters start
 running, so that these imports, a second or two of one core once the chapters are done, are
-made while the chapters use both cores (:func:`dmlimits.build.execute_notebooks`).  Imported
+made while the chapters use both cores (:func:`dmlimits.build.engine.execute_notebooks`).  Imported
 before Sphinx forks its reading processes, the library is not imported again in the process
 that reads the API page, the longest to read.
 """

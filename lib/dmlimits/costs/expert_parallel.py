@@ -16,8 +16,7 @@ derives that part of the model in sympy:
 * **The all-to-all as point-to-point transfers.**  At every layer interface each token's
   activations (``d_model`` words) go to the GPU of its next expert, and their gradients come back
   in the backward pass: the traffic of a pipeline stage boundary (:mod:`dmlimits.costs.pipeline`),
-  but
-  paid in bandwidth only for tokens whose expert lives elsewhere, at the level where it lives.
+  but paid in bandwidth only for tokens whose expert lives elsewhere, at the level where it lives.
   The expected bandwidth times of the two levels add, as in the paper.  Latency: every interface
   pays one message latency each way at the highest level the group spans (with many tokens some
   token always goes there), as the authors' final code does; ``latency="expected"`` weights it

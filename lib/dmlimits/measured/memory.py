@@ -2,8 +2,7 @@
 
 The first paper checks only that parameters and optimizer state fit the cluster's HBM
 (:mod:`dmlimits.costs.data_parallel`).  A real run of :mod:`dmlimits.measured.runs` also holds
-gradients
-and activations, and shards them by its ZeRO stage, FSDP or HSDP group, tensor, sequence,
+gradients and activations, and shards them by its ZeRO stage, FSDP or HSDP group, tensor, sequence,
 context and pipeline splits.  This module counts them, in sympy where it is a formula:
 
 * **Model state** (Rajbhandari et al. 2020, ZeRO): mixed-precision training with Adam keeps

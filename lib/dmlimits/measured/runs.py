@@ -1005,11 +1005,10 @@ SEQUENCE_PARALLEL_SOURCES = ("torchtitan", "ultra-scale playbook")
 KEEPS_GATHERED_SOURCES = ("torchtitan",)
 
 
-#: Sources whose framework splits its pipeline's blocks otherwise than Megatron-LM's default,
-#: and how (:data:`~dmlimits.measured.configuration.STAGE_PLACEMENTS`).  nanotron, the Ultra-Scale
-#: Playbook's framework, deals
-#: the blocks to the stages by a compute cost that counts the output layer, greedily
-#: (``build_model`` in ``nanotron/models/base.py``;
+#: Sources whose framework splits its pipeline's blocks otherwise than Megatron-LM's default, and
+#: how (:data:`~dmlimits.measured.configuration.STAGE_PLACEMENTS`).  nanotron, the Ultra-Scale
+#: Playbook's framework, deals the blocks to the stages by a compute cost that counts the output
+#: layer, greedily (``build_model`` in ``nanotron/models/base.py``;
 #: :func:`dmlimits.measured.operations.nanotron_split`); its stages come out uneven all the
 #: same.  torchtitan, given no split points, gives the first
 #: stage the fewest blocks and the middle ones the remainder

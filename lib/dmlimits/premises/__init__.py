@@ -1,10 +1,9 @@
 """Premises: what justifies the steps a derivation does not prove.
 
 :meth:`dmlimits.core.derivation.Derivation.verify` proves that every step follows from the one
-before
-it.  It cannot prove the first step, nor a substitution labelled a definition or an assumption:
-those are the derivation's *premises*, and a wrong premise verifies as well as a right one.  This
-subpackage says, for every derivation of the library, how each premise is justified
+before it.  It cannot prove the first step, nor a substitution labelled a definition or an
+assumption: those are the derivation's *premises*, and a wrong premise verifies as well as a right
+one.  This subpackage says, for every derivation of the library, how each premise is justified
 (:mod:`.base`: the oracles' registry and evaluation; :mod:`.simulations`: the simulations and
 counts; :mod:`.oracles`: one oracle per derivation; here: the premises and the report):
 

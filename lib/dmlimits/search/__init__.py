@@ -1154,7 +1154,7 @@ def cache_path(scn: Scenario) -> Any:
 
 def _load(path: Any) -> list[dict[str, Any]] | None:
     """The sweep kept at ``path``, marked used now (the build removes the sweeps used longest
-    ago first: :func:`dmlimits.build.prune_sweep_cache`); ``None`` when there is none."""
+    ago first: :func:`dmlimits.build.engine.prune_sweep_cache`); ``None`` when there is none."""
 
     results = read_json(path)
     if results is not None:
@@ -1453,8 +1453,7 @@ REFERENCE_TOLERANCE = 0.01
 def reference_rows(setting: str) -> list[dict[str, Any]]:
     """The authors' final code's result at every model of one setting's sweep (a preset name of
     :data:`dmlimits.core.scenario.PAPER_PRESETS`), from ``data/paper1_reference_sweeps.csv``:
-    numbers
-    as floats, ``feasible`` as a bool, an empty configuration as ``NaN``."""
+    numbers as floats, ``feasible`` as a bool, an empty configuration as ``NaN``."""
     if setting not in PAPER_PRESETS:
         raise ValueError(
             f"setting: got {setting!r}; expected one of the paper's presets: "
