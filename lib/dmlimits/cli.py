@@ -116,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from dmlimits.build import (  # a command imports the layers it runs only
+    from dmlimits.build.engine import (  # a command imports the layers it runs only
         BuildError,
         BuildInterrupted,
         build,
@@ -153,7 +153,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_scenarios(args: argparse.Namespace) -> int:
     if args.keys:
-        from dmlimits.build import scenario_keys  # a command imports the layers it runs only
+        from dmlimits.build.engine import scenario_keys  # a command imports the layers it runs only
 
         for key, expected, doc in scenario_keys():
             print(f"{key:<38} {doc}; {expected}")
