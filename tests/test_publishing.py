@@ -90,7 +90,7 @@ def test_the_binder_button_opens_the_myst_source():
             {"type": "link", "text": "repository", "url": "https://github.com/o/r"},
         ]
     }  # fmt: skip
-    sphinxext._binder_opens_myst(None, "notebooks/model", "page.html", context, None)
+    sphinxext.binder_opens_myst(None, "notebooks/model", "page.html", context, None)
     assert context["header_buttons"][0]["buttons"][0]["url"] == binder + ".md"
     assert context["header_buttons"][1]["url"] == "https://github.com/o/r"
 

@@ -302,11 +302,11 @@ def test_the_disk_cache_returns_the_same_sweep(tmp_path, monkeypatch):
     monkeypatch.setenv(search.CACHE_ENV, "off")
     assert search.cache_path(scn) is None
     monkeypatch.setenv(search.CACHE_ENV, str(tmp_path))
-    search._SWEEPS.pop(search._key(scn), None)
+    search._SWEEPS.pop(search.scenario_key(scn), None)
     computed = search.sweep(scn)
     path = search.cache_path(scn)
     assert path.is_file() and path.parent == tmp_path
-    search._SWEEPS.pop(search._key(scn), None)
+    search._SWEEPS.pop(search.scenario_key(scn), None)
     read = search.sweep(scn)
     for a, b in zip(computed, read, strict=True):
         assert a.keys() == b.keys()

@@ -72,15 +72,15 @@ def test_pages_read_in_parallel_are_the_pages_read_serially(tmp_path):
 def test_each_page_of_the_api_reference_is_read_in_a_process_of_its_own():
     import sphinx.builders
     import yaml
-    from dmlimits.build import sphinxext
+    from dmlimits.build import patches
 
     # The pages named are the book's: a renamed page would be read with ten others again.
     toc = (ROOT / "_toc.yml").read_text()
     files = {e["file"] for p in yaml.safe_load(toc)["parts"] for e in p["chapters"]}
-    assert set(sphinxext.READ_ALONE) <= files
-    sphinxext._read_alone_in_parallel()
-    sphinxext._read_alone_in_parallel()  # once per process
-    alone = list(sphinxext.READ_ALONE)
+    assert set(patches.READ_ALONE) <= files
+    patches.read_alone_in_parallel()
+    patches.read_alone_in_parallel()  # once per process
+    alone = list(patches.READ_ALONE)
     docs = sorted([*alone, *(f"notebooks/n{i:02}" for i in range(24))])
     chunks = sphinx.builders.make_chunks(docs, 2)
     assert chunks[: len(alone)] == [[page] for page in alone] and len(chunks) > len(alone)
@@ -169,11 +169,11 @@ def test_bibliography_plugins_are_looked_up_once_with_the_same_answers(monkeypat
     import importlib.metadata
 
     import pybtex.plugin as plugin
-    from dmlimits.build import sphinxext
+    from dmlimits.build import patches
 
     monkeypatch.setattr(plugin, "entry_points", importlib.metadata.entry_points)  # pybtex's
     if kept_before:
-        sphinxext._plugins_looked_up_once()
+        patches.plugins_looked_up_once()
     scans = []
     original = plugin.entry_points
 
@@ -182,8 +182,8 @@ def test_bibliography_plugins_are_looked_up_once_with_the_same_answers(monkeypat
         return original(**selection)
 
     monkeypatch.setattr(plugin, "entry_points", counted)
-    sphinxext._plugins_looked_up_once()
-    sphinxext._plugins_looked_up_once()  # once per process
+    patches.plugins_looked_up_once()
+    patches.plugins_looked_up_once()  # once per process
     first = plugin.find_plugin("pybtex.style.formatting", "unsrt")
     assert plugin.find_plugin("pybtex.style.formatting", "unsrt") is first
     assert first is next(iter(original(group="pybtex.style.formatting", name="unsrt"))).load()
@@ -224,9 +224,9 @@ def test_each_page_is_unpickled_once_for_its_numbering_and_its_writing(tmp_path,
     # The forked readers unpickle nothing; the root page is unpickled once more, for the
     # navigation Sphinx builds from it (its master_doctree, kept once unpickled).
     assert sorted(unpickled) == sorted([*PAGES, "index"])
-    from dmlimits.build import sphinxext
+    from dmlimits.build import patches
 
-    monkeypatch.setattr(sphinxext, "_share_doctrees_while_numbering", lambda app: None)
+    monkeypatch.setattr(patches, "share_doctrees_while_numbering", lambda app: None)
     unpickled.clear()
     every_time = _build(tmp_path / "src", tmp_path / "every-time", 2)
     assert len(unpickled) > len(PAGES) + 1

@@ -170,14 +170,14 @@ def test_the_comparison_with_the_authors_is_swept_up_front(monkeypatch):
     included, is one a build sweeps up front on every core (scenarios_swept, then
     scenarios_swept_next), not in the chapter's kernel."""
     scn = sc.resolve("h100")
-    first = {search._key(s) for s in book_sweeps.scenarios_swept(scn)}
+    first = {search.scenario_key(s) for s in book_sweeps.scenarios_swept(scn)}
     following = book_sweeps.scenarios_swept_next(scn)
     asked: list[str] = []
     real = search.sweep
-    monkeypatch.setattr(search, "sweep", lambda s: asked.append(search._key(s)) or real(s))
+    monkeypatch.setattr(search, "sweep", lambda s: asked.append(search.scenario_key(s)) or real(s))
     whole_run.reference_exceptions(list(sc.compared(sc.PAPER_PRESETS, scn).values()))
     assert following  # some settings differ from the authors': their year is swept again
-    assert set(asked) - first == {search._key(s) for s in following}
+    assert set(asked) - first == {search.scenario_key(s) for s in following}
 
 
 @pytest.mark.parametrize("name", ["h100", "h100-deepseek-batch"])

@@ -87,5 +87,5 @@ def scenarios_swept(scn: Scenario) -> list[Scenario]:
     out += whatif.uncertainty_variants(scn)
     seen: dict[str, Scenario] = {}
     for s in out:
-        seen.setdefault(search._key(s), s)
+        seen.setdefault(search.scenario_key(s), s)
     return list(seen.values())

@@ -461,7 +461,7 @@ def check_figure(fig: plt.Figure, *, drawn: bool = False) -> list[str]:
     return sorted(set(problems))
 
 
-def _compute_axis(ax: plt.Axes, label: str = "training compute (FLOP)") -> None:
+def compute_axis(ax: plt.Axes, label: str = "training compute (FLOP)") -> None:
     ax.set_xscale("log")
     ax.set_xlabel(label)
 
@@ -484,7 +484,7 @@ def shape_figure(scn: Scenario) -> plt.Figure:
             sh.compute, sh.experts, "^", ms=3.5, color=PALETTE[3], label="experts $S$ (rounded)"
         )
     ax.set_yscale("log")
-    _compute_axis(ax)
+    compute_axis(ax)
     ax.set_ylabel("size")
     ax.legend(loc="upper left")
     ax.set_title(f"Model shapes of the sweep ({scn.name})", fontsize=10)
@@ -509,7 +509,7 @@ def batch_figure(scn: Scenario) -> plt.Figure:
         right.plot(sh.compute, sh.tokens / batch, **style)
     for ax, label in ((left, "batch size (tokens)"), (right, "optimizer steps")):
         ax.set_yscale("log")
-        _compute_axis(ax)
+        compute_axis(ax)
         ax.set_ylabel(label)
     left.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
@@ -540,7 +540,7 @@ def budget_figure(scn: Scenario) -> plt.Figure:
         scn["network.latency"], color=PALETTE[3], ls=":", label="one network message's latency"
     )
     ax.set_yscale("log")
-    _compute_axis(ax)
+    compute_axis(ax)
     ax.set_ylabel("seconds")
     ax.legend(loc="lower left", fontsize=8)
     ax.set_title(

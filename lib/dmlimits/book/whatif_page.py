@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Patch
 
-from dmlimits.book.figures import PALETTE, _compute_axis
+from dmlimits.book.figures import PALETTE, compute_axis
 from dmlimits.search.whatif import FACTOR, TornadoRow
 
 
@@ -63,7 +63,7 @@ def band_figure(band: dict[str, Any], label: str):
                     label=f"{q_lo:.0%}–{q_hi:.0%} of {band['n']} draws")  # fmt: skip
     ax.plot(c[ok], band["median"][ok], color=PALETTE[0], lw=1, ls="--", label="median of the draws")
     ax.plot(band["base_compute"], band["base"], "o-", color=PALETTE[1], ms=3, lw=1.2, label=label)
-    _compute_axis(ax)
+    compute_axis(ax)
     ax.set_ylabel("utilization")
     ax.set_ylim(0, None)
     ax.legend(fontsize=8, loc="lower left")

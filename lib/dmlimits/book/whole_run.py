@@ -18,7 +18,7 @@ from matplotlib.patches import Patch
 
 from dmlimits import search
 from dmlimits.book.book_sweeps import CHOICE_ALTERNATIVES, authors_year
-from dmlimits.book.figures import PALETTE, _compute_axis, shared_line_styles, shared_marker_sizes
+from dmlimits.book.figures import PALETTE, compute_axis, shared_line_styles, shared_marker_sizes
 from dmlimits.book.glue import factor as as_factor
 from dmlimits.book.glue import sci as pretty
 from dmlimits.core import hardware, published
@@ -116,7 +116,7 @@ def nearest(scn: Scenario, compute: float) -> dict[str, Any]:
 
 # --- Figures -----------------------------------------------------------------------------------
 def _finish(ax: plt.Axes, scn: Scenario | None, threshold: bool = True) -> None:
-    _compute_axis(ax)
+    compute_axis(ax)
     ax.set_ylabel("utilization")
     ax.set_ylim(
         0, 1 if scn is None else max(0.8, float(scn["hardware.effective_utilization"]) + 0.15)
@@ -133,7 +133,7 @@ def utilization_figure(
     with the published curve, the latency wall and the infeasible region when asked."""
     fig, ax = plt.subplots()
     _draw_curves(ax, scns, labels)
-    _compute_axis(ax)  # logarithmic before any limit is read
+    compute_axis(ax)  # logarithmic before any limit is read
     if published:
         c, u_pub = blog_curve()
         ax.plot(c, u_pub, "k--", lw=1.2, label="published (companion post, digitized)")
@@ -208,7 +208,7 @@ def strategy_figure(scns: list[Scenario]) -> plt.Figure:
         for i, (name, _) in enumerate(STRATEGY):
             ax.plot(st["compute"], st[name], marker=MARKERS[i], ms=3, lw=1, color=PALETTE[i],
                     label=name)  # fmt: skip
-        _compute_axis(ax)
+        compute_axis(ax)
         ax.set_title(scn.name, fontsize=9)
         ax.set_ylim(-0.02, 1.02)
     for ax in axes[:-1].flat:

@@ -108,7 +108,7 @@ def preload(config: Path, library: bool) -> None:
     """Import what the HTML build of the book configured by ``config`` will import: Jupyter
     Book's command, Sphinx, the extensions of the final configuration and what their ``setup``
     imports (:data:`SETUP_IMPORTS`), and, with ``library``, every module of this library; and
-    read pybtex's plugins (:func:`dmlimits.build.sphinxext.plugins_read_ahead`).  An import that
+    read pybtex's plugins (:func:`dmlimits.build.patches.plugins_read_ahead`).  An import that
     fails is left for the build to report."""
     from jupyter_book.cli import main as _  # noqa: F401
 
@@ -127,7 +127,7 @@ def preload(config: Path, library: bool) -> None:
             continue
     try:
         # the build's parent process imports no more of the library than it runs
-        from dmlimits.build.sphinxext import plugins_read_ahead
+        from dmlimits.build.patches import plugins_read_ahead
 
         plugins_read_ahead()
     except Exception:  # the build looks them up again, and reports what fails

@@ -17,7 +17,6 @@ byte = sp.Symbol("unit_byte", positive=True)
 flop = sp.Symbol("unit_FLOP", positive=True)
 one = sp.Integer(1)
 
-BASE_UNITS = (second, byte, flop)
 _LATEX = {second: r"\mathrm{s}", byte: r"\mathrm{B}", flop: r"\mathrm{FLOP}"}
 _TEXT = {second: "s", byte: "byte", flop: "FLOP"}
 

@@ -49,8 +49,7 @@ import sympy as sp
 from dmlimits.core import formula_cache, lazy
 from dmlimits.core import symbols as s
 from dmlimits.core import units as u
-from dmlimits.core.checks import as_output, checking, counts, numbers, shown
-from dmlimits.core.checks import require_scenario as _check_scenario
+from dmlimits.core.checks import as_output, checking, counts, numbers, require_scenario, shown
 from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
 from dmlimits.core.scenario import Scenario
 from dmlimits.costs.matmul import word
@@ -229,12 +228,12 @@ def _if_ring(p: sp.Expr, expr: sp.Expr) -> sp.Expr:
     return expr * sp.Piecewise((1, p > 1), (0, True))
 
 
-def _half(bandwidth: sp.Expr) -> sp.Expr:
+def halved(bandwidth: sp.Expr) -> sp.Expr:
     """``W / 2`` kept as written, for the forms the book shows."""
     return sp.Mul(sp.Rational(1, DIRECTIONS), bandwidth, evaluate=False)
 
 
-def _as_written(num: list[sp.Expr], den: list[sp.Expr]) -> sp.Expr:
+def as_written(num: list[sp.Expr], den: list[sp.Expr]) -> sp.Expr:
     """``prod(num) / prod(den)`` left unevaluated, so that a step shows the paper's form (with
     its ``W / 2``); the derivation check still simplifies it like any other expression."""
     return sp.Mul(
@@ -254,7 +253,7 @@ def ring_allreduce_derivation() -> Derivation:
     t4 = CONSTANTS.apply(t3)
     t5 = sp.Eq(
         t_bw,
-        _as_written([RING_PHASES, parts - 1, n_words, word], [parts, _half(bw_level)]),
+        as_written([RING_PHASES, parts - 1, n_words, word], [parts, halved(bw_level)]),
     )
     return derivation(
         "collectives-ring-allreduce",
@@ -322,7 +321,7 @@ def repeated_allreduce_derivation() -> Derivation:
     a4 = CONSTANTS.apply(a3)
     a5 = sp.Eq(
         t_allreduce,
-        _as_written([RING_PHASES, parts - 1, n_words, rep_seq, rep_par, word], [N, _half(bw_level)])
+        as_written([RING_PHASES, parts - 1, n_words, rep_seq, rep_par, word], [N, halved(bw_level)])
         + sp.Mul(RING_PHASES, rep_seq, lat_level, evaluate=False),
     )
     return derivation(
@@ -366,7 +365,7 @@ def tiled_allreduce_derivation() -> Derivation:
         t_allreduce,
         rep_seq
         * (
-            _as_written([RING_PHASES, parts - 1, n_words, word], [parts, _half(bw_level)])
+            as_written([RING_PHASES, parts - 1, n_words, word], [parts, halved(bw_level)])
             + sp.Mul(RING_PHASES, lat_level, evaluate=False)
         ),
     )
@@ -535,9 +534,9 @@ def two_level_allreduce_derivation() -> Derivation:
         kind="assumption",
     )
     h5 = tiled.apply(h4)
-    in_node = _as_written([RING_PHASES, parts0 - 1, n_words, rep_seq, word], [parts0, _half(bw0)])
-    between = _as_written(
-        [RING_PHASES, parts1 - 1, n_words, rep_seq, word], [parts0, parts1, _half(bw1)]
+    in_node = as_written([RING_PHASES, parts0 - 1, n_words, rep_seq, word], [parts0, halved(bw0)])
+    between = as_written(
+        [RING_PHASES, parts1 - 1, n_words, rep_seq, word], [parts0, parts1, halved(bw1)]
     )
     h6 = sp.Eq(
         t_allreduce,
@@ -712,7 +711,7 @@ def level_bandwidth(scn: Scenario, level: int) -> float:
     ``"two-level"``: NVLink at level 0, InfiniBand at level 1; ``"flat"``: NVLink at both (one
     NVLink domain for all GPUs); ``"unlimited"``: infinite, so every bandwidth time is zero.
     """
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     level = check_level(level)
     topology = _check_topology(scn)
     if topology == "unlimited":
@@ -725,7 +724,7 @@ def level_bandwidth(scn: Scenario, level: int) -> float:
 def level_latency(scn: Scenario, level: int) -> float:
     """Latency of one message (seconds) at ``level``: the scenario's one figure for every level
     and every topology (the paper's variants change it by scaling, never by level)."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     check_level(level)
     _check_topology(scn)
     return float(scn["network.latency"])
@@ -788,7 +787,7 @@ def allreduce_bytes(scn: Scenario, words: Any, participants: Any) -> np.ndarray 
     """Bytes each GPU sends (and receives) in one ring all-reduce of ``words`` words among
     ``participants``: ``2 (p - 1) / p * words * model.word_bytes``
     (the ``collectives-ring-allreduce`` derivation)."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     w = numbers("words", words)
     p = counts("participants", participants)
     shape = np.broadcast_shapes(w.shape, p.shape)
@@ -813,7 +812,7 @@ def allreduce_time(
     time).  Returns :class:`CommTime` (bandwidth, latency); words, participants, repeats and
     ``n_gpu`` broadcast as numpy arrays, and scalars give floats.
     """
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     level = check_level(level)
     w = numbers("words", words)
     p = counts("participants", participants)
@@ -844,7 +843,7 @@ def p2p_time(
     Bandwidth ``words * seq * par * word_bytes / (n_gpu * W_l / 2)``; latency ``seq * lambda_l``
     (Erdil & Schneider-Joseph 2024).  Returns :class:`CommTime`.
     """
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     level = check_level(level)
     w = numbers("words", words)
     r_s, r_p = _repeats(seq, par)
@@ -910,7 +909,7 @@ def _two_level_args(
 ) -> tuple[tuple, tuple[int, ...]]:
     """The checked arguments of the two-level all-reduce's numeric functions, and the shape
     they broadcast to."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     w = numbers("words", words)
     p0 = counts("p_intra", p_intra)
     p1 = counts("p_inter", p_inter)
@@ -978,7 +977,7 @@ def allreduce_bytes_split(
     """Bytes each GPU sends (and receives) in a two-level all-reduce of ``words`` words among
     ``p_intra`` GPUs in each of ``p_inter`` nodes: (inside its node, between nodes), from
     :data:`TRAFFIC_FORMULAS` (the ``collectives-two-level-traffic`` derivation)."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     w = numbers("words", words)
     p0 = counts("p_intra", p_intra)
     p1 = counts("p_inter", p_inter)
@@ -1018,7 +1017,7 @@ def crossover_derivation() -> Derivation:
         q_cross,
         sp.Mul(
             lat_level,
-            _half(bw_level),
+            halved(bw_level),
             sp.Mul(parts, sp.Pow(parts - 1, -1, evaluate=False), evaluate=False),
             evaluate=False,
         ),
@@ -1091,7 +1090,7 @@ def crossover_bytes(scn: Scenario, participants: Any, level: int) -> np.ndarray 
     ``level`` takes as long in bandwidth as in latency (the ``collectives-crossover``
     derivation).  Smaller vectors are latency-bound, larger ones bandwidth-bound.  Infinite when
     the network has no bandwidth limit."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     level = check_level(level)
     p = counts("participants", participants, 2)
     if level == 0:
@@ -1110,7 +1109,7 @@ def crossover_bytes_split(
     latency does not depend on them, so the crossover is the latency over the bandwidth time of
     one word.  Infinite when the network has no bandwidth limit.
     """
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     p0 = counts("p_intra", p_intra)
     p1 = counts("p_inter", p_inter)
     if np.any(p0 * p1 < 2):
@@ -1145,7 +1144,7 @@ def balanced_inter_bandwidth(scn: Scenario, p_intra: Any, p_inter: Any) -> np.nd
     equally long, on a two-level network whose nodes have the scenario's NVLink bandwidth
     (``network.intra_node.bandwidth``).  A slower InfiniBand level binds; a faster one leaves
     NVLink binding."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     p0 = counts("p_intra", p_intra, 2)
     p1 = counts("p_inter", p_inter, 2)
     _check_node(scn, p0, "p_intra")
@@ -1157,7 +1156,7 @@ def balanced_inter_bandwidth(scn: Scenario, p_intra: Any, p_inter: Any) -> np.nd
 # --- Figures -----------------------------------------------------------------------------------
 def link_name(scn: Scenario, level: int) -> str:
     """What carries ``level`` in the scenario's topology: NVLink, InfiniBand or no limit."""
-    topology = _check_topology(_check_scenario(scn))
+    topology = _check_topology(require_scenario(scn))
     if topology == "unlimited":
         return "an unlimited network"
     return "InfiniBand" if topology == "two-level" and check_level(level) == 1 else "NVLink"

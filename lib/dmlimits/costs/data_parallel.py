@@ -43,8 +43,7 @@ from dmlimits.core import formula_cache, lazy, published
 from dmlimits.core import symbols as s
 from dmlimits.core import units as u
 from dmlimits.core.checks import as_output as _out
-from dmlimits.core.checks import counts, flag, numbers, shown
-from dmlimits.core.checks import require_scenario as _check_scenario
+from dmlimits.core.checks import counts, flag, numbers, require_scenario, shown
 from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
 from dmlimits.core.scenario import Scenario, resolve
 from dmlimits.costs import collectives as co
@@ -181,7 +180,6 @@ REPLICAS = Substitution(
     r"the cluster is $N_{\mathrm{DP}}$ replicas of $N_{\mathrm{MP}}$ GPUs each",
     {s.n_gpu: n_dp0 * n_dp1 * n_mp},
 )
-DP_SPLIT = Substitution("the replicas split over the two levels", {n_dp: n_dp0 * n_dp1})
 STATE = Substitution(
     "parameters replicated in every replica; optimizer state sharded across the replicas",
     {mem_par: n_dp * s.n_params * word, mem_opt: k_opt * s.n_params * word},
@@ -219,11 +217,6 @@ MAC = Substitution(
 )
 
 
-def _level_costs() -> dict[sp.Symbol, sp.Expr]:
-    """The collectives module's per-level costs of a two-level all-reduce, phases set to two."""
-    return {k: co.CONSTANTS.apply(v) for k, v in co.LEVEL_COSTS.mapping.items()}
-
-
 # --- Derivations -----------------------------------------------------------------------------
 # Inline math for the step sentences, in the registered notation.
 _DP = r"$N_{\mathrm{DP}}$"
@@ -244,29 +237,29 @@ def allreduce_derivation() -> Derivation:
     d5 = sp.Eq(
         t_dp,
         sp.Max(
-            co._as_written([2, n_dp0 - 1, s.n_params, n_dp1, word], [s.n_gpu, co._half(co.bw0)]),
-            co._as_written([2, n_dp1 - 1, s.n_params, word], [s.n_gpu, co._half(co.bw1)]),
+            co.as_written([2, n_dp0 - 1, s.n_params, n_dp1, word], [s.n_gpu, co.halved(co.bw0)]),
+            co.as_written([2, n_dp1 - 1, s.n_params, word], [s.n_gpu, co.halved(co.bw1)]),
         )
         + lat,
     )
     d6 = sp.Eq(
         t_dp,
         sp.Max(
-            co._as_written(
+            co.as_written(
                 [2, n_dp0 - 1, s.n_params, n_dp1, word],
-                [n_dp0, n_dp1, n_mp, co._half(co.bw0)],
+                [n_dp0, n_dp1, n_mp, co.halved(co.bw0)],
             ),
-            co._as_written(
-                [2, n_dp1 - 1, s.n_params, word], [n_dp0, n_dp1, n_mp, co._half(co.bw1)]
+            co.as_written(
+                [2, n_dp1 - 1, s.n_params, word], [n_dp0, n_dp1, n_mp, co.halved(co.bw1)]
             ),
         )
         + lat,
     )
     if not _same_relation(REPLICAS.apply(d5), d6):
         raise RuntimeError("data-parallel-allreduce: step 6 is not step 5 with the replicas")
-    in_node = co._as_written([2, n_dp0 - 1, s.n_params, word], [n_dp0, n_mp, co._half(co.bw0)])
-    between = co._as_written(
-        [2, n_dp1 - 1, s.n_params, word], [n_dp0, n_dp1, n_mp, co._half(co.bw1)]
+    in_node = co.as_written([2, n_dp0 - 1, s.n_params, word], [n_dp0, n_mp, co.halved(co.bw0)])
+    between = co.as_written(
+        [2, n_dp1 - 1, s.n_params, word], [n_dp0, n_dp1, n_mp, co.halved(co.bw1)]
     )
     d7 = sp.Eq(t_dp, sp.Max(in_node, between) + lat)
     return derivation(
@@ -381,7 +374,7 @@ def compute_ratio_derivation() -> Derivation:
     r8 = sp.Eq(
         n_dp,
         1
-        + co._as_written(
+        + co.as_written(
             [3, rho_dp, s.flop_per_mac, s.batch, co.bw1],
             [4, s.n_experts, word, s.eff_util, s.peak_flops],
         ),
@@ -439,7 +432,7 @@ def _bandwidth_part(expr: sp.Expr) -> sp.Expr:
 
 # --- Cost formulas ---------------------------------------------------------------------------
 def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
-    costs = co._cost_formulas()
+    costs = co.COST_FORMULAS
     bandwidth = GRADIENT.apply(costs["allreduce_two_level_bandwidth"][0])
     bandwidth_sum = GRADIENT.apply(costs["allreduce_two_level_bandwidth_no_overlap"][0])
     by_level = [GRADIENT.apply(costs[f"allreduce_two_level_bandwidth_level{k}"][0]) for k in (0, 1)]
@@ -583,7 +576,7 @@ def _time_args(
 ) -> tuple[tuple, tuple[int, ...]]:
     """The checked arguments of the gradient all-reduce's numeric functions, and the shape
     they broadcast to."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     n = _params(n_params)
     p0 = counts("n_dp_intra", n_dp_intra)
     p1 = counts("n_dp_inter", n_dp_inter)
@@ -608,7 +601,7 @@ def _time_args(
 def dp_bytes_per_gpu(scn: Scenario, n_params: Any, n_dp: Any, n_gpu: Any = None) -> Any:
     """Bytes each GPU sends (and receives) in one step's gradient all-reduce:
     ``2 (N_DP - 1) N w / N_GPU`` (``n_gpu`` defaults to one GPU per replica)."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     n = _params(n_params)
     p = counts("n_dp", n_dp)
     gpus = p if n_gpu is None else _cluster(n_gpu, p)
@@ -640,7 +633,7 @@ def _memory_args(scn: Scenario, n_params: Any, n_gpu: Any) -> tuple[np.ndarray, 
 
 def memory_needed(scn: Scenario, n_params: Any, n_dp: Any) -> Any:
     """Bytes of parameters (in every replica) and optimizer state (sharded) in the cluster."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     n = _params(n_params)
     p = counts("n_dp", n_dp)
     shape = np.broadcast_shapes(n.shape, p.shape)
@@ -651,7 +644,7 @@ def memory_needed(scn: Scenario, n_params: Any, n_dp: Any) -> Any:
 def memory_fits(scn: Scenario, n_params: Any, n_dp: Any, n_gpu: Any) -> Any:
     """Whether ``n_gpu`` GPUs hold ``n_dp`` replicas of ``n_params`` parameters and the sharded
     optimizer state (``N_GPU M_HBM >= N w N_DP + k_opt N w``); a bool or a bool array."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     n, gpus, cap, w = _memory_args(scn, n_params, n_gpu)
     p = counts("n_dp", n_dp)
     if np.any(p > np.broadcast_to(gpus, np.broadcast_shapes(p.shape, gpus.shape))):
@@ -666,7 +659,7 @@ def max_dp(scn: Scenario, n_params: Any, n_gpu: Any) -> Any:
     """The largest data-parallel degree whose replicas and optimizer state fit in ``n_gpu``
     GPUs (the ``data-parallel-memory`` derivation), rounded down, never above ``n_gpu``; 0 when
     not even one replica fits."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     n, gpus, cap, w = _memory_args(scn, n_params, n_gpu)
     raw = _numeric("max_dp")(n, 1.0, gpus, cap, w)
     out = np.clip(np.floor(raw), 0, gpus)
@@ -676,7 +669,7 @@ def max_dp(scn: Scenario, n_params: Any, n_gpu: Any) -> Any:
 def compute_ratio(scn: Scenario, n_dp: Any, batch: Any, experts: Any = 1) -> Any:
     """Bandwidth time of the gradient all-reduce over the step's arithmetic time at the effective
     utilization, every replica in its own node (``data-parallel-compute-ratio``, step 6)."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     p = counts("n_dp", n_dp)
     b = numbers("batch", batch, minimum=1)
     e = numbers("experts", experts, minimum=1)
@@ -696,7 +689,7 @@ def _flop_per_mac(scn: Scenario) -> float:
 def cluster_for(scn: Scenario, n_dp: Any) -> np.ndarray:
     """For each model of the sweep, the smallest cluster that trains it in time at the effective
     utilization, rounded up to a whole multiple of ``n_dp`` (whole replicas)."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     p = counts("n_dp", n_dp)
     sh = model.shapes(scn)
     return np.ceil(sh.min_gpus / p) * p
@@ -707,7 +700,7 @@ def batch_bound(scn: Scenario, batch: Any, experts: Any = 1) -> np.ndarray:
     microbatch a step (``search.microbatch_unit``: a token, the default, or a whole sequence),
     and with ``experts`` experts the search splits the batch among them first, as it lists
     configurations (:mod:`dmlimits.search`).  Arrays broadcast."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     unit = pipeline.unit_tokens(scn["search.microbatch_unit"], scn["model.sequence_length"])
     batch = numbers("batch", batch, strict=True)
     experts = numbers("experts", experts, strict=True)
@@ -716,7 +709,7 @@ def batch_bound(scn: Scenario, batch: Any, experts: Any = 1) -> np.ndarray:
 
 def batch_bound_label(scn: Scenario) -> str:
     """What :func:`batch_bound` counts, for a legend: ``tokens per batch`` by default."""
-    unit = _check_scenario(scn)["search.microbatch_unit"]
+    unit = require_scenario(scn)["search.microbatch_unit"]
     return f"{unit}s per batch" + (" per expert" if scn["model.sparse"] else "")
 
 
@@ -734,7 +727,7 @@ def parity_dp(scn: Scenario, batch: Any, experts: Any = 1, ratio: Any = 1.0) -> 
     """The data-parallel degree (unrounded) at which the gradient all-reduce, every replica in its
     own node, takes ``ratio`` times the step's arithmetic time (``data-parallel-compute-ratio``,
     step 7)."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     b = numbers("batch", batch, minimum=1)
     e = numbers("experts", experts, minimum=1)
     r = numbers("ratio", ratio)
@@ -756,7 +749,7 @@ def _arithmetic():
 def arithmetic_time(scn: Scenario, n_active: Any, batch: Any, n_gpu: Any) -> Any:
     """Seconds of one step's arithmetic on each of ``n_gpu`` GPUs at the effective utilization:
     six FLOP per active parameter per token of the batch."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     a = _params(n_active)
     b = numbers("batch", batch, minimum=1)
     g = numbers("n_gpu", n_gpu, minimum=1)
@@ -793,7 +786,7 @@ def reference_configs(setting: str = "Default scaling") -> dict[str, np.ndarray]
 
 def is_reference_scenario(scn: Scenario) -> bool:
     """Whether ``scn`` makes the same assumptions as the authors' reference configurations."""
-    return dict(_check_scenario(scn).values) == dict(resolve("h100").values)
+    return dict(require_scenario(scn).values) == dict(resolve("h100").values)
 
 
 __all__ = [

@@ -42,7 +42,7 @@ from dmlimits.core import formula_cache, lazy
 from dmlimits.core import symbols as s
 from dmlimits.core import units as u
 from dmlimits.core.checks import as_output as _out
-from dmlimits.core.checks import counts, numbers, shown
+from dmlimits.core.checks import counts, numbers, require_scenario, shown
 from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
 from dmlimits.core.scenario import Scenario
 from dmlimits.costs import collectives as c
@@ -779,7 +779,7 @@ def ep_bytes(
     and to other nodes: ``P_l * 2 w d_model n_tok / N``.  ``tokens`` is the tokens that pass the
     interface in a step, spread over ``n_gpu`` GPUs (default: the group, ``ep_intra *
     ep_inter``)."""
-    scn = c._check_scenario(scn)
+    scn = require_scenario(scn)
     n0, n1 = _group(scn, ep_intra, ep_inter)
     d = numbers("d_model", d_model, strict=True)
     t = numbers("tokens", tokens)
@@ -848,7 +848,7 @@ def _bandwidth_args(
 ) -> tuple[tuple, tuple[int, ...]]:  # fmt: skip
     """The checked arguments of the expert traffic's bandwidth functions (``count`` interfaces
     or crossings, named ``name``) and the shape they broadcast to."""
-    scn = c._check_scenario(scn)
+    scn = require_scenario(scn)
     n0, n1 = _group(scn, ep_intra, ep_inter)
     d = numbers("d_model", d_model, strict=True)
     t = numbers("tokens", tokens)
@@ -945,7 +945,7 @@ def ep_only_interfaces(n_layers: Any, n_pp: Any = 1, v: Any = 1) -> np.ndarray |
 def compute_ratio(scn: Scenario, d_ff: Any, ep_intra: Any, ep_inter: Any) -> np.ndarray | float:
     """Expected expert bandwidth time of one layer interface over one layer's matmul time at
     the effective utilization (the ``expert-parallel-versus-compute`` derivation)."""
-    scn = c._check_scenario(scn)
+    scn = require_scenario(scn)
     n0, n1 = _group(scn, ep_intra, ep_inter)
     f = numbers("d_ff", d_ff, strict=True)
     shape = np.broadcast_shapes(f.shape, n0.shape, n1.shape)
@@ -960,7 +960,7 @@ def compute_ratio(scn: Scenario, d_ff: Any, ep_intra: Any, ep_inter: Any) -> np.
 def layer_compute_time(scn: Scenario, d_model: Any, d_ff: Any, tokens: Any, n_gpu: Any):
     """Matmul time of one layer's forward and backward pass for ``tokens`` tokens spread over
     ``n_gpu`` GPUs at the effective utilization, ``6 * 2 d_model d_ff n_tok / (N F eta)``."""
-    scn = c._check_scenario(scn)
+    scn = require_scenario(scn)
     fn = _numeric("layer_compute")
     d = numbers("d_model", d_model, strict=True)
     f = numbers("d_ff", d_ff, strict=True)

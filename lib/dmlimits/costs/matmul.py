@@ -48,8 +48,7 @@ import sympy as sp
 from dmlimits.core import formula_cache
 from dmlimits.core import symbols as s
 from dmlimits.core import units as u
-from dmlimits.core.checks import as_output, numbers
-from dmlimits.core.checks import require_scenario as _check_scenario
+from dmlimits.core.checks import as_output, numbers, require_scenario
 from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
 from dmlimits.core.scenario import Scenario
 
@@ -608,7 +607,7 @@ def _hardware_values(scn: Scenario) -> tuple[float, ...]:
 def hardware_key(scn: Scenario) -> tuple:
     """Every value of ``scn`` that a matmul's time reads: two scenarios with the same key give
     every matmul the same time (the search keeps its matmul times under it)."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     return (bool(scn["hardware.distributed_shared_memory"]), *_hardware_values(scn))
 
 
@@ -672,7 +671,7 @@ def _numeric(kind: str, multicast: bool, what: tuple[str, ...]):
 def _evaluate(
     scn: Any, x1: Any, x2: Any, nb: Any, kind: Any, what: tuple[str, ...]
 ) -> list[np.ndarray | float]:
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     kind = check_kind(kind)
     a1 = numbers("d1", x1, strict=True)
     a2 = numbers("d2", x2, strict=True)
@@ -727,7 +726,7 @@ def min_nanobatch(scn: Scenario, derated: bool = True) -> float:
     for the critical compute does (Erdil & Schneider-Joseph 2024; the authors' final code,
     ``layer_and_batch_scaling.ipynb``).
     """
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     if not isinstance(derated, bool):
         raise ValueError(f"derated: got {derated!r}; expected True or False")
     eta = float(scn["hardware.effective_utilization"]) if derated else 1.0
@@ -764,7 +763,7 @@ def memory_levels(scn: Scenario) -> dict[str, float]:
     ``l2_resident_weights`` and ``registers_resident_weights``, the most weights whose values
     and gradients stay in L2 and in the registers.
     """
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     room = boundary_capacities(False)
     per_weight = resident_bytes() / (d1 * d2)
     exprs = (
@@ -801,7 +800,7 @@ def tiling(scn: Scenario, d1: Any, d2: Any) -> dict[str, dict[str, float]]:
     (the fewest that fit), ``rows`` and ``cols`` of tiles (fractional, as in the model), and the
     tile's ``height`` and ``width`` in words.  Scalars only.
     """
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     a1, a2 = float(numbers("d1", d1, strict=True)), float(numbers("d2", d2, strict=True))
     room = boundary_capacities(bool(scn["hardware.distributed_shared_memory"]))
     names = [k for k in BOUNDARIES if k in room]
@@ -823,7 +822,7 @@ def tiling(scn: Scenario, d1: Any, d2: Any) -> dict[str, dict[str, float]]:
 def weights_streamed(scn: Scenario, d1: Any, d2: Any) -> dict[str, bool]:
     """Whether a ``d1 x d2`` shard's weights and gradients stream from HBM into L2 (``hbm``) and
     from L2 into the SMs (``l2``), or stay resident below that boundary."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     a1, a2 = float(numbers("d1", d1, strict=True)), float(numbers("d2", d2, strict=True))
     room = boundary_capacities(False)
     exprs = (streamed(room["l2-resident"]), streamed(room["registers-resident"]))
@@ -845,7 +844,7 @@ def level_traffic(
 ) -> dict[str, np.ndarray | float]:
     """Bytes one matmul moves through HBM, L2 and shared memory (keys of :data:`LEVELS`);
     each over its bandwidth is that level's time in :func:`level_times`."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     kind = check_kind(kind)
     a1 = numbers("d1", d1, strict=True)
     a2 = numbers("d2", d2, strict=True)
@@ -873,7 +872,7 @@ def pass_efficiency(scn: Scenario, d1: Any, d2: Any, b: Any) -> np.ndarray | flo
         + matmul_time(scn, d1, d2, b, "weight-grad")
     )
     useful = len(KINDS) * _useful_flop(d1, d2, b)
-    result = useful / (total * _check_scenario(scn).peak_flops)
+    result = useful / (total * require_scenario(scn).peak_flops)
     return float(result) if np.ndim(result) == 0 else result
 
 
@@ -898,7 +897,7 @@ def arithmetic_intensity(
 def machine_balance(scn: Scenario) -> dict[str, float]:
     """The derated FLOP rate over each level's bandwidth (FLOP per byte): a level keeps up with
     the arithmetic when a matmul's :func:`arithmetic_intensity` there is at least this."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     rate = float(scn["hardware.effective_utilization"]) * scn.peak_flops
     levels = memory_levels(scn)
     return {key: rate / levels[f"{key}_bandwidth"] for key in LEVELS}

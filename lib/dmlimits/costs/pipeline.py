@@ -662,7 +662,6 @@ def deepest_pipeline(n_layers: Any, units: Any, zero_bubble: bool = True, rule: 
 BACKWARD_SLOTS = 2
 #: The orders of passes of a schedule with one flush per step.
 SCHEDULE_ORDERS = ("1f1b", "interleaved", "breadth-first")
-PASS_KINDS = {"F": "forward", "B": "backward", "W": "weight gradient"}
 
 
 @dataclass(frozen=True, order=True)

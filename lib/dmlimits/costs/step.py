@@ -256,7 +256,7 @@ __getattr__ = lazy.attributes(
 
 
 @cache
-def _numeric(name: str):
+def numeric(name: str):
     """The numeric function of the cost formula ``name``, kept between processes
     (:func:`dmlimits.core.formula_cache.lambdified`: a process that reads it derives nothing)."""
     return formula_cache.lambdified(f"step.{name}", lambda: _numeric_build(name))
@@ -282,7 +282,7 @@ def step_time(
     follows the pipeline, the pipeline's latency, the all-reduce's latency and the bubble
     fraction, for zero-bubble (1) or 1F1B (0) pipelines; arrays broadcast."""
     args = [np.asarray(x, dtype=float) for x in (matmul, network, dp_after, latency, dp_latency)]
-    return _numeric("step_time")(
+    return numeric("step_time")(
         *args, np.asarray(bubble, dtype=float), np.asarray(zero_bubble, dtype=float)
     )
 
@@ -291,11 +291,11 @@ def network_time(tp0: Any, pe0: Any, tp1: Any, pe1: Any) -> Any:
     """Seconds the hidden transfers keep the network busy (``search-network-time``), from the
     tensor-parallel and the pipeline-and-expert traffic's times on each level's links."""
     args = [np.asarray(x, dtype=float) for x in (tp0, pe0, tp1, pe1)]
-    return _numeric("network_time")(*args)
+    return numeric("network_time")(*args)
 
 
 def utilization(scn: Scenario, n_active: Any, batch: Any, n_gpu: Any, t_step: Any) -> Any:
     """Useful FLOP over the cluster's peak FLOP in a step (``search-utilization``)."""
     scn = require_scenario(scn)
-    value = _numeric("utilization")(n_active, batch, n_gpu, scn.peak_flops, t_step)
+    value = numeric("utilization")(n_active, batch, n_gpu, scn.peak_flops, t_step)
     return float(value) if np.ndim(value) == 0 else value

@@ -44,8 +44,7 @@ from dmlimits.core import checks, formula_cache, lazy, published
 from dmlimits.core import symbols as s
 from dmlimits.core import units as u
 from dmlimits.core.checks import as_output as _out
-from dmlimits.core.checks import checking, counts, numbers
-from dmlimits.core.checks import require_scenario as _check_scenario
+from dmlimits.core.checks import checking, counts, numbers, require_scenario
 from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
 from dmlimits.core.scenario import Scenario
 from dmlimits.costs import collectives as coll
@@ -215,7 +214,7 @@ def _group_cost(name: str, width: sp.Expr, group: sp.Expr) -> sp.Expr:
     As in the paper: the whole ``width``-word vector of every token is all-reduced among
     ``group`` GPUs, the ``b`` tokens side by side, once per pass, the traffic spread over the
     ``N_TP,model N_TP,ff`` GPUs of the TP group."""
-    expr, _ = coll._cost_formulas()[name]
+    expr, _ = coll.COST_FORMULAS[name]
     return expr.subs(
         {
             coll.n_words: width,
@@ -757,7 +756,7 @@ def tp_bytes(
 ) -> np.ndarray | float:
     """Bytes one GPU sends in a layer's TP all-reduces in one step (forward and backward) for
     ``tokens`` tokens through its group (the ``tensor-parallel-traffic`` derivation)."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     dm, df, tok, pm, pf, shape = _shape_args(d_model, d_ff, tokens, tp_model, tp_ff)
     value = _numeric("tp_bytes")(dm, df, tok, pm, pf, float(scn["model.word_bytes"]), 1.0, 1.0)
     return _out(value, shape)
@@ -768,7 +767,7 @@ def tp_compute_time(
 ) -> np.ndarray | float:
     """Seconds of one layer's six sharded matmuls on one GPU per step, arithmetic-bound at the
     derated rate (the ``tensor-parallel-compute`` derivation)."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     dm, df, tok, pm, pf, shape = _shape_args(d_model, d_ff, tokens, tp_model, tp_ff)
     value = _numeric("tp_compute")(
         dm, df, tok, pm, pf, float(scn["hardware.effective_utilization"]), float(scn.peak_flops)
@@ -823,7 +822,7 @@ def tp_comm_time(
     two-level topology the GPUs of the TP group that share a node may not exceed
     ``network.node_size``.
     """
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     dm, df, tok, pm, pf, shape = _shape_args(d_model, d_ff, tokens, tp_model, tp_ff)
     lm = _check_level("level_model", level_model, pm)
     lf = _check_level("level_ff", level_ff, pf)
@@ -863,7 +862,7 @@ def tp_family_time(
     search places millions of groups at once).  ``overlap_levels=False`` adds the two levels'
     bandwidth times instead of taking the larger.
     """
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     width, i, o, tok, n, shape = _family_args(
         family, d_model, d_ff, tokens, tp_model, tp_ff, intra, inter
     )  # fmt: skip
@@ -888,7 +887,7 @@ def tp_family_level_times(
     (:func:`dmlimits.costs.collectives.allreduce_level_times`): the time on the links inside the
     nodes, on the links between them, and the latency.  Without overlap the family's
     bandwidth time is the two levels' sum."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     width, i, o, tok, n, shape = _family_args(
         family, d_model, d_ff, tokens, tp_model, tp_ff, intra, inter
     )  # fmt: skip
@@ -925,7 +924,7 @@ def crossover_shard(scn: Scenario, level: Any, dims: int = 2, derated: bool = Tr
     as the paper's closed form does (Erdil & Schneider-Joseph 2024; the authors' final code,
     ``layer_and_batch_scaling.ipynb``).  Infinite bandwidth gives 0.
     """
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     level = coll.check_level(level)
     if dims not in (1, 2) or isinstance(dims, bool):
         raise ValueError(f"dims: got {dims!r}; expected 1 (Megatron) or 2")
@@ -948,7 +947,7 @@ def max_degree(scn: Scenario, d_model: Any, d_ff: Any, level: Any, one_d: bool =
     as if the NVLink domain were larger (the ``flat`` topology).  Returns 1 when no degree above
     one hides.
     """
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     level = coll.check_level(level)
     dm = checks.whole("d_model", d_model)
     dff = checks.whole("d_ff", d_ff)
@@ -974,7 +973,7 @@ def max_degree(scn: Scenario, d_model: Any, d_ff: Any, level: Any, one_d: bool =
 def nvlink_domain(scn: Scenario) -> Scenario:
     """The scenario with one NVLink domain for all GPUs (the ``flat`` topology), for asking what
     TP would cost on NVLink beyond one node.  Other topologies are returned unchanged."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     if scn["network.topology"] != "two-level":
         return scn
     return dataclasses.replace(
@@ -988,7 +987,7 @@ def best_split(
     scn: Scenario, d_model: Any, d_ff: Any, n_tp: Any, level_model: Any = 0, level_ff: Any = 0
 ) -> tuple[int, int]:
     """The split by the rule, dividing both widths, with the least bandwidth time."""
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     dm, dff = checks.whole("d_model", d_model), checks.whole("d_ff", d_ff)
     n = checks.whole("n_tp", n_tp)
     splits = [(m, f) for m, f in tp_splits(n) if dm % m == 0 and dff % f == 0]
@@ -1014,7 +1013,7 @@ def node_first_levels(
     model group fits in a node and the node's size is a multiple of it, each ff group has
     ``node_size // tp_model`` GPUs per node, or all of them if fewer.
     """
-    scn = _check_scenario(scn)
+    scn = require_scenario(scn)
     m, f = checks.whole("tp_model", tp_model), checks.whole("tp_ff", tp_ff)
     node = checks.whole("network.node_size", scn["network.node_size"])
 

@@ -833,10 +833,6 @@ def counting_counts(cmp: runs.Comparison) -> Counter:
     return Counter(it.counting for it in cmp.interpretations)
 
 
-def published_drop() -> float:
-    return published.value("paper2.per_gpu_throughput_drop_pct")
-
-
 def published_peak_errors() -> list[tuple[dict, float]]:
     """Each published row that reports a peak (torchtitan's) with the relative error of the
     predicted peak against it."""

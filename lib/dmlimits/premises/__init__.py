@@ -37,7 +37,7 @@ from dmlimits.core.derivation import (
     same,
 )
 from dmlimits.premises import oracles as _oracles  # noqa: F401  (registers one oracle per derivation)
-from dmlimits.premises.base import _CITE, ORACLE_KINDS, ORACLES, RTOL, Oracle, PremiseError, oracle
+from dmlimits.premises.base import CITE, ORACLE_KINDS, ORACLES, RTOL, Oracle, PremiseError, oracle
 from dmlimits.premises.simulations import pipelined_makespan, ring_allreduce, two_level_allreduce
 
 __all__ = [
@@ -95,14 +95,14 @@ def premises(d: Derivation) -> list[Premise]:
     assumption, each marked *derived* where it cites a library result and is that result."""
     out = []
     first = d.steps[0]
-    labels = tuple("-".join(m) for m in _CITE.findall(first.text))
+    labels = tuple("-".join(m) for m in CITE.findall(first.text))
     derived = bool(labels) and _is_cited(first.expr, _cited_steps(labels))
     out.append(Premise(1, "first step", first.text, labels, derived))
     for index, step in enumerate(d.steps[1:], start=2):
         if step.using is None:
             continue
         sub = step.using
-        labels = tuple("-".join(m) for m in _CITE.findall(sub.name))
+        labels = tuple("-".join(m) for m in CITE.findall(sub.name))
         derived = bool(labels) and _substitution_is_cited(sub, _cited_steps(labels))
         out.append(Premise(index, sub.kind, sub.name, labels, derived))
     return out

@@ -17,7 +17,7 @@ from dmlimits.core.derivation import Derivation
 ORACLE_KINDS = ("simulation", "hand count", "published value")
 #: Relative agreement an oracle requires unless it says otherwise.
 RTOL = 1e-9
-_CITE = re.compile(r"\{eq\}`([a-z0-9-]+)-(\d+)`")
+CITE = re.compile(r"\{eq\}`([a-z0-9-]+)-(\d+)`")
 
 
 class PremiseError(AssertionError):
@@ -67,7 +67,7 @@ def _rhs(expr: sp.Basic, lhs: str | None = None) -> sp.Expr:
     return expr
 
 
-def _at(expr: sp.Basic, values: dict[str, float], lhs: str | None = None) -> float:
+def at_values(expr: sp.Basic, values: dict[str, float], lhs: str | None = None) -> float:
     """The right side of ``expr`` (an equation for ``lhs``) with each symbol given by name."""
     rhs = _rhs(expr, lhs)
     missing = sorted(str(x) for x in rhs.free_symbols if str(x) not in values)
@@ -81,13 +81,13 @@ def _agree(got: float, want: float, where: str, rtol: float = RTOL) -> None:
         raise PremiseError(f"{where}: the derivation gives {got:.6g}, the oracle {want:.6g}")
 
 
-def _compare(
+def compare_cases(
     expr: sp.Basic, lhs: str | None, cases: Iterable[tuple[dict[str, float], float]],
     rtol: float = RTOL,
 ) -> str:  # fmt: skip
     n = 0
     for values, want in cases:
         shown = ", ".join(f"{k}={v:g}" for k, v in values.items())
-        _agree(_at(expr, values, lhs), want, f"at {shown}", rtol)
+        _agree(at_values(expr, values, lhs), want, f"at {shown}", rtol)
         n += 1
     return f"{n} point{'' if n == 1 else 's'}"

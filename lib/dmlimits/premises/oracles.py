@@ -17,9 +17,9 @@ from dmlimits.core.derivation import Derivation
 from dmlimits.core.scenario import resolve
 from dmlimits.costs import closed_forms, model, pipeline
 from dmlimits.costs import step as stepm
-from dmlimits.premises.base import PremiseError, _at, _compare, oracle
+from dmlimits.premises.base import PremiseError, at_values, compare_cases, oracle
 from dmlimits.premises.simulations import (
-    _bisect,
+    bisect_root,
     pipelined_makespan,
     ring_allreduce,
     two_level_allreduce,
@@ -41,7 +41,7 @@ def _ring(d: Derivation) -> str:
     for p, n in _RINGS:
         sent, _ = ring_allreduce(p, n)
         cases.append(({"p_coll": p, "n_w": n, "w_word": 2, "W_net": 8}, sent * 2 / (8 / 2)))
-    return _compare(expr, "t_bw", cases)
+    return compare_cases(expr, "t_bw", cases)
 
 
 def _cluster_cases(tiled: bool) -> list[tuple[dict[str, float], float]]:
@@ -69,7 +69,7 @@ def _cluster_cases(tiled: bool) -> list[tuple[dict[str, float], float]]:
 )
 def _cluster(d: Derivation) -> str:
     expr = d.result
-    return _compare(expr, "t_AR", _cluster_cases(tiled=False))
+    return compare_cases(expr, "t_AR", _cluster_cases(tiled=False))
 
 
 @oracle(
@@ -79,7 +79,7 @@ def _cluster(d: Derivation) -> str:
 )
 def _tiled(d: Derivation) -> str:
     expr = d.result
-    return _compare(expr, "t_AR", _cluster_cases(tiled=True))
+    return compare_cases(expr, "t_AR", _cluster_cases(tiled=True))
 
 
 @oracle(
@@ -94,7 +94,7 @@ def _p2p(d: Derivation) -> str:
     for n, r_seq in itertools.product((1, 1000, 4096), (1, 3)):
         t = sum(1e-6 + n * 2 / (10 / 2) for _ in range(r_seq))
         cases.append(({"n_w": n, "w_word": 2, "W_net": 10, "lambda_net": 1e-6, "r_seq": r_seq}, t))
-    return _compare(expr, "t_P2P", cases)
+    return compare_cases(expr, "t_P2P", cases)
 
 
 @oracle(
@@ -110,7 +110,7 @@ def _two_level_traffic(d: Derivation) -> str:
         n = p0 * p1 * 6
         in_node, between = two_level_allreduce(p0, p1, n)
         cases.append(({"p_coll": p0 * p1, "n_w": n, "w_word": 2}, (in_node + between) * 2))
-    return _compare(expr, "Q_AR", cases)
+    return compare_cases(expr, "Q_AR", cases)
 
 
 @oracle(
@@ -132,7 +132,7 @@ def _two_level_time(d: Derivation) -> str:
             v = {"p_coll0": p0, "p_coll1": p1, "n_w": n, "w_word": 2, "W_net0": w0,
                  "W_net1": w1, "lambda_net0": 1e-6, "lambda_net1": 5e-6, "r_seq": 1}  # fmt: skip
             cases.append((v, t))
-    return _compare(expr, "t_AR", cases, rtol=2e-3)  # the streaming's fill and drain
+    return compare_cases(expr, "t_AR", cases, rtol=2e-3)  # the streaming's fill and drain
 
 
 @oracle(
@@ -147,9 +147,9 @@ def _crossover(d: Derivation) -> str:
     for p, n in _RINGS:
         sent, phases = ring_allreduce(p, n)
         per_byte = sent / n / (10 / 2)  # seconds per byte of the vector
-        q = _bisect(lambda q, k=per_byte, ph=phases: q * k - ph * 1e-6, 1e-12, 1e12)
+        q = bisect_root(lambda q, k=per_byte, ph=phases: q * k - ph * 1e-6, 1e-12, 1e12)
         cases.append(({"p_coll": p, "W_net": 10, "lambda_net": 1e-6}, q))
-    return _compare(expr, "Q_cross", cases, rtol=1e-9)
+    return compare_cases(expr, "Q_cross", cases, rtol=1e-9)
 
 
 @oracle(
@@ -169,10 +169,10 @@ def _busbw(d: Derivation) -> str:
             t = alpha * math.log2(k) + m * 2 * (r - 1) / r / peak
             return m / t * 2 * (r - 1) / r
 
-        m_half = _bisect(lambda m, f=busbw: f(m) - peak / 2, 1.0, 1e15)
+        m_half = bisect_root(lambda m, f=busbw: f(m) - peak / 2, 1.0, 1e15)
         values = {"p_ranks": ranks, "n_nodes": nodes, "alpha_AR": alpha, "B_bus": peak}
         cases.append((values, m_half))
-    return _compare(expr, "M_half", cases, rtol=1e-9)
+    return compare_cases(expr, "M_half", cases, rtol=1e-9)
 
 
 # --- Matmul ------------------------------------------------------------------------------------
@@ -193,9 +193,9 @@ def _min_nanobatch(d: Derivation) -> str:
             memory = (d1 * d2 + d1 * d2) * word / h  # load and store every gradient word
             return arith - memory
 
-        b = _bisect(excess, 1e-6, 1e9)
+        b = bisect_root(excess, 1e-6, 1e9)
         cases.append(({"F": flops, "eta": eta, "W_HBM": hbm, "w_word": w, "c_MAC": 2}, b))
-    return _compare(expr, "b", cases)
+    return compare_cases(expr, "b", cases)
 
 
 @oracle(
@@ -220,7 +220,7 @@ def _multicast(d: Derivation) -> str:
             count += (1 + (r - 1)) * b * (d2 // c)
         cases.append(({"b": b, "d_1": d1, "d_2": d2, "w_word": 2, "c_tile": c, "r_tile": r},
                       count * 2))  # fmt: skip
-    return _compare(expr, "Q_mc", cases)
+    return compare_cases(expr, "Q_mc", cases)
 
 
 @oracle(
@@ -243,7 +243,7 @@ def _hbm_time(d: Derivation) -> str:
         v = {"b": b, "d_1": d1, "d_2": d2, "w_word": 2, "W_HBM": 3.0, "phi_use": 0.5,
              "M_L2": side**2 * 2 / 0.5}  # a tile of side x side two-byte words  # fmt: skip
         cases.append((v, words * 2 / 3.0))
-    return _compare(expr, "t_HBM", cases)
+    return compare_cases(expr, "t_HBM", cases)
 
 
 @oracle(
@@ -262,7 +262,7 @@ def _arith(d: Derivation) -> str:
         values = {"b": b, "d_1": d1, "d_2": d2, "F": flops, "eta": eta, "t_kern": kern,
                   "c_MAC": 2}  # fmt: skip
         cases.append((values, 2 * b * d1 * d2 / (flops * t)))
-    return _compare(expr, "u_mm", cases)
+    return compare_cases(expr, "u_mm", cases)
 
 
 # --- The model of training runs (the authors' final code's outputs) ----------------------------
@@ -291,7 +291,7 @@ def _model_compute(d: Derivation) -> str:
     k = _laws()["k_D"]
     cases = [({"N": r["n_params_total"], "S": r["sparsity"], "k_D": k}, r["training_flop_16bit"])
              for r in _reference_models()]  # fmt: skip
-    return _compare(d.result, "C", cases, rtol=1e-6)  # seven significant digits in the file
+    return compare_cases(d.result, "C", cases, rtol=1e-6)  # seven significant digits in the file
 
 
 @oracle(
@@ -305,10 +305,10 @@ def _model_compute_width(d: Derivation) -> str:
     exact = [({"L": r["layers"], "S": r["sparsity"], "d_ff": laws["r_ff"] * r["d_model"],
                "d_model": r["d_model"], "k_D": laws["k_D"]}, r["training_flop_16bit"])
              for r in _reference_models()]  # fmt: skip
-    _compare(d.steps[1].expr, "C", exact, rtol=1e-6)  # the parameter count, exactly
+    compare_cases(d.steps[1].expr, "C", exact, rtol=1e-6)  # the parameter count, exactly
     law = [({**laws, "S": r["sparsity"], "d_model": r["d_model"]}, r["training_flop_16bit"])
            for r in _reference_models()]  # fmt: skip
-    return _compare(d.result, "C", law, rtol=0.2) + " (and the parameter count exactly)"
+    return compare_cases(d.result, "C", law, rtol=0.2) + " (and the parameter count exactly)"
 
 
 def _width_cases(sparse: bool) -> list[tuple[dict[str, float], float]]:
@@ -326,7 +326,7 @@ def _width_cases(sparse: bool) -> list[tuple[dict[str, float], float]]:
     "the rounding of depth)",
 )
 def _width_dense(d: Derivation) -> str:
-    return _compare(d.result, "d_model", _width_cases(sparse=False), rtol=0.06)
+    return compare_cases(d.result, "d_model", _width_cases(sparse=False), rtol=0.06)
 
 
 @oracle(
@@ -336,7 +336,7 @@ def _width_dense(d: Derivation) -> str:
     " the rounding of depth and experts)",
 )
 def _width_sparse(d: Derivation) -> str:
-    return _compare(d.result, "d_model", _width_cases(sparse=True), rtol=0.08)
+    return compare_cases(d.result, "d_model", _width_cases(sparse=True), rtol=0.08)
 
 
 @oracle(
@@ -349,7 +349,7 @@ def _depth_dense(d: Derivation) -> str:
     laws = _laws()
     cases = [({**laws, "C": r["training_flop_16bit"]}, r["layers"])
              for r in _reference_models() if r["sparsity"] == 1]  # fmt: skip
-    return _compare(d.result, "L", cases, rtol=0.2)
+    return compare_cases(d.result, "L", cases, rtol=0.2)
 
 
 # --- Closed forms ------------------------------------------------------------------------------
@@ -374,7 +374,7 @@ def _published_close(got: float, key: str) -> str:
     "the critical compute the authors' notebook prints for the H100 at $\\alpha = 0$",
 )
 def _critical(d: Derivation) -> str:
-    return _published_close(_at(d.result, _h100_symbols(), "C"), "paper1.t_crit_flop")
+    return _published_close(at_values(d.result, _h100_symbols(), "C"), "paper1.t_crit_flop")
 
 
 @oracle(
@@ -383,7 +383,7 @@ def _critical(d: Derivation) -> str:
     "the latency wall the authors' notebook prints for the H100 at $\\alpha = 0$",
 )
 def _wall(d: Derivation) -> str:
-    return _published_close(_at(d.result, _h100_symbols(), "C"), "paper1.t_limit_flop")
+    return _published_close(at_values(d.result, _h100_symbols(), "C"), "paper1.t_limit_flop")
 
 
 @oracle(
@@ -396,9 +396,9 @@ def _wall(d: Derivation) -> str:
 def _cf_nanobatch(d: Derivation) -> str:
     cases = []
     for flops, hbm, w in ((1e15, 3e12, 2), (3e14, 2e12, 4)):
-        b = _bisect(lambda b, f=flops, h=hbm, word=w: 2 * b / f - 2 * word / h, 1e-6, 1e9)
+        b = bisect_root(lambda b, f=flops, h=hbm, word=w: 2 * b / f - 2 * word / h, 1e-6, 1e9)
         cases.append(({"F": flops, "W_HBM": hbm, "w_word": w, "q_HBMw": 2, "c_MAC": 2}, b))
-    return _compare(d.result, "n_HBM", cases)
+    return compare_cases(d.result, "n_HBM", cases)
 
 
 @oracle(
@@ -417,15 +417,15 @@ def _cf_shard(d: Derivation) -> str:
             words = sum(2 * tok * a for _matrix in range(2) for _pass in ("F", "B"))
             return 2 * macs / (f * gpus) - words * word / (gpus * bw / 2)
 
-        a = _bisect(excess, 1.0, 1e9)
+        a = bisect_root(excess, 1.0, 1e9)
         cases.append(({"F": flops, "W_net1": w1, "w_word": w, "c_MAC": 2, "m_pass": 3}, a))
-    return _compare(d.result, "a_IB", cases)
+    return compare_cases(d.result, "a_IB", cases)
 
 
 def _largest_model(t_step_of: Callable[[float], float], batch: float, t: float) -> float:
     """The model size whose steps (k_D N / B of them, at least ``t_step_of(N)`` each) just fill
     the training time ``t``: bisection."""
-    return _bisect(lambda n: 20 * n / batch * t_step_of(n) - t, 1e3, 1e20)
+    return bisect_root(lambda n: 20 * n / batch * t_step_of(n) - t, 1e3, 1e20)
 
 
 @oracle(
@@ -443,7 +443,7 @@ def _cf_crit_size(d: Derivation) -> str:
         v = {"B": batch, "F": flops, "G_node": g, "T": t, "L": layers, "a_IB": a,
              "c_MAC": 2, "k_D": 20, "m_pass": 3, "n_HBM": n}  # fmt: skip
         cases.append((v, _largest_model(lambda _n, s=t_min: s, batch, t)))
-    return _compare(d.result, "N", cases, rtol=1e-9)
+    return compare_cases(d.result, "N", cases, rtol=1e-9)
 
 
 @oracle(
@@ -459,7 +459,7 @@ def _cf_lat_size(d: Derivation) -> str:
         t_min = sum(lat for _pass in range(2) for _layer in range(layers) for _m in range(2))
         v = {"B": batch, "T": t, "L": layers, "k_D": 20, "t_lambda": lat}
         cases.append((v, _largest_model(lambda _n, s=t_min: s, batch, t)))
-    return _compare(d.result, "N", cases, rtol=1e-9)
+    return compare_cases(d.result, "N", cases, rtol=1e-9)
 
 
 # --- Pipeline (the schedule simulation of the pipeline chapter) --------------------------------
@@ -471,7 +471,7 @@ def _cf_lat_size(d: Derivation) -> str:
 def _bubble_1f1b(d: Derivation) -> str:
     cases = [({"N_PP": n, "m_micro": m}, float(pipeline.schedule(n, m).bubble))
              for n, m in ((2, 1), (2, 4), (4, 4), (4, 16), (8, 3))]  # fmt: skip
-    return _compare(d.result, "f_bubble", cases)
+    return compare_cases(d.result, "f_bubble", cases)
 
 
 @oracle(
@@ -484,10 +484,10 @@ def _bubble_interleaved(d: Derivation) -> str:
     waits = [({"N_PP": n, "m_micro": m, "v_PP": v},
               float(pipeline.schedule(n, m, v, "breadth-first", backward=1).bubble))
              for n, m, v in ((2, 4, 2), (4, 2, 2), (4, 8, 3), (3, 1, 2))]  # fmt: skip
-    _compare(d.steps[4].expr, "f_bubble", waits)
+    compare_cases(d.steps[4].expr, "f_bubble", waits)
     plain = [({"N_PP": n, "m_micro": m}, float(pipeline.schedule(n, m).bubble))
              for n, m in ((2, 4), (4, 8))]  # fmt: skip
-    return _compare(d.result, "f_bubble", plain) + " (and 4 with interleaving)"
+    return compare_cases(d.result, "f_bubble", plain) + " (and 4 with interleaving)"
 
 
 @oracle(
@@ -499,7 +499,7 @@ def _bubble_interleaved(d: Derivation) -> str:
 def _microbatches(d: Derivation) -> str:
     cases = [({"N_PP": n, "f_bubble_max": float(pipeline.schedule(n, m).bubble)}, m)
              for n, m in ((2, 4), (4, 4), (4, 12), (8, 16))]  # fmt: skip
-    return _compare(d.result, "m_micro", cases)
+    return compare_cases(d.result, "m_micro", cases)
 
 
 @oracle(
@@ -512,7 +512,7 @@ def _flush(d: Derivation) -> str:
     for n, m in ((2, 4), (4, 4), (8, 3)):
         sched = pipeline.schedule(n, m)
         cases.append(({"t_busy": sched.busy(0), "f_bubble": float(sched.bubble)}, sched.makespan))
-    return _compare(d.result, "t_flush", cases)
+    return compare_cases(d.result, "t_flush", cases)
 
 
 # --- Data parallelism --------------------------------------------------------------------------
@@ -533,7 +533,7 @@ def _dp_allreduce(d: Derivation) -> str:
         v = {"N": n, "N_MP": mp, "N_DP0": p0, "N_DP1": p1, "w_word": 2, "W_net0": w0,
              "W_net1": w1, "lambda_net0": lam0, "lambda_net1": lam1}  # fmt: skip
         cases.append((v, 2 * (lam0 + lam1) + pipelined_makespan(t0, t1, 4000)))
-    return _compare(d.result, "t_DP", cases, rtol=2e-3)
+    return compare_cases(d.result, "t_DP", cases, rtol=2e-3)
 
 
 @oracle(
@@ -550,7 +550,7 @@ def _dp_memory(d: Derivation) -> str:
         while n * w * (replicas + 1) + 4 * n * w <= hbm * gpus * (1 + 1e-12):
             replicas += 1
         cases.append(({"N": n, "w_word": w, "N_GPU": gpus, "M_HBM": hbm}, replicas))
-    return _compare(d.result, "N_DP", cases)
+    return compare_cases(d.result, "N_DP", cases)
 
 
 @oracle(
@@ -571,7 +571,7 @@ def _dp_ratio(d: Derivation) -> str:
         v = {"B": batch, "W_net1": w1, "c_MAC": 2, "rho_DP": t_bw / t_comp, "F": flops,
              "S": experts, "eta": eta, "w_word": w}  # fmt: skip
         cases.append((v, replicas))
-    return _compare(d.result, "N_DP", cases)
+    return compare_cases(d.result, "N_DP", cases)
 
 
 # --- Tensor parallelism ------------------------------------------------------------------------
@@ -586,7 +586,7 @@ def _tp_traffic(d: Derivation) -> str:
     for nf, b, dm in ((2, 3, 8), (4, 2, 16), (8, 1, 64)):
         sent, _ = ring_allreduce(nf, b * dm)
         cases.append(({"N_TPf": nf, "b": b, "d_model": dm, "w_word": 2}, 2 * sent * 2))
-    return _compare(d.result, "Q_TP", cases)
+    return compare_cases(d.result, "Q_TP", cases)
 
 
 @oracle(
@@ -606,7 +606,7 @@ def _tp_bandwidth(d: Derivation) -> str:
         v = {"N_TPm": nm, "N_TPf": nf, "b": b, "d_model": dm, "d_ff": dff, "w_word": 2,
              "W_net": 10}  # fmt: skip
         cases.append((v, 2 * (sent_m + sent_f) * 2 / (10 / 2)))
-    return _compare(d.result, "t_TPbw", cases)
+    return compare_cases(d.result, "t_TPbw", cases)
 
 
 @oracle(
@@ -618,7 +618,7 @@ def _tp_bandwidth(d: Derivation) -> str:
 def _tp_latency(d: Derivation) -> str:
     _, phases = ring_allreduce(4, 8)
     t = sum(phases * 1e-6 for _pass in range(2) for _family in range(2))
-    return _compare(d.result, "t_TPlat", [({"lambda_net": 1e-6}, t)])
+    return compare_cases(d.result, "t_TPlat", [({"lambda_net": 1e-6}, t)])
 
 
 @oracle(
@@ -636,7 +636,7 @@ def _tp_compute(d: Derivation) -> str:
         v = {"N_TPm": nm, "N_TPf": nf, "b": b, "d_model": dm, "d_ff": dff, "F": flops,
              "eta": eta, "c_MAC": 2}  # fmt: skip
         cases.append((v, 2 * macs / (flops * eta)))
-    return _compare(d.result, "t_comp", cases)
+    return compare_cases(d.result, "t_comp", cases)
 
 
 def _tp_balance(d: Derivation, lhs: str, model_group: bool) -> str:
@@ -652,9 +652,9 @@ def _tp_balance(d: Derivation, lhs: str, model_group: bool) -> str:
                                                                   else (other,)))  # fmt: skip
             return 2 * macs / (f * e) - words * word / (link / 2)
 
-        side = _bisect(excess, 1e-3, 1e12)
+        side = bisect_root(excess, 1e-3, 1e12)
         cases.append(({"F": flops, "eta": eta, "w_word": w, "W_net": bw, "c_MAC": 2}, side))
-    return _compare(d.result, lhs, cases)
+    return compare_cases(d.result, lhs, cases)
 
 
 @oracle(
@@ -699,7 +699,7 @@ def _transformer(d: Derivation) -> str:
         v = {"L": layers, "d_model": dm, "n_h": heads, "n_kv": kv, "d_ff": dff, "g_mlp": gates,
              "s_seq": seq, "V_voc": vocab}  # fmt: skip
         cases.append((v, total))
-    return _compare(d.result, "F_tok", cases)
+    return compare_cases(d.result, "F_tok", cases)
 
 
 @oracle(
@@ -726,7 +726,7 @@ def _transformer_latent(d: Derivation) -> str:
         v = {"L": layers, "d_model": dm, "n_h": heads, "r_q": rq, "r_kv": rkv, "d_hd": hd,
              "d_rope": rope, "d_ff": dff, "g_mlp": gates, "s_seq": seq, "V_voc": vocab}  # fmt: skip
         cases.append((v, total))
-    return _compare(d.result, "F_tok", cases)
+    return compare_cases(d.result, "F_tok", cases)
 
 
 @oracle(
@@ -743,7 +743,7 @@ def _sharded_dp(d: Derivation) -> str:
         per_phase = sent / phases
         v = {"N": n, "w_word": 2, "g_DP": g, "N_TP": tp, "N_PP": pp}
         cases.append((v, 3 * per_phase * 2))
-    return _compare(d.result, "V_DP", cases)
+    return compare_cases(d.result, "V_DP", cases)
 
 
 @oracle(
@@ -762,7 +762,7 @@ def _tp_run(d: Derivation) -> str:
         v = {"B": batch, "L": layers, "d_model": dm, "w_word": 2, "N_TP": tp, "N_PP": pp,
              "N_DP": dp, "N_CP": cp, "rho_b": recompute}  # fmt: skip
         cases.append((v, layers // pp * per_block * sent * 2))
-    return _compare(d.result, "V_TP", cases)
+    return compare_cases(d.result, "V_TP", cases)
 
 
 @oracle(
@@ -786,7 +786,7 @@ def _cp_run(d: Derivation) -> str:
         v = {"B": batch, "L": layers, "d_model": dm, "w_word": 2, "N_CP": cp, "N_PP": pp,
              "N_DP": dp, "n_h": heads, "n_kv": kv}  # fmt: skip
         cases.append((v, words * 2))
-    return _compare(d.result, "V_CP", cases)
+    return compare_cases(d.result, "V_CP", cases)
 
 
 @oracle(
@@ -807,7 +807,7 @@ def _mfu(d: Derivation) -> str:
         vals = {"B": batch, "F_tok": f_tok, "F_tok_model": f_model, "F_p": peak, "N_GPU": gpus,
                 "N_PP": n, "m_micro": m, "v_PP": v_pp, "t_ovl": t_ovl, "eta": eta}  # fmt: skip
         cases.append((vals, batch * f_model / (peak * gpus * t)))
-    return _compare(d.result, "U_MFU", cases)
+    return compare_cases(d.result, "U_MFU", cases)
 
 
 @oracle(
@@ -825,7 +825,7 @@ def _memory_state(d: Derivation) -> str:
         mine = sum(1 for i in range(shard) if i % g == 0)  # rank 0's share, dealt round-robin
         v = {"N": n, "N_TP": tp, "N_PP": pp, "g_mem": g}
         cases.append((v, mine * sum(per_param.values())))
-    return _compare(d.result, "M_state", cases)
+    return compare_cases(d.result, "M_state", cases)
 
 
 @oracle(
@@ -844,7 +844,7 @@ def _memory_activations(d: Derivation) -> str:
         v = {"b_mem": b, "s_mem": seq, "d_model": dm, "N_TP": tp, "d_kv": dm, "d_ff": 4 * dm,
              "g_mlp": 2, "w_act": 2, "m_drop": 2 * dm}  # fmt: skip
         cases.append((v, 34 * seq * b * dm / tp))
-    return _compare(count, "M_act", cases)
+    return compare_cases(count, "M_act", cases)
 
 
 def _op_policy_kept(d_model: int, d_kv: int, d_ff: int, gated: bool, tp: int, sp_: bool) -> float:
@@ -876,7 +876,7 @@ def _memory_op_selective(d: Derivation) -> str:
             cases.append((v, 2 * _op_policy_kept(dm, kv, ff, gated, tp, sp_)))
         want = 2 * _op_policy_kept(dm, kv, ff, True, tp, True)
         last.append(({"d_model": dm, "d_kv": kv, "d_ff": ff, "N_TP": tp}, want))
-    return _compare(first, "M_op", cases) + "; " + _compare(d.result, "M_op", last)
+    return compare_cases(first, "M_op", cases) + "; " + compare_cases(d.result, "M_op", last)
 
 
 # --- Expert parallelism ------------------------------------------------------------------------
@@ -908,7 +908,7 @@ _GROUPS = ((2, 1, 4), (1, 4, 8), (4, 2, 16), (2, 3, 12), (8, 8, 128))
 )
 def _ep_same(d: Derivation) -> str:
     cases = [({"N_EP0": a, "N_EP1": b, "S": s}, _routing(a, b, s)[0]) for a, b, s in _GROUPS]
-    return _compare(d.result, "P_EP0", cases)
+    return compare_cases(d.result, "P_EP0", cases)
 
 
 @oracle(
@@ -919,7 +919,7 @@ def _ep_same(d: Derivation) -> str:
 )
 def _ep_other(d: Derivation) -> str:
     cases = [({"N_EP0": a, "N_EP1": b, "S": s}, _routing(a, b, s)[1]) for a, b, s in _GROUPS]
-    return _compare(d.result, "P_EP1", cases)
+    return compare_cases(d.result, "P_EP1", cases)
 
 
 @oracle(
@@ -930,7 +930,7 @@ def _ep_other(d: Derivation) -> str:
 )
 def _ep_remote(d: Derivation) -> str:
     cases = [({"N_EP0": a, "N_EP1": b, "S": s}, sum(_routing(a, b, s))) for a, b, s in _GROUPS]
-    return _compare(d.result, "P_EP_rem", cases)
+    return compare_cases(d.result, "P_EP_rem", cases)
 
 
 def _ep_bytes(n0: int, n1: int, experts: int, tokens: int, gpus: int, dm: int) -> tuple[float, ...]:
@@ -955,7 +955,7 @@ def _ep_interface(d: Derivation) -> str:
         v = {"N_EP0": a, "N_EP1": b, "n_tok_PP": tokens, "N_GPU": gpus, "d_model": dm,
              "w_word": 2, "W_net0": w0, "W_net1": w1, "n_if_EP": n_if}  # fmt: skip
         cases.append((v, n_if * (q0 / (w0 / 2) + q1 / (w1 / 2))))
-    return _compare(d.result, "t_EP_bw", cases)
+    return compare_cases(d.result, "t_EP_bw", cases)
 
 
 @oracle(
@@ -974,7 +974,7 @@ def _ep_crossing(d: Derivation) -> str:
         v = {"N_EP1": b, "n_tok_PP": tokens, "N_GPU": gpus, "d_model": dm, "w_word": 2,
              "W_net0": w0, "W_net1": w1}  # fmt: skip
         cases.append((v, t))
-    return _compare(d.result, "t_X_bw_EP", cases)
+    return compare_cases(d.result, "t_X_bw_EP", cases)
 
 
 @oracle(
@@ -989,9 +989,9 @@ def _ep_interfaces(d: Derivation) -> str:
         size = layers // (n * v)
         inside = sum(1 for i in range(layers - 1) if i // size == (i + 1) // size)
         cases.append(({"L": layers, "N_PP": n, "v_PP": v}, inside))
-    before = _compare(d.steps[1].expr, "n_EP_only", cases)
+    before = compare_cases(d.steps[1].expr, "n_EP_only", cases)
     full = [({"L": n * k, "N_PP": n}, 0) for n, k in ((2, 1), (4, 1))]
-    after = _compare(d.result, "n_EP_only", full)
+    after = compare_cases(d.result, "n_EP_only", full)
     return f"{before} of step 2, {after} of the result"
 
 
@@ -1011,7 +1011,7 @@ def _ep_versus(d: Derivation) -> str:
         v = {"N_EP0": a, "N_EP1": b, "w_word": 2, "W_net0": w0, "W_net1": w1, "F": flops,
              "eta": eta, "d_ff": 4 * dm, "c_MAC": 2}  # fmt: skip
         cases.append((v, (q0 / (w0 / 2) + q1 / (w1 / 2)) / t_comp))
-    return _compare(d.result, "rho_EP", cases)
+    return compare_cases(d.result, "rho_EP", cases)
 
 
 # --- The search: the authors' final code's utilization -----------------------------------------
@@ -1024,7 +1024,7 @@ def _search_against_authors(d: Derivation, name: str) -> str:
     ``d`` (not from the library's copy) and compare with the authors' utilization."""
 
     scn = resolve("h100")
-    original = stepm._numeric
+    original = stepm.numeric
 
     def numeric(which: str):
         if which != name:
@@ -1038,7 +1038,7 @@ def _search_against_authors(d: Derivation, name: str) -> str:
     picked = reference[:: max(1, len(reference) // SEARCH_POINTS)][:SEARCH_POINTS]
     points = {p.d_model: p for p in search.points(scn)}
     worst = 0.0
-    with mock.patch.object(stepm, "_numeric", numeric):
+    with mock.patch.object(stepm, "numeric", numeric):
         for r in picked:
             pt = points.get(int(r["d_model"]))
             if pt is None:
@@ -1130,7 +1130,7 @@ def _operations_bytes(d: Derivation) -> str:
         vals = {"d_model": dm, "d_kv": kv, "d_ff": ff, "g_mlp": 3 if gated else 2, "N_TP": tp,
                 "t_sp": tp if seq_par else 1, "rho_b": rb, "w_word": 2}  # fmt: skip
         cases.append((vals, _walked_bytes(dm, kv, ff, gated, tp, seq_par, rb)))
-    return _compare(d.result, "Q_blk", cases)
+    return compare_cases(d.result, "Q_blk", cases)
 
 
 @oracle(
@@ -1164,7 +1164,7 @@ def _operations_memory(d: Derivation) -> str:
                 "t_kern": latency, "W_HBM": bw,
                 "Q_blk": _walked_bytes(dm, kv, ff, gated, tp, seq_par, rb, word)}  # fmt: skip
         cases.append((vals, t))
-    return _compare(d.result, "t_mem", cases)
+    return compare_cases(d.result, "t_mem", cases)
 
 
 @oracle(
@@ -1189,4 +1189,4 @@ def _ep_run(d: Derivation) -> str:
              "N_PP": pp, "N_DP": dp, "N_CP": cp, "N_EP": ep, "k_e": k,
              "rho_b": recompute}  # fmt: skip
         cases.append((v, calls * leaving * dm * word))
-    return _compare(d.result, "V_EP", cases)
+    return compare_cases(d.result, "V_EP", cases)

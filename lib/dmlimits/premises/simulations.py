@@ -68,7 +68,7 @@ def pipelined_makespan(t0: float, t1: float, chunks: int) -> float:
     return free0
 
 
-def _bisect(f: Callable[[float], float], lo: float, hi: float) -> float:
+def bisect_root(f: Callable[[float], float], lo: float, hi: float) -> float:
     """The root of an increasing ``f`` between ``lo`` and ``hi``, in log space."""
     if not f(lo) < 0 < f(hi):
         raise PremiseError(f"no sign change between {lo:g} and {hi:g}")

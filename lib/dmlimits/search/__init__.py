@@ -1119,7 +1119,7 @@ _SWEEPS: dict[str, list[dict[str, Any]]] = {}
 CACHE_ENV = "DMLIMITS_SWEEP_CACHE"
 
 
-def _key(scn: Scenario) -> str:
+def scenario_key(scn: Scenario) -> str:
     return repr(sorted(scn.values.items()))
 
 
@@ -1149,7 +1149,7 @@ def cache_path(scn: Scenario) -> Any:
     folder = cache_dir()
     if folder is None:
         return None
-    return folder / f"{digest(sweep_fingerprint(), _key(scn))}.json"
+    return folder / f"{digest(sweep_fingerprint(), scenario_key(scn))}.json"
 
 
 def _load(path: Any) -> list[dict[str, Any]] | None:
@@ -1174,7 +1174,7 @@ def sweep(scn: Scenario) -> list[dict[str, Any]]:
     assumptions in this process, and on disk when :data:`CACHE_ENV` names a folder: notebooks
     ask for the same sweeps many times, and a build sweeps them up front."""
     scn = require_scenario(scn)
-    key = _key(scn)
+    key = scenario_key(scn)
     if key not in _SWEEPS:
         path = cache_path(scn)
         results = _load(path) if path is not None else None
@@ -1238,11 +1238,11 @@ def sweep_many(
     jobs = max(1, jobs or os.cpu_count() or 1)
     for scn in scns:  # what the disk cache holds is read here, not swept again
         path = cache_path(scn)
-        if _key(scn) not in _SWEEPS and path is not None and path.is_file():
+        if scenario_key(scn) not in _SWEEPS and path is not None and path.is_file():
             sweep(scn)
-    todo = [x for x in scns if _key(x) not in _SWEEPS]
+    todo = [x for x in scns if scenario_key(x) not in _SWEEPS]
     for scn in scns:
-        if _key(scn) in _SWEEPS and progress is not None:
+        if scenario_key(scn) in _SWEEPS and progress is not None:
             progress(scn, 0.0)  # already swept in this process
 
     def done(scn: Scenario, start: float) -> None:
@@ -1253,7 +1253,7 @@ def sweep_many(
         start = time.perf_counter()
         sweep(todo[0])
         done(todo[0], start)
-        rest = [x for x in todo[1:] if _key(x) not in _SWEEPS]
+        rest = [x for x in todo[1:] if scenario_key(x) not in _SWEEPS]
         if jobs > 1 and len(rest) > 1:
             rest = _families_first(todo[0], rest)
 
@@ -1264,7 +1264,7 @@ def sweep_many(
                 futures = {pool.submit(_sweep_in_child, x): x for x in rest}
                 for future in futures:
                     scn = futures[future]
-                    _SWEEPS.setdefault(_key(scn), future.result())
+                    _SWEEPS.setdefault(scenario_key(scn), future.result())
                     done(scn, started)
             except BaseException:  # interrupted: stop the workers now rather than wait
                 for process in list(getattr(pool, "_processes", {}).values()):
