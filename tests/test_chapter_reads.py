@@ -17,6 +17,7 @@ from conftest import ROOT
 from dmlimits.book.glue import read_glued
 from dmlimits.build import chapter_reads
 from dmlimits.build import engine as build
+from dmlimits.build.reads import ALL_READ, read_keys, record
 from dmlimits.core import scenario as sc
 
 
@@ -26,14 +27,14 @@ def reads(tmp_path):
     path = tmp_path / "reads"
 
     def listed() -> set[str]:  # what was read since the last call
-        found = sc.read_keys(path)
+        found = read_keys(path)
         path.unlink(missing_ok=True)
-        sc.record_reads(str(path))
+        record(str(path))
         return found
 
-    sc.record_reads(str(path))
+    record(str(path))
     yield listed
-    sc.record_reads(None)
+    record(None)
 
 
 def test_a_scenario_lists_each_value_read_and_whole_reads(reads):
@@ -51,18 +52,18 @@ def test_a_scenario_lists_each_value_read_and_whole_reads(reads):
         lambda v: v == {}, lambda v: repr(v),
     ):  # fmt: skip
         whole(scn.values)
-        assert reads() == {sc.ALL_READ}
+        assert reads() == {ALL_READ}
     assert scn.overrides
     assert reads() == {"@overrides"}
     # The name resolve made from the preset and the overrides reads what it was made from; a
     # name given (as the build gives its chapters) is the name.
     assert scn.name.startswith("h100+training.months=6")
-    assert reads() == {sc.ALL_READ}
+    assert reads() == {ALL_READ}
     assert sc.resolve("h100", ["training.months=6"], name="mine").name == "mine"
     assert reads() == {"@name"}
     # A variant made from it read every value it copied.
     other = sc.resolve_overrides(scn, {"network.latency": 1e-6})
-    assert sc.ALL_READ in reads()
+    assert ALL_READ in reads()
     other["network.latency"]
     assert reads() == {"network.latency"}
 
@@ -71,17 +72,17 @@ def test_nothing_is_watched_unless_recording(reads, tmp_path):
     with sc.unwatched():  # a preset the library reads as published
         scn = sc.resolve("h100")
     assert scn["gpu"] and reads() == set()
-    sc.record_reads(None)
+    record(None)
     scn = sc.resolve("h100")
     assert type(scn) is sc.Scenario and type(scn.values) is dict
     # A process that did not record says so; one that read nothing lists nothing; a second
     # process recording into the same file (a worker) adds to the list, never truncates it.
-    assert sc.read_keys(tmp_path / "none") is None
-    sc.record_reads(str(tmp_path / "empty"))
-    assert sc.read_keys(tmp_path / "empty") == set()
+    assert read_keys(tmp_path / "none") is None
+    record(str(tmp_path / "empty"))
+    assert read_keys(tmp_path / "empty") == set()
     sc.resolve("h100")["gpu"]
-    sc.record_reads(str(tmp_path / "empty"))
-    assert sc.read_keys(tmp_path / "empty") == {"gpu"}
+    record(str(tmp_path / "empty"))
+    assert read_keys(tmp_path / "empty") == {"gpu"}
 
 
 def _cells(*sources: str, params: str = 'scenario = "h100"\noverrides = {}\nscenario_name = None'):
@@ -128,7 +129,7 @@ def test_an_execution_serves_only_scenarios_that_agree_on_what_it_read(tmp_path)
     assert chapter_reads._value(h100, "hardware.sms") != json.dumps(float(h100["hardware.sms"]))
     # Nothing is remembered of an execution that read everything or did not record, and an
     # execution no longer in the cache is not offered.
-    assert not chapter_reads.remember(cache, "src2", "k1", h100, {sc.ALL_READ, "gpu"})
+    assert not chapter_reads.remember(cache, "src2", "k1", h100, {ALL_READ, "gpu"})
     assert not chapter_reads.remember(cache, "src2", "k1", h100, None)
     assert not chapter_reads.remember(cache, "src2", "k1", h100, {"gpu", "@description"})
     # One that read nothing of the scenario serves every scenario.

@@ -15,6 +15,7 @@ import psutil
 import pytest
 from dmlimits.build import engine as build
 from dmlimits.build import kernel_fork
+from dmlimits.build.reads import read_keys
 from dmlimits.core import scenario as sc
 
 # What the kernel reports about itself: everything a chapter could see of how it was started,
@@ -137,7 +138,7 @@ def test_a_forked_kernel_records_what_its_chapter_reads(tmp_path, forks):
         out, err, _pid, _gone = asyncio.run(_run(manager, code, str(tmp_path)))
         assert err is None
         assert [float(x) for x in out.split()] == [6.0, sc.resolve("h100")["network.latency"]]
-        lists[name] = sc.read_keys(reads)
+        lists[name] = read_keys(reads)
     assert lists["forked"] == lists["alone"]
     assert {"training.months", "network.latency"} <= lists["forked"]
 

@@ -1,7 +1,7 @@
 """Which assumptions a chapter read, so that a changed assumption executes only the chapters
 that read it (issue #16).
 
-Each chapter's kernel lists the assumptions it reads (:func:`dmlimits.core.scenario.record_reads`:
+Each chapter's kernel lists the assumptions it reads (:func:`dmlimits.build.reads.record`:
 a key when one value is read, ``*`` when the values are read whole, as a sweep's cache address
 or a copy does, ``@name`` for the scenario's name).  After a chapter runs, the build remembers
 what it read and the values it read (:func:`remember`).  When the book is built for another
@@ -26,8 +26,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dmlimits.build.reads import ALL_READ
 from dmlimits.core.plumbing import read_json, write_json
-from dmlimits.core.scenario import ALL_READ, Scenario
+from dmlimits.core.scenario import Scenario
 
 #: The parameters a chapter may read through the scenario alone.
 SCENARIO_PARAMETERS = ("scenario", "overrides", "scenario_name")

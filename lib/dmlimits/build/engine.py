@@ -44,8 +44,9 @@ from typing import Any
 
 import yaml
 
+from dmlimits.build.reads import read_keys
 from dmlimits.core.plumbing import atomic_copy, cache_folder, digest, write_json
-from dmlimits.core.scenario import DEFAULT_SCENARIO, SCHEMA, Scenario, read_keys, resolve
+from dmlimits.core.scenario import DEFAULT_SCENARIO, SCHEMA, Scenario, resolve
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 STAGED = ("_config.yml", "_toc.yml", "book")
@@ -381,7 +382,7 @@ def _ipc_kernel_manager(socket_dir: Path, reads: Path | None = None, forks: Any 
     from dmlimits.build import kernel_fork
 
     # the build's parent process imports no more of the library than it runs
-    from dmlimits.core.scenario import READS_ENV
+    from dmlimits.build.reads import READS_ENV
 
     class IpcKernelManager(AsyncKernelManager):
         def __init__(self, **kwargs):

@@ -16,7 +16,7 @@ environment (the formula cache it reads at import), so that no chapter imports i
 reads the kept formulas again: about a second of each kernel (``bench/bench_build.py``: 80.5
 s of kernel time for the eighteen chapters before, 60.2 s after).  What a chapter reads of
 the scenario is still recorded from its first line: the child starts recording as the
-library's import would in a fresh kernel (:func:`dmlimits.core.scenario.record_reads`, from the
+library's import would in a fresh kernel (:func:`dmlimits.build.reads.record`, from the
 kernel's own environment), and only scenarios resolved while recording are watched, which
 the server never resolves.  Should the library fail to import in the server (a chapter's
 kernel would then show the error), the server drops it and each chapter imports it itself.
@@ -239,9 +239,10 @@ def _become_kernel(request: dict[str, Any], answers: int) -> None:
         sys.argv = [importlib.util.find_spec(LAUNCHER).origin, *argv[3:]]  # as python -m sets it
         # The library's import in a fresh kernel starts recording what the chapter reads when
         # the kernel's environment asks for it; the server imported it before there was one.
-        scenario = sys.modules.get("dmlimits.core.scenario")
-        if scenario is not None:
-            scenario.record_reads(os.environ.get(scenario.READS_ENV))
+        if "dmlimits" in sys.modules:
+            from dmlimits.build import reads  # imported with the library, before the fork
+
+            reads.record(os.environ.get(reads.READS_ENV))
         from ipykernel import kernelapp  # loaded in the forked kernel only
 
         code = 0

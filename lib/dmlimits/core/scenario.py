@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
@@ -396,115 +395,23 @@ def parse_set(item: str) -> tuple[str, Any]:
     return key, value
 
 
-#: The build sets this, for each chapter's kernel, to a file where the kernel lists the
-#: assumptions it reads (:func:`record_reads`): a chapter that read none of the assumptions a
-#: reader changed is not executed again (:mod:`dmlimits.build`).
-READS_ENV = "DMLIMITS_SCENARIO_READS"
-#: Listed when a process read every value at once (a copy, a hash, a comparison, a table).
-ALL_READ = "*"
-#: A scenario's own name, description, origin and overrides are listed as ``@name`` and so on.
-META_ATTRIBUTES = ("name", "description", "origin", "overrides")
-
-
-class _Reads:
-    """Appends each assumption read for the first time to a file (one per line, after a first
-    line that says a process records), so that the list is whole even if the process is
-    killed, and a process that read nothing leaves an empty list, not none.  Never truncates:
-    a worker process that starts recording into the same file adds to the list."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.seen: set[str] = set()
-        with open(path, "a", encoding="utf-8") as f:
-            if f.tell() == 0:
-                f.write(_RECORDING + "\n")
-
-    def __call__(self, key: str) -> None:
-        if key in self.seen or ALL_READ in self.seen:
-            return
-        self.seen.add(key)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(key + "\n")
-
-
-_READS: _Reads | None = None
-_RECORDING = "# the assumptions this process read"
+#: Called with every scenario made, unless :func:`unwatched` is in force: the build registers
+#: here what lists the assumptions a chapter reads (:mod:`dmlimits.build.reads`).
+CREATION_HOOKS: list[Callable[[Scenario], None]] = []
 _UNWATCHED = threading.local()
-
-
-def record_reads(path: str | None) -> None:
-    """List every assumption this process reads from now on in ``path`` (``None``: stop).
-    Only scenarios resolved while recording are watched; a chapter's kernel starts recording
-    when the library is imported (:data:`READS_ENV`), before any scenario exists."""
-    global _READS
-    _READS = _Reads(path) if path else None
-
-
-def read_keys(path: Path) -> set[str] | None:
-    """What a process listed with :func:`record_reads`; ``None`` when it did not record."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return None
-    if not lines or lines[0] != _RECORDING:
-        return None
-    return {line for line in lines[1:] if line and line != _RECORDING}
 
 
 @contextmanager
 def unwatched():
-    """Scenarios resolved inside are not watched: for a preset the library reads as published
-    (the GPU a measured run ran on), which no reader's assumption changes.  Never for a
-    scenario made from the one a chapter was given."""
+    """Scenarios resolved inside are not passed to the :data:`CREATION_HOOKS`: for a preset the
+    library reads as published (the GPU a measured run ran on), which no reader's assumption
+    changes.  Never for a scenario made from the one a chapter was given."""
     before = getattr(_UNWATCHED, "on", False)
     _UNWATCHED.on = True
     try:
         yield
     finally:
         _UNWATCHED.on = before
-
-
-def _read(key: str) -> None:
-    if _READS is not None:
-        _READS(key)
-
-
-class _WatchedValues(dict):
-    """A scenario's values that tell :func:`record_reads` what is read: one key, or every key
-    when the mapping is read whole (iterated, copied, compared, pickled, printed).  Copies
-    made from it are plain dictionaries: whatever they hold was listed when they were made."""
-
-    __slots__ = ()
-
-    def __getitem__(self, key: str) -> Any:
-        _read(key)
-        return dict.__getitem__(self, key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        _read(key)
-        return dict.get(self, key, default)
-
-    def __contains__(self, key: object) -> bool:
-        _read(str(key))
-        return dict.__contains__(self, key)
-
-
-def _whole(name: str):
-    method = getattr(dict, name)
-
-    def read_whole(self, *args: Any, **kwargs: Any) -> Any:
-        _read(ALL_READ)
-        return method(self, *args, **kwargs)
-
-    read_whole.__name__ = name
-    return read_whole
-
-
-for _name in (
-    "__iter__", "__reversed__", "keys", "items", "values", "copy", "__eq__", "__ne__",
-    "__repr__", "__str__", "__or__", "__ror__", "__reduce__", "__reduce_ex__", "__sizeof__",
-):  # fmt: skip
-    setattr(_WatchedValues, _name, _whole(_name))
 
 
 @dataclass(frozen=True)
@@ -518,10 +425,9 @@ class Scenario:
     overrides: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        if _READS is not None and not getattr(_UNWATCHED, "on", False):  # record_reads
-            if not isinstance(self.values, _WatchedValues):
-                object.__setattr__(self, "values", _WatchedValues(self.values))
-            object.__setattr__(self, "__class__", _WatchedScenario)
+        if CREATION_HOOKS and not getattr(_UNWATCHED, "on", False):
+            for hook in CREATION_HOOKS:
+                hook(self)
 
     def __getitem__(self, key: str) -> Any:
         if key not in self.values:
@@ -563,18 +469,6 @@ class Scenario:
     def to_yaml(self) -> str:
         data = {"name": self.name, "description": self.description, **self.values}
         return yaml.safe_dump(data, sort_keys=False)
-
-
-class _WatchedScenario(Scenario):
-    """A scenario made while the process lists what it reads: its name, description, origin
-    and overrides are listed when read, as ``@name`` and so on; a name :func:`resolve` made
-    (none was given) as every value."""
-
-    def __getattribute__(self, attr: str) -> Any:
-        if attr in META_ATTRIBUTES:
-            made = attr == "name" and object.__getattribute__(self, "__dict__").get("_made_name")
-            _read(ALL_READ if made else "@" + attr)
-        return object.__getattribute__(self, attr)
 
 
 def _load_base(spec: str) -> tuple[dict[str, Any], str]:
@@ -649,10 +543,10 @@ def resolve(
         origin=origin,
         overrides=tuple(set_values),
     )
-    if not name and isinstance(scn, _WatchedScenario):
-        # A name made from the preset's or file's name and the overrides, not given: reading
-        # it reads what it was made from, which the name of the book's scenario may not show.
-        object.__setattr__(scn, "_made_name", True)
+    if not name:
+        # A name made from the preset's or file's name and the overrides, not given: reading it
+        # reads what it was made from (:mod:`dmlimits.build.reads` lists every value for it).
+        object.__setattr__(scn, "name_was_made", True)
     return scn
 
 
@@ -720,6 +614,3 @@ def describe_presets() -> list[tuple[str, str]]:
         )
     return out
 
-
-if os.environ.get(READS_ENV):
-    record_reads(os.environ[READS_ENV])
