@@ -35,6 +35,7 @@ CHILD = r"""
 import json, time
 t0 = time.perf_counter()
 from dmlimits import search
+from dmlimits.search import sweeps
 from dmlimits.core import scenario as sc
 t_import = time.perf_counter() - t0
 scns = [sc.resolve(name) for name in sc.PAPER_PRESETS]
@@ -52,7 +53,7 @@ candidates = search.COUNTS["candidates"]
 # Again in the same process: the formulas are built (sympy, lambdify) and their memos warm.
 warm = None
 if JOBS == 1:
-    search._SWEEPS.clear()
+    search.forget()
     start = time.perf_counter()
     for scn in scns:
         search.sweep(scn)

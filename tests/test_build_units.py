@@ -263,7 +263,7 @@ def test_the_sweep_cache_keeps_the_sweeps_read_last_under_its_size(tmp_path, mon
     monkeypatch.setenv(search.CACHE_ENV, str(folder))
     assert search.cache_dir() == folder
     scn = sc.resolve("h100-infinite-network-low-latency")
-    search._SWEEPS.pop(search.scenario_key(scn), None)
+    search.forget(scn)
     swept = search.sweep(scn)
     path = search.cache_path(scn)
     size = path.stat().st_size
@@ -271,7 +271,7 @@ def test_the_sweep_cache_keeps_the_sweeps_read_last_under_its_size(tmp_path, mon
     (folder / ".tmp-writing.json").write_bytes(b"x" * size)
     for name in (path.name, "old.json"):
         os.utime(folder / name, ns=(10**18,) * 2)
-    search._SWEEPS.pop(search.scenario_key(scn))
+    search.forget(scn)
     again = search.sweep(scn)  # read from the disk, marked used now
     assert json.dumps(again) == json.dumps(swept)  # NaN where infeasible: compared as text
     assert build.prune_sweep_cache(folder, limit=size) == 1

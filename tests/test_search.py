@@ -18,6 +18,7 @@ from dmlimits.core import units as u
 from dmlimits.core.derivation import DerivationError, Step, derivation
 from dmlimits.core.symbols import REGISTRY
 from dmlimits.costs import step
+from dmlimits.search import sweeps
 
 
 @pytest.fixture(scope="module")
@@ -302,11 +303,11 @@ def test_the_disk_cache_returns_the_same_sweep(tmp_path, monkeypatch):
     monkeypatch.setenv(search.CACHE_ENV, "off")
     assert search.cache_path(scn) is None
     monkeypatch.setenv(search.CACHE_ENV, str(tmp_path))
-    search._SWEEPS.pop(search.scenario_key(scn), None)
+    search.forget(scn)
     computed = search.sweep(scn)
     path = search.cache_path(scn)
     assert path.is_file() and path.parent == tmp_path
-    search._SWEEPS.pop(search.scenario_key(scn), None)
+    search.forget(scn)
     read = search.sweep(scn)
     for a, b in zip(computed, read, strict=True):
         assert a.keys() == b.keys()
@@ -316,7 +317,7 @@ def test_the_disk_cache_returns_the_same_sweep(tmp_path, monkeypatch):
     other = sc.resolve("h100-no-batch-scaling", ["sweep.d_model_max_factor=2", "training.months=4"])
     assert search.cache_path(other) != path
     assert len(search.sweep_fingerprint()) == 64
-    monkeypatch.setattr(search, "sweep_fingerprint", lambda: "another library")
+    monkeypatch.setattr(sweeps, "sweep_fingerprint", lambda: "another library")
     assert search.cache_path(scn) != path
 
 
@@ -325,13 +326,13 @@ def test_workers_take_one_scenario_of_each_other_formula_family_first():
     not of (its formulas are then built once, by one worker), then the first's family, then
     the rest; the same scenarios, each once, whatever the order."""
     h100, a100, v100, b200 = (sc.resolve(n) for n in ("h100", "a100", "v100", "b200"))
-    assert search._formula_family(h100) == search._formula_family(b200)
-    assert search._formula_family(a100) == search._formula_family(v100)
-    assert search._formula_family(h100) != search._formula_family(a100)
+    assert sweeps._formula_family(h100) == sweeps._formula_family(b200)
+    assert sweeps._formula_family(a100) == sweeps._formula_family(v100)
+    assert sweeps._formula_family(h100) != sweeps._formula_family(a100)
     rest = [b200, a100, v100, sc.resolve("h100-sparse")]
-    ordered = search._families_first(h100, rest)
+    ordered = sweeps._families_first(h100, rest)
     assert [x.name for x in ordered] == ["a100", "b200", "h100-sparse", "v100"]
-    assert search._families_first(h100, [b200]) == [b200]
+    assert sweeps._families_first(h100, [b200]) == [b200]
 
 
 # --- Which parallelism when (the decision chart) -------------------------------------------------

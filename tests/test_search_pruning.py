@@ -1,9 +1,9 @@
 """Issue #16: the search's speed-ups change no result.
 
-Pruning (lower bounds on each candidate's step time, :data:`dmlimits.search.PRUNE_ENV`),
+Pruning (lower bounds on each candidate's step time, :data:`dmlimits.search.engine.PRUNE_ENV`),
 trusting its own arrays (the cost modules' argument checks skipped inside the search,
 :func:`dmlimits.core.checks.trusted_arguments`) and batching (the candidates of many models and
-clusters costed in one pass, :func:`dmlimits.search.best_on_many`) are checked against the
+clusters costed in one pass, :func:`dmlimits.search.engine.best_on_many`) are checked against the
 search without them: every preset's whole sweep, value for value, and a single pair's answer
 against the batch's.
 """
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from dmlimits import search
 from dmlimits.core import scenario as sc
+from dmlimits.search import candidates, engine
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -57,7 +58,7 @@ def test_pruning_changes_no_result(preset, monkeypatch):
     for mode in ("on", "off"):
         monkeypatch.setenv(search.PRUNE_ENV, mode)
         if mode == "off":
-            monkeypatch.setattr(search, "trusted_arguments", contextlib.nullcontext)
+            monkeypatch.setattr(engine, "trusted_arguments", contextlib.nullcontext)
         assert search.pruning() is (mode == "on")
         before = search.COUNTS["candidates"]
         found[mode] = search.optimal_many(scn, pts, ch)
@@ -98,18 +99,18 @@ def test_a_batch_answers_each_pair_as_it_would_alone(h100):
 )
 def test_looking_ahead_and_kept_layouts_change_no_result(preset, monkeypatch):
     """optimal_many tries several clusters of each model at once when few models are left
-    (:data:`dmlimits.search.LOOKAHEAD`), _base keeps each cluster's configurations for every
-    scenario that fits the same data-parallel degrees, and the matmul times and bubbles of
-    each are kept per hardware (``_COMPUTE_KEPT``; the second sweep reads every one of them):
-    the sweep one cluster at a time, every configuration listed and costed afresh, is the
-    same to the last bit."""
+    (:data:`dmlimits.search.candidates.LOOKAHEAD`), _base keeps each cluster's configurations for
+    every scenario that fits the same data-parallel degrees, and the matmul times and bubbles of
+    each are kept per hardware (``_COMPUTE_KEPT``; the second sweep reads every one of them): the
+    sweep one cluster at a time, every configuration listed and costed afresh, is the same to the
+    last bit."""
     scn = sc.resolve(preset)
     pts, ch = search.points(scn), search.Choices.of(scn)
     search.optimal_many(scn, pts, ch)
     ahead = search.optimal_many(scn, pts, ch)
-    monkeypatch.setattr(search, "LOOKAHEAD", 1)
-    search._layouts.cache_clear()
-    monkeypatch.setattr(search, "_layouts", search._layouts.__wrapped__)
+    monkeypatch.setattr(engine, "LOOKAHEAD", 1)
+    candidates._layouts.cache_clear()
+    monkeypatch.setattr(candidates, "_layouts", candidates._layouts.__wrapped__)
     one_by_one = search.optimal_many(scn, pts, ch)
     differ = [
         (pt.compute, k)
@@ -131,12 +132,12 @@ def test_kept_layouts_are_read_only_and_shared_only_where_they_agree():
     found = [r for r in search.sweep(big) if r["feasible"]][-1]  # its largest feasible model
     pt = next(p for p in search.points(big) if p.compute == found["training_flop"])
     n_gpu = int(found["n_gpu"])
-    a, b = search._base(big, pt, n_gpu, ch), search._base(small, pt, n_gpu, ch)
+    a, b = candidates._base(big, pt, n_gpu, ch), candidates._base(small, pt, n_gpu, ch)
     assert a is not None and b is not None
     with pytest.raises(ValueError, match="read-only"):
         a["dp"][0] = 1
     assert a["dp"].max() > b["dp"].max()
-    assert search._base(big, pt, n_gpu, ch) is a
+    assert candidates._base(big, pt, n_gpu, ch) is a
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +154,8 @@ def h100():
     ],
 )
 def test_the_bound_never_exceeds_a_candidates_best_placement(preset):
-    """The pruning's lower bounds (:func:`dmlimits.search._compute_bound`, then
-    :func:`dmlimits.search._lower_bound`) are at most each candidate's fastest step over its
+    """The pruning's lower bounds (:func:`dmlimits.search.engine._compute_bound`, then
+    :func:`dmlimits.search.engine._lower_bound`) are at most each candidate's fastest step over its
     placements, for every candidate of clusters from a few
     GPUs to the ones the sweep chose; on a network of one level, where each candidate has one
     placement, it is that step, to the last bit (a family the bound left out would show)."""
@@ -165,20 +166,20 @@ def test_the_bound_never_exceeds_a_candidates_best_placement(preset):
     checked = 0
     for pt in pts:
         for n_gpu in {pt.experts * 8, int(chosen[pt.compute])}:
-            batch = search._candidates(scn, [(pt, n_gpu)], ch, None)
+            batch = engine._candidates(scn, [(pt, n_gpu)], ch, None)
             if batch is None:
                 continue
             c = batch[0]
-            factors, columns = search._placement_columns(scn, n_gpu)
-            t_mm, bubble = search._compute_times(scn, c)
-            costs = search._costs(scn, c, factors, ch)
-            bound = search._lower_bound(ch, c, costs, t_mm, bubble)
+            factors, columns = engine._placement_columns(scn, n_gpu)
+            t_mm, bubble = candidates.compute_times(scn, c)
+            costs = engine._costs(scn, c, factors, ch)
+            bound = engine._lower_bound(ch, c, costs, t_mm, bubble)
             rows = np.arange(len(t_mm))
-            best = search._evaluate(ch, c, search._rows(costs, rows), columns, t_mm, bubble)
+            best = engine._evaluate(ch, c, engine._rows(costs, rows), columns, t_mm, bubble)
             fastest = best["t"].min(axis=1)
             assert (bound <= fastest).all(), (pt.compute, n_gpu)
             # The first, coarser bound (compute alone) is below the second.
-            compute = search._compute_bound(ch, c, t_mm, bubble)
+            compute = engine._compute_bound(ch, c, t_mm, bubble)
             assert (compute <= bound).all(), (pt.compute, n_gpu)
             assert (compute < bound).any(), (pt.compute, n_gpu)  # the network counts somewhere
             if factors is None:
@@ -198,7 +199,7 @@ def test_clusters_beyond_64_bits_are_listed(exponent):
     ch = search.Choices.of(scn)
     pt = max(search.points(scn), key=lambda p: p.compute)
     n_gpu = 2**exponent
-    c = search._base(scn, pt, n_gpu, ch)
+    c = candidates._base(scn, pt, n_gpu, ch)
     if exponent >= 63:
         assert c is None, exponent
     else:
@@ -248,21 +249,21 @@ def test_only_the_search_trusts_its_arguments():
 
 @pytest.mark.parametrize("preset", ["h100", "h100-sparse"])
 def test_equal_codes_stand_for_equal_columns(preset):
-    """Each cost is computed once per code of its group (:data:`dmlimits.search._GROUPS`) and
-    gathered back to every candidate of that code: so every candidate of a code must have the
-    same pair and the same values of the group's columns.  The codes are given as the
-    configurations are listed (``_layouts``) and offset pair by pair (``_candidates``); the
-    distinct codes are found without sorting (``_distinct_codes``), in np.unique's order."""
+    """Each cost is computed once per code of its group (:data:`dmlimits.search.candidates._GROUPS`)
+    and gathered back to every candidate of that code: so every candidate of a code must have the
+    same pair and the same values of the group's columns.  The codes are given as the configurations
+    are listed (``_layouts``) and offset pair by pair (``_candidates``); the distinct codes are
+    found without sorting (``_distinct_codes``), in np.unique's order."""
     scn = sc.resolve(preset)
     ch = search.Choices.of(scn)
     chosen = {r["training_flop"]: r["n_gpu"] for r in search.sweep(scn) if r["feasible"]}
     pts = [pt for pt in search.points(scn) if pt.compute in chosen][::4]
     items = [(pt, n) for pt in pts for n in {pt.experts * 8, int(chosen[pt.compute])}]
-    c, _, _ = search._candidates(scn, items, ch, None)
+    c, _, _ = engine._candidates(scn, items, ch, None)
     distinct = {}
-    for group, columns in search._GROUPS.items():
+    for group, columns in candidates._GROUPS.items():
         codes = c["code_" + group]
-        first, back = search._distinct_codes(codes)
+        first, back = candidates.distinct_codes(codes)
         uniq, inverse = np.unique(codes, return_inverse=True)
         assert np.array_equal(codes[first], uniq) and np.array_equal(back, inverse.ravel())
         for name in ("segment", *columns):
@@ -273,14 +274,14 @@ def test_equal_codes_stand_for_equal_columns(preset):
 
 
 def test_evaluating_in_blocks_changes_no_result(monkeypatch):
-    """The last pass evaluates the candidates a block at a time (:data:`dmlimits.search.BLOCK`
-    candidate-placements): blocks of a few dozen candidates give every result of one block of
-    them all, to the last bit."""
+    """The last pass evaluates the candidates a block at a time
+    (:data:`dmlimits.search.engine.BLOCK` candidate-placements): blocks of a few dozen candidates
+    give every result of one block of them all, to the last bit."""
     scn = sc.resolve("h100")
     pts, ch = search.points(scn)[::3], search.Choices.of(scn)
-    monkeypatch.setattr(search, "BLOCK", 10**12)  # one block: every candidate at once
+    monkeypatch.setattr(engine, "BLOCK", 10**12)  # one block: every candidate at once
     whole = search.optimal_many(scn, pts, ch)
-    monkeypatch.setattr(search, "BLOCK", 1000)
+    monkeypatch.setattr(engine, "BLOCK", 1000)
     blocked = search.optimal_many(scn, pts, ch)
     assert any(r["feasible"] for r in whole)
     for pt, a, b in zip(pts, whole, blocked, strict=True):

@@ -9,6 +9,7 @@ import pytest
 from dmlimits import search
 from dmlimits.book import book_sweeps, whole_run
 from dmlimits.core import scenario as sc
+from dmlimits.search import reference, results
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +175,12 @@ def test_the_comparison_with_the_authors_is_swept_up_front(monkeypatch):
     following = book_sweeps.scenarios_swept_next(scn)
     asked: list[str] = []
     real = search.sweep
-    monkeypatch.setattr(search, "sweep", lambda s: asked.append(search.scenario_key(s)) or real(s))
+    def counted(s):
+        asked.append(search.scenario_key(s))
+        return real(s)
+
+    for module in (search, results, reference):  # the package's and its modules' callers
+        monkeypatch.setattr(module, "sweep", counted)
     whole_run.reference_exceptions(list(sc.compared(sc.PAPER_PRESETS, scn).values()))
     assert following  # some settings differ from the authors': their year is swept again
     assert set(asked) - first == {search.scenario_key(s) for s in following}

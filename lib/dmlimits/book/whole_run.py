@@ -1,6 +1,6 @@
 """Figures and tables of the whole run: the search, the reproduction and the closed forms.
 
-Every curve comes from :func:`dmlimits.search.sweep` (cached per set of assumptions) or from
+Every curve comes from :func:`dmlimits.search.sweeps.sweep` (cached per set of assumptions) or from
 :mod:`dmlimits.costs.closed_forms`; the companion post's published curve is read from the project's
 data file, with its source.  Tables are returned as Markdown for the notebooks to display.
 """
@@ -225,8 +225,8 @@ def strategy_figure(scns: list[Scenario]) -> plt.Figure:
 def decision_chart(scn: Scenario, m: dict[str, Any] | None = None) -> plt.Figure:
     """Which parallelism when: model size against cluster size, each cell coloured by the
     parallelisms of the fastest configuration the search finds there
-    (:func:`~dmlimits.search.parallelism_map`), pale where that configuration cannot train the
-    model in time, white where none fits; the line is the cluster the search chooses for each
+    (:func:`~dmlimits.search.results.parallelism_map`), pale where that configuration cannot train
+    the model in time, white where none fits; the line is the cluster the search chooses for each
     model (its smallest that trains in time)."""
     m = m or search.parallelism_map(scn)
     names = sorted({x for row in m["labels"] for x in row if x}, key=lambda x: (len(x), x))
@@ -607,7 +607,7 @@ def choice_effects(scn: Scenario) -> list[dict[str, Any]]:
     :data:`~dmlimits.book.book_sweeps.CHOICE_ALTERNATIVES`: where linear
     scaling ends, the last feasible point and, when the scenario is one of the paper's
     settings as published (no other change), how many of the authors' grid points are within
-    :data:`~dmlimits.search.REFERENCE_TOLERANCE` utilization of theirs."""
+    :data:`~dmlimits.search.reference.REFERENCE_TOLERANCE` utilization of theirs."""
     reference = _is_reference(scn)
     out = []
     for label, changes in {"the defaults": {}, **CHOICE_ALTERNATIVES}.items():
@@ -717,7 +717,7 @@ def trend_word(first: float, last: float, tolerance: float = 0.05) -> str:
 
 
 #: The scenario keys each binding cost depends on: the memory level or arithmetic that binds a
-#: matmul, and the losses of :data:`~dmlimits.search.LOSSES` at the step's level.
+#: matmul, and the losses of :data:`~dmlimits.search.engine.LOSSES` at the step's level.
 _MATMUL_KEYS = {
     "arithmetic": ("hardware.flop_per_clock_per_thread", "hardware.max_clock", "hardware.sms",
                    "hardware.threads_per_sm", "hardware.effective_utilization"),

@@ -561,10 +561,10 @@ def source_key(root: Path, name: str) -> str:
 def notebook_key(root: Path, name: str, parameters: dict) -> str:
     """The address of a notebook's execution: everything its outputs can depend on.
 
-    A chapter's kernel reads nothing but its own source, the parameters papermill injects and
-    the library (its code, data files and presets: :func:`dmlimits.search.library_fingerprint`),
-    run by the pinned environment (requirements.txt) on one Python.  A change to any of these
-    gives another address, so a cached execution is never read for other inputs."""
+    A chapter's kernel reads nothing but its own source, the parameters papermill injects and the
+    library (its code, data files and presets: :func:`dmlimits.search.sweeps.library_fingerprint`),
+    run by the pinned environment (requirements.txt) on one Python.  A change to any of these gives
+    another address, so a cached execution is never read for other inputs."""
     return digest(
         name.encode(),
         (root / f"{name}.md").read_bytes(),
@@ -575,7 +575,7 @@ def notebook_key(root: Path, name: str, parameters: dict) -> str:
 
 def _environment(root: Path) -> tuple[bytes, ...]:
     """What every cached result of a build depends on besides its own inputs: the library's
-    files (:func:`dmlimits.search.library_fingerprint`), the pinned environment and the
+    files (:func:`dmlimits.search.sweeps.library_fingerprint`), the pinned environment and the
     Python."""
     # the build's parent process imports no more of the library than it runs
     from dmlimits import search
@@ -608,7 +608,7 @@ def _cached_copy(cache: Path | None, key: str, target: Path) -> bool:
 #: executions used longest ago are removed first.  A build of the book adds about ten
 #: megabytes; the default book's executions are used by every build and stay.
 NOTEBOOK_CACHE_BYTES = 512 * 2**20
-#: The sweep cache (:data:`dmlimits.search.CACHE_ENV`) likewise: a build for another scenario
+#: The sweep cache (:data:`dmlimits.search.sweeps.CACHE_ENV`) likewise: a build for another scenario
 #: adds a few megabytes of sweeps (about 40 kB each), and a change to the search makes every
 #: kept sweep stale at once.
 SWEEP_CACHE_BYTES = 256 * 2**20
@@ -989,7 +989,7 @@ def keep_formulas(work: Path) -> None:
 def keep_sweeps(work: Path) -> None:
     """Keep the sweeps on disk, where every process of the build reads them:
     ``_build/cache/sweeps`` unless the environment names another folder, or ``off``
-    (:data:`dmlimits.search.CACHE_ENV`)."""
+    (:data:`dmlimits.search.sweeps.CACHE_ENV`)."""
     # the build's parent process imports no more of the library than it runs
     from dmlimits import search
 
