@@ -210,7 +210,7 @@ def test_cli_lists_and_verifies(capsys):
 
 def test_cli_exits_non_zero_when_a_derivation_fails(capsys, monkeypatch):
     from dmlimits import cli
-    from dmlimits.core import derivation as dv
+    from dmlimits.core.derivation import builders
 
     def broken():
         return derivation(
@@ -218,8 +218,10 @@ def test_cli_exits_non_zero_when_a_derivation_fails(capsys, monkeypatch):
         )
 
     # One good derivation beside the broken one: the command's verdict, not every derivation.
-    good = next(iter(dv._BUILDERS.items()))
-    monkeypatch.setattr(dv, "_BUILDERS", dict([good, ("tests.broken", broken)]))
+    good = next(iter(builders().items()))
+    monkeypatch.setattr(
+        "dmlimits.core.derivation._BUILDERS", dict([good, ("tests.broken", broken)])
+    )
     assert cli.main(["derivations", "--verify"]) == 1
     out = capsys.readouterr().out
     assert "test-broken" in out and "FAILED" in out and "1 failed" in out

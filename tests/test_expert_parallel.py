@@ -19,11 +19,11 @@ from conftest import derivations_of
 from dmlimits.book import expert_parallel_page, summary
 from dmlimits.core import scenario as sc
 from dmlimits.core import symbols as s
-from dmlimits.core import units
+from dmlimits.core import units as u
 from dmlimits.core.symbols import REGISTRY
-from dmlimits.costs import collectives as c
-from dmlimits.costs import expert_parallel as ep
-from dmlimits.costs import pipeline as pp
+from dmlimits.costs import collectives as co
+from dmlimits.costs import expert_parallel as epm
+from dmlimits.costs import pipeline as ppm
 
 SPLITS = [(1, 1), (2, 1), (8, 1), (1, 4), (2, 3), (4, 5), (8, 16), (3, 7)]
 
@@ -40,26 +40,26 @@ def test_derivations_are_registered():
     assert {d.chapter for d in found} == {"expert_parallel"}
 
 
-@pytest.mark.parametrize("name", sorted(ep.COST_FORMULAS))
+@pytest.mark.parametrize("name", sorted(epm.COST_FORMULAS))
 def test_cost_formulas_have_their_units(name):
-    expr, unit = ep.COST_FORMULAS[name]
-    units.check_unit(expr, REGISTRY.units, unit)
+    expr, unit = epm.COST_FORMULAS[name]
+    u.check_unit(expr, REGISTRY.units, unit)
 
 
 def test_summary_entry():
-    entry = ep.SUMMARY
+    entry = epm.SUMMARY
     assert set(entry) == set(summary.KEYS)
     assert entry["parallelism"] == "expert"
     assert entry["overlaps_compute"] is True
-    units.check_unit(entry["volume"], REGISTRY.units, units.byte)
-    units.check_unit(entry["latency"], REGISTRY.units, units.second)
+    u.check_unit(entry["volume"], REGISTRY.units, u.byte)
+    u.check_unit(entry["latency"], REGISTRY.units, u.second)
     # The summary's volume is the two levels' expected bytes together.
-    total = ep.COST_FORMULAS["bytes_intra"][0] + ep.COST_FORMULAS["bytes_inter"][0]
-    assert sp.simplify(entry["volume"].subs(ep.n_ep, ep.n_ep0 * ep.n_ep1) - total) == 0
+    total = epm.COST_FORMULAS["bytes_intra"][0] + epm.COST_FORMULAS["bytes_inter"][0]
+    assert sp.simplify(entry["volume"].subs(epm.n_ep, epm.n_ep0 * epm.n_ep1) - total) == 0
 
 
 def test_symbols_are_registered_for_the_chapter():
-    for sym in (ep.n_ep, ep.n_ep0, ep.n_ep1, ep.p_node, ep.p_net, ep.t_ep_bw, ep.ratio):
+    for sym in (epm.n_ep, epm.n_ep0, epm.n_ep1, epm.p_node, epm.p_net, epm.t_ep_bw, epm.ratio):
         assert REGISTRY[sym].defined_in == "expert_parallel"
     assert REGISTRY[s.n_experts].defined_in == "model"
 
@@ -68,24 +68,24 @@ def test_bandwidth_is_the_collectives_point_to_point_time(scn):
     """Each level's term is the probability times the collectives module's numeric p2p time."""
     d, tokens, n_gpu, k = 8192.0, 3.0e6, 4096.0, 7.0
     for n0, n1 in SPLITS:
-        prob = ep.remote_probabilities(n0, n1)
+        prob = epm.remote_probabilities(n0, n1)
         expected = sum(
-            p * c.p2p_time(scn, d, level, seq=2 * k, par=tokens, n_gpu=n_gpu).bandwidth
+            p * co.p2p_time(scn, d, level, seq=2 * k, par=tokens, n_gpu=n_gpu).bandwidth
             for p, level in ((prob.same_node, 0), (prob.other_node, 1))
         )
-        got = ep.ep_time(scn, d, tokens, n0, n1, interfaces=k, n_gpu=n_gpu)
+        got = epm.ep_time(scn, d, tokens, n0, n1, interfaces=k, n_gpu=n_gpu)
         assert got.bandwidth == pytest.approx(expected, rel=1e-12)
 
 
 def test_bytes_times_interfaces_over_bandwidth_is_the_time(scn):
     d, tokens, n_gpu = 4096.0, 1.0e6, 512.0
-    intra, inter = ep.ep_bytes(scn, d, tokens, 4, 8, n_gpu=n_gpu)
-    w0 = c.level_bandwidth(scn, 0) / 2
-    w1 = c.level_bandwidth(scn, 1) / 2
-    t = ep.ep_time(scn, d, tokens, 4, 8, interfaces=3, n_gpu=n_gpu)
+    intra, inter = epm.ep_bytes(scn, d, tokens, 4, 8, n_gpu=n_gpu)
+    w0 = co.level_bandwidth(scn, 0) / 2
+    w1 = co.level_bandwidth(scn, 1) / 2
+    t = epm.ep_time(scn, d, tokens, 4, 8, interfaces=3, n_gpu=n_gpu)
     assert t.bandwidth == pytest.approx(3 * (intra / w0 + inter / w1))
     # All remote bytes: (1 - 1/N_EP) of the stage-boundary traffic, spread over the cluster.
-    boundary = pp.boundary_bytes(d, tokens, scn["model.word_bytes"])
+    boundary = ppm.boundary_bytes(d, tokens, scn["model.word_bytes"])
     assert intra + inter == pytest.approx((1 - 1 / 32) * boundary / n_gpu)
 
 
@@ -115,7 +115,7 @@ def test_simulation_matches_the_closed_form(seed, split):
     n0, n1 = split
     tokens = 200_000
     own, same, other, _, _ = simulate_routing(n0, n1, 3, tokens, seed)
-    prob = ep.remote_probabilities(n0, n1)
+    prob = epm.remote_probabilities(n0, n1)
     for count, p in ((own, prob.own_gpu), (same, prob.same_node), (other, prob.other_node)):
         sigma = math.sqrt(max(p * (1 - p), 1e-12) / tokens)
         assert abs(count / tokens - p) <= 5 * sigma + 1e-12
@@ -129,8 +129,8 @@ def test_simulated_bytes_per_gpu_match_ep_bytes(scn, split):
     *_, mean_same, mean_other = simulate_routing(n0, n1, 2, tokens, 11)
     # One d_model word per token and pass: d_model = 1, and the two passes and word size scale
     # the simulation's per-GPU token counts into bytes.
-    scale = pp.BOUNDARY_PASSES * scn["model.word_bytes"]
-    intra, inter = ep.ep_bytes(scn, 1.0, tokens, n0, n1)
+    scale = ppm.BOUNDARY_PASSES * scn["model.word_bytes"]
+    intra, inter = epm.ep_bytes(scn, 1.0, tokens, n0, n1)
     assert intra == pytest.approx(scale * mean_same, rel=0.02)
     assert inter == pytest.approx(scale * mean_other, rel=0.02)
 
@@ -138,21 +138,21 @@ def test_simulated_bytes_per_gpu_match_ep_bytes(scn, split):
 def test_probabilities_vectorize_and_limits():
     n0 = np.array([1, 8, 8, 1])
     n1 = np.array([1, 1, 4, 16])
-    prob = ep.remote_probabilities(n0, n1)
+    prob = epm.remote_probabilities(n0, n1)
     assert prob.own_gpu == pytest.approx(1 / (n0 * n1))
     assert prob.other_node[0] == 0 and prob.same_node[0] == 0
     assert prob.other_node[1] == 0  # one node: everything stays on NVLink
     assert prob.same_node[3] == 0  # one GPU per node: every remote token crosses nodes
-    assert isinstance(ep.remote_probabilities(2, 2).remote, float)
+    assert isinstance(epm.remote_probabilities(2, 2).remote, float)
 
 
 # --- The gcd rule, the split, the pipeline -------------------------------------------------
 def test_ep_degree_is_the_gcd():
     n = np.array([64, 96, 5 * 2**18, 7, 1024])
     e = np.array([8, 9, 20, 14, 1])
-    got = ep.ep_degree(n, e)
+    got = epm.ep_degree(n, e)
     assert list(got) == [math.gcd(int(a), int(b)) for a, b in zip(n, e, strict=True)]
-    assert ep.ep_degree(16, 8) == 8.0
+    assert epm.ep_degree(16, 8) == 8.0
 
 
 def test_ep_degree_of_clusters_beyond_int64_is_exact():
@@ -161,54 +161,54 @@ def test_ep_degree_of_clusters_beyond_int64_is_exact():
     n = np.array([3.0 * 2**70, 2.0**80, 5.0 * 2**66 * 9, 2.0**63 + 2**11])
     e = np.array([48, 20, 36, 896])
     with np.errstate(all="raise"):
-        got = ep.ep_degree(n, e)
+        got = epm.ep_degree(n, e)
     assert list(got) == [math.gcd(int(a), int(b)) for a, b in zip(n, e, strict=True)]
 
 
 def test_paper_clusters_use_every_expert():
     """Clusters of the form S 2^i (the paper's) give N_EP = S."""
     experts = np.array([8, 9, 20, 36, 896])
-    assert np.array_equal(ep.ep_degree(experts * 2**10, experts), experts)
+    assert np.array_equal(epm.ep_degree(experts * 2**10, experts), experts)
 
 
 def test_node_split():
-    intra, inter = ep.node_split(np.array([8, 9, 20, 64]), 8)
+    intra, inter = epm.node_split(np.array([8, 9, 20, 64]), 8)
     assert list(intra) == [8, 1, 4, 8] and list(inter) == [1, 9, 5, 8]
 
 
 def test_ep_only_interfaces():
-    assert ep.ep_only_interfaces(384) == 383
-    assert ep.ep_only_interfaces(384, 4, 96) == 0  # full interleaving
-    assert ep.ep_only_interfaces(384, 4, 1) == 380  # zero bubble: v = 1
+    assert epm.ep_only_interfaces(384) == 383
+    assert epm.ep_only_interfaces(384, 4, 96) == 0  # full interleaving
+    assert epm.ep_only_interfaces(384, 4, 1) == 380  # zero bubble: v = 1
     # With the pipeline's crossings they add up to L - 1 interfaces.
-    assert ep.ep_only_interfaces(384, 4, 1) + pp.boundary_crossings(4, 1) == 383
+    assert epm.ep_only_interfaces(384, 4, 1) + ppm.boundary_crossings(4, 1) == 383
 
 
 def test_crossing_takes_the_higher_level(scn):
     d, tokens, n = 4096.0, 1.0e6, 1024.0
-    full0 = c.p2p_time(scn, d, 0, seq=2, par=tokens, n_gpu=n).bandwidth
-    full1 = c.p2p_time(scn, d, 1, seq=2, par=tokens, n_gpu=n).bandwidth
+    full0 = co.p2p_time(scn, d, 0, seq=2, par=tokens, n_gpu=n).bandwidth
+    full1 = co.p2p_time(scn, d, 1, seq=2, par=tokens, n_gpu=n).bandwidth
     # Between nodes: every token takes InfiniBand, whatever the experts.
     for n0, n1 in SPLITS:
-        assert ep.crossing_time(scn, d, tokens, n0, n1, 1, n_gpu=n).bandwidth == pytest.approx(
+        assert epm.crossing_time(scn, d, tokens, n0, n1, 1, n_gpu=n).bandwidth == pytest.approx(
             full1
         )
     # Inside a node with the group in one node: NVLink only.
-    assert ep.crossing_time(scn, d, tokens, 8, 1, 0, n_gpu=n).bandwidth == pytest.approx(full0)
+    assert epm.crossing_time(scn, d, tokens, 8, 1, 0, n_gpu=n).bandwidth == pytest.approx(full0)
     # Inside a node with the group over four nodes: a quarter stays.
-    got = ep.crossing_time(scn, d, tokens, 2, 4, 0, n_gpu=n).bandwidth
+    got = epm.crossing_time(scn, d, tokens, 2, 4, 0, n_gpu=n).bandwidth
     assert got == pytest.approx(full0 / 4 + 3 * full1 / 4)
     # A crossing is never cheaper than the expert traffic of the same interface.
-    assert got >= ep.ep_time(scn, d, tokens, 2, 4, n_gpu=n).bandwidth
+    assert got >= epm.ep_time(scn, d, tokens, 2, 4, n_gpu=n).bandwidth
 
 
 def test_latency_rules(scn):
     lam = scn["network.latency"]
-    one = ep.ep_time(scn, 4096, 1e6, 1, 1, interfaces=5)
+    one = epm.ep_time(scn, 4096, 1e6, 1, 1, interfaces=5)
     assert one.bandwidth == 0 and one.latency == 0  # nobody to talk to
-    high = ep.ep_time(scn, 4096, 1e6, 4, 2, interfaces=5)
+    high = epm.ep_time(scn, 4096, 1e6, 4, 2, interfaces=5)
     assert high.latency == pytest.approx(2 * 5 * lam)
-    expected = ep.ep_time(scn, 4096, 1e6, 4, 2, interfaces=5, latency="expected")
+    expected = epm.ep_time(scn, 4096, 1e6, 4, 2, interfaces=5, latency="expected")
     assert expected.latency == pytest.approx(2 * 5 * lam * (1 - 1 / 8))
     assert expected.bandwidth == high.bandwidth
 
@@ -216,18 +216,18 @@ def test_latency_rules(scn):
 def test_compute_ratio_is_bandwidth_over_matmul_time(scn):
     d, tokens, n = 16384.0, 4.0e7, 65536.0
     dff = scn["model.ff_ratio"] * d
-    bw = ep.ep_time(scn, d, tokens, 4, 8, n_gpu=n).bandwidth
-    comp = ep.layer_compute_time(scn, d, dff, tokens, n)
-    assert ep.compute_ratio(scn, dff, 4, 8) == pytest.approx(bw / comp)
+    bw = epm.ep_time(scn, d, tokens, 4, 8, n_gpu=n).bandwidth
+    comp = epm.layer_compute_time(scn, d, dff, tokens, n)
+    assert epm.compute_ratio(scn, dff, 4, 8) == pytest.approx(bw / comp)
 
 
 def test_vectorized_matches_scalar(scn):
     d = np.array([4096.0, 8192.0, 16384.0])
     n0 = np.array([1, 4, 8])
     n1 = np.array([2, 2, 16])
-    vec = ep.ep_time(scn, d, 1e6, n0, n1, interfaces=3, n_gpu=4096)
+    vec = epm.ep_time(scn, d, 1e6, n0, n1, interfaces=3, n_gpu=4096)
     for i in range(3):
-        one = ep.ep_time(scn, d[i], 1e6, n0[i], n1[i], interfaces=3, n_gpu=4096)
+        one = epm.ep_time(scn, d[i], 1e6, n0[i], n1[i], interfaces=3, n_gpu=4096)
         assert vec.bandwidth[i] == pytest.approx(one.bandwidth)
         assert vec.latency[i] == pytest.approx(one.latency)
 
@@ -235,9 +235,9 @@ def test_vectorized_matches_scalar(scn):
 def test_topologies(scn):
     flat = sc.resolve("h100-sparse", overrides={"network.topology": "flat"})
     unlimited = sc.resolve("h100-sparse", overrides={"network.topology": "unlimited"})
-    t_two = ep.ep_time(scn, 8192, 1e6, 8, 4, n_gpu=1024)
-    t_flat = ep.ep_time(flat, 8192, 1e6, 8, 4, n_gpu=1024)
-    t_inf = ep.ep_time(unlimited, 8192, 1e6, 8, 4, n_gpu=1024)
+    t_two = epm.ep_time(scn, 8192, 1e6, 8, 4, n_gpu=1024)
+    t_flat = epm.ep_time(flat, 8192, 1e6, 8, 4, n_gpu=1024)
+    t_inf = epm.ep_time(unlimited, 8192, 1e6, 8, 4, n_gpu=1024)
     assert t_flat.bandwidth < t_two.bandwidth
     assert t_inf.bandwidth == 0 and t_inf.latency == t_two.latency
 
@@ -246,20 +246,20 @@ def test_topologies(scn):
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda scn: ep.ep_degree(0, 8), "n_gpu: got 0"),
-        (lambda scn: ep.ep_degree(16, 2.5), "experts: got 2.5"),
-        (lambda scn: ep.remote_probabilities(0, 1), "ep_intra: got 0"),
-        (lambda scn: ep.remote_probabilities(2, 1.5), "ep_inter: got 1.5"),
-        (lambda scn: ep.ep_time(scn, 4096, 1e6, 16, 1), "ep_intra: got 16.*node_size = 8"),
-        (lambda scn: ep.ep_time(scn, 4096, 1e6, 4, 4, n_gpu=8), "n_gpu: got 8.*16 GPUs"),
-        (lambda scn: ep.ep_time(scn, -1, 1e6, 4, 4), "d_model: got -1"),
-        (lambda scn: ep.ep_time(scn, 4096, "many", 4, 4), "tokens: got 'many'"),
-        (lambda scn: ep.ep_time(scn, 4096, 1e6, 4, 4, latency="max"), "latency: got 'max'"),
-        (lambda scn: ep.ep_time("h100", 4096, 1e6, 4, 4), "scn: got str"),
-        (lambda scn: ep.crossing_time(scn, 4096, 1e6, 4, 4, 2), "level: got 2"),
-        (lambda scn: ep.ep_only_interfaces(8, 4, 3), "n_pp: got 4 with v = 3"),
-        (lambda scn: ep.node_split(12, 0), "node_size: got 0"),
-        (lambda scn: ep.sweep_table(sc.resolve("h100")), "dense scenario"),
+        (lambda scn: epm.ep_degree(0, 8), "n_gpu: got 0"),
+        (lambda scn: epm.ep_degree(16, 2.5), "experts: got 2.5"),
+        (lambda scn: epm.remote_probabilities(0, 1), "ep_intra: got 0"),
+        (lambda scn: epm.remote_probabilities(2, 1.5), "ep_inter: got 1.5"),
+        (lambda scn: epm.ep_time(scn, 4096, 1e6, 16, 1), "ep_intra: got 16.*node_size = 8"),
+        (lambda scn: epm.ep_time(scn, 4096, 1e6, 4, 4, n_gpu=8), "n_gpu: got 8.*16 GPUs"),
+        (lambda scn: epm.ep_time(scn, -1, 1e6, 4, 4), "d_model: got -1"),
+        (lambda scn: epm.ep_time(scn, 4096, "many", 4, 4), "tokens: got 'many'"),
+        (lambda scn: epm.ep_time(scn, 4096, 1e6, 4, 4, latency="max"), "latency: got 'max'"),
+        (lambda scn: epm.ep_time("h100", 4096, 1e6, 4, 4), "scn: got str"),
+        (lambda scn: epm.crossing_time(scn, 4096, 1e6, 4, 4, 2), "level: got 2"),
+        (lambda scn: epm.ep_only_interfaces(8, 4, 3), "n_pp: got 4 with v = 3"),
+        (lambda scn: epm.node_split(12, 0), "node_size: got 0"),
+        (lambda scn: epm.sweep_table(sc.resolve("h100")), "dense scenario"),
     ],
 )
 def test_errors_name_the_value(scn, call, match):
@@ -281,9 +281,9 @@ def test_level_times_are_the_times_level_by_level(topology):
     k = np.array([0.0, 1.0, 7.0])[None, None, :]
     n = n0 * n1 * 16
     calls = [
-        (ep.ep_time, ep.ep_level_times, (d, tokens, n0, n1, k, n)),
+        (epm.ep_time, epm.ep_level_times, (d, tokens, n0, n1, k, n)),
         *(
-            (ep.crossing_time, ep.crossing_level_times, (d, tokens, n0, n1, level, k, n))
+            (epm.crossing_time, epm.crossing_level_times, (d, tokens, n0, n1, level, k, n))
             for level in (0, 1)
         ),
     ]
@@ -317,7 +317,7 @@ def test_the_sweep_summary_says_what_the_table_holds(name, sets):
     from dmlimits.book.glue import sci
 
     scn = sc.resolve(name, sets=sets)
-    tab = ep.sweep_table(scn)
+    tab = epm.sweep_table(scn)
     text = expert_parallel_page.sweep_summary(scn, tab)
     ratio, share = tab["ratio"], tab["latency_share"]
     if np.any(ratio > 0):
@@ -342,7 +342,7 @@ def test_the_worked_example_gives_each_gpu_a_token(name):
     from dmlimits.core import published
 
     scn = sc.resolve(name, sets=["model.sparse=true"])
-    tab = ep.sweep_table(scn)
+    tab = epm.sweep_table(scn)
     anchor = published.value("paper1.post_slowdown_flop")
     got = expert_parallel_page.worked_example(tab, anchor, gpu=scn.gpu_label)
     per_gpu = tab["batch"] / tab["n_gpu"]

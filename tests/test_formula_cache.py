@@ -15,7 +15,7 @@ import dmlimits
 import numpy as np
 import pytest
 import sympy as sp
-from dmlimits.core import formula_cache as fc
+from dmlimits.core import formula_cache
 from dmlimits.core.symbols import REGISTRY
 from dmlimits.costs import matmul, model
 
@@ -54,7 +54,7 @@ def kept_builders() -> dict[str, object]:
 
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
-    monkeypatch.setenv(fc.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(formula_cache.CACHE_ENV, str(tmp_path))
     return tmp_path
 
 
@@ -74,11 +74,13 @@ def first_fast(cases: list) -> list:
 def test_a_kept_result_reads_back_as_built(folder, name, args):
     kept = kept_builders()[name]
     fresh = kept(*args)  # built (the folder is empty) and written
-    assert fc._path(f"expressions {kept.key}{args!r}", kept.build.__module__).is_file(), "not kept"
-    before = fc.COUNTS["read"]
+    assert formula_cache._path(
+        f"expressions {kept.key}{args!r}", kept.build.__module__
+    ).is_file(), "not kept"
+    before = formula_cache.COUNTS["read"]
     read = kept(*args)  # read back
-    assert fc.COUNTS["read"] == before + 1
-    assert fc._same(fresh, read)
+    assert formula_cache.COUNTS["read"] == before + 1
+    assert formula_cache._same(fresh, read)
 
     def printed(value):
         if isinstance(value, dict):
@@ -103,9 +105,9 @@ def test_a_kept_lambdified_function_computes_as_built(folder, what, kind, multic
         "traffic": matmul._traffic_function,
     }[what].__wrapped__
     written = builder(kind, multicast)
-    before = fc.COUNTS["read"]
+    before = formula_cache.COUNTS["read"]
     read = builder(kind, multicast)
-    assert fc.COUNTS["read"] == before + 1, "not read back"
+    assert formula_cache.COUNTS["read"] == before + 1, "not read back"
     rng = np.random.default_rng(7)
     n = len(read.__code__.co_varnames[: read.__code__.co_argcount])
     args = [10 ** rng.uniform(0, 6, 200) for _ in range(n)]
@@ -115,37 +117,39 @@ def test_a_kept_lambdified_function_computes_as_built(folder, what, kind, multic
 
 def test_nothing_is_kept_without_a_folder(monkeypatch):
     for value in ("off", ""):
-        monkeypatch.setenv(fc.CACHE_ENV, value)
-        assert fc.cache_dir() is None
-        assert fc.keep_result("probe", sp.Symbol("x")) is False
-        assert fc.read_result("probe") == (False, None)
+        monkeypatch.setenv(formula_cache.CACHE_ENV, value)
+        assert formula_cache.cache_dir() is None
+        assert formula_cache.keep_result("probe", sp.Symbol("x")) is False
+        assert formula_cache.read_result("probe") == (False, None)
 
 
 def test_a_file_cut_short_is_built_again(folder):
     x = sp.Symbol("x", positive=True)
-    assert fc.keep_result("probe", {"a": x + 1})
+    assert formula_cache.keep_result("probe", {"a": x + 1})
     (path,) = folder.glob("*.json")
     path.write_text('{"key": "probe", "res')
-    assert fc.read_result("probe") == (False, None)
-    assert fc.keep_result("probe", {"a": x + 2})
-    assert fc.read_result("probe") == (True, {"a": x + 2})
+    assert formula_cache.read_result("probe") == (False, None)
+    assert formula_cache.keep_result("probe", {"a": x + 2})
+    assert formula_cache.read_result("probe") == (True, {"a": x + 2})
 
 
 def test_what_cannot_be_read_back_exactly_is_not_kept(folder):
-    before = fc.COUNTS["not kept"]
-    assert fc.keep_result("probe", object()) is False
+    before = formula_cache.COUNTS["not kept"]
+    assert formula_cache.keep_result("probe", object()) is False
     f = sp.Function("f")
-    assert fc.keep_result("probe", f(sp.Symbol("x"))) is True  # an undefined function is kept
-    assert fc.read_result("probe")[1] == f(sp.Symbol("x"))
-    assert fc.COUNTS["not kept"] == before + 1
+    assert (
+        formula_cache.keep_result("probe", f(sp.Symbol("x"))) is True
+    )  # an undefined function is kept
+    assert formula_cache.read_result("probe")[1] == f(sp.Symbol("x"))
+    assert formula_cache.COUNTS["not kept"] == before + 1
     # A lambdified function that calls a Python function of its own cannot be run again from
     # its source: it is returned, and not kept.
     from sympy.utilities.lambdify import implemented_function
 
     g = implemented_function("g", lambda v: v + 1)
     x = sp.Symbol("x")
-    fn = fc.lambdified("probe g", lambda: ((x,), g(x)))
-    assert fn(1.0) == 2.0 and fc.COUNTS["not kept"] == before + 2
+    fn = formula_cache.lambdified("probe g", lambda: ((x,), g(x)))
+    assert fn(1.0) == 2.0 and formula_cache.COUNTS["not kept"] == before + 2
     assert not [p for p in folder.glob("*.json") if "probe g" in p.read_text()]
 
 
@@ -154,21 +158,21 @@ def test_an_unevaluated_tree_keeps_its_order_and_form(folder):
     unevaluated form (``-(2 e - 1)/2``, as ``sp.factor`` leaves it) stays as it was."""
     e = sp.Symbol("e_B", positive=True)
     factored = sp.factor(sp.Rational(1, 2) - e)
-    assert fc.keep_result("probe", factored)
-    _, read = fc.read_result("probe")
+    assert formula_cache.keep_result("probe", factored)
+    _, read = formula_cache.read_result("probe")
     assert sp.srepr(read) == sp.srepr(factored) and read.args == factored.args
     assert sp.latex(read) == sp.latex(factored)
 
 
 def test_a_changed_library_gives_new_addresses(folder, monkeypatch):
-    fc.keep_result("probe", sp.Integer(3))
-    assert fc.read_result("probe") == (True, sp.Integer(3))
-    monkeypatch.setattr(fc, "_environment_key", lambda module=None: "another library")
-    assert fc.read_result("probe") == (False, None)
+    formula_cache.keep_result("probe", sp.Integer(3))
+    assert formula_cache.read_result("probe") == (True, sp.Integer(3))
+    monkeypatch.setattr(formula_cache, "_environment_key", lambda module=None: "another library")
+    assert formula_cache.read_result("probe") == (False, None)
 
 
 def test_a_kept_file_names_what_it_holds(folder):
-    fc.keep_result("probe", sp.Integer(3))
+    formula_cache.keep_result("probe", sp.Integer(3))
     (path,) = folder.glob("*.json")
     data = json.loads(path.read_text())
     assert data["key"] == "probe" and data["result"] == {"sympy": "Integer(3)"}
@@ -177,13 +181,13 @@ def test_a_kept_file_names_what_it_holds(folder):
 def test_a_folder_that_cannot_be_written_keeps_nothing_and_stops_nothing(tmp_path, monkeypatch):
     blocker = tmp_path / "a file"
     blocker.write_text("")
-    monkeypatch.setenv(fc.CACHE_ENV, str(blocker / "formulas"))  # a folder under a file
-    before = fc.COUNTS["not kept"]
-    assert fc.keep_result("probe", sp.Integer(3)) is False
+    monkeypatch.setenv(formula_cache.CACHE_ENV, str(blocker / "formulas"))  # a folder under a file
+    before = formula_cache.COUNTS["not kept"]
+    assert formula_cache.keep_result("probe", sp.Integer(3)) is False
     x = sp.Symbol("x")
-    fn = fc.lambdified("probe unwritable", lambda: ((x,), 2 * x))
+    fn = formula_cache.lambdified("probe unwritable", lambda: ((x,), 2 * x))
     assert fn(2.0) == 4.0
-    assert fc.COUNTS["not kept"] == before + 2
+    assert formula_cache.COUNTS["not kept"] == before + 2
     assert list(tmp_path.iterdir()) == [blocker]
 
 
@@ -208,8 +212,8 @@ def test_the_closure_follows_imports_anywhere_and_the_fingerprint_what_it_reads(
     for rel, text in files.items():
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(text)
-    monkeypatch.setattr(fc, "_ROOT", pkg)
-    monkeypatch.setenv(fc.CACHE_ENV, str(tmp_path / "kept"))
+    monkeypatch.setattr(formula_cache, "_ROOT", pkg)
+    monkeypatch.setenv(formula_cache.CACHE_ENV, str(tmp_path / "kept"))
     _forget_closures()
     try:
         _closure_checks(pkg)
@@ -220,24 +224,28 @@ def test_the_closure_follows_imports_anywhere_and_the_fingerprint_what_it_reads(
 def _forget_closures() -> None:
     """What a process reads once (the modules' imports, the data files, the closures and their
     fingerprints), forgotten: as in a new process."""
-    for memo in (fc._imported, fc._data_files, fc._kept_closures, fc.import_closure,
-                 fc.closure_fingerprint, fc._file_digest):  # fmt: skip
+    for memo in (formula_cache._imported, formula_cache._data_files, formula_cache._kept_closures,
+                 formula_cache.import_closure, formula_cache.closure_fingerprint,
+                 formula_cache._file_digest):  # fmt: skip
         memo.cache_clear()
 
 
 def _closure_checks(pkg) -> None:
     want = ("dmlimits", "dmlimits.a", "dmlimits.b", "dmlimits.sub", "dmlimits.sub.c",
             "dmlimits.sub.e")  # fmt: skip
-    assert fc.import_closure("dmlimits.a") == want
+    assert formula_cache.import_closure("dmlimits.a") == want
     # Kept with the formulas, read back by the next process, for the same sources only.
-    kept = fc._kept_closures()
+    kept = formula_cache._kept_closures()
     assert kept is not None and json.loads(kept.read_text())["dmlimits.a"] == list(want)
     _forget_closures()
-    assert fc.import_closure("dmlimits.a") == want and fc._kept_closures() == kept
+    assert (
+        formula_cache.import_closure("dmlimits.a") == want
+        and formula_cache._kept_closures() == kept
+    )
 
     def fingerprint() -> str:
         _forget_closures()
-        return fc.closure_fingerprint("dmlimits.a")
+        return formula_cache.closure_fingerprint("dmlimits.a")
 
     before = fingerprint()
     (pkg / "d.py").write_text("from . import a  # edited\n")
@@ -252,7 +260,7 @@ def _closure_checks(pkg) -> None:
 def _uncached(code: str):
     """What ``code`` prints last (JSON), run by a fresh interpreter with no sweep and no formula
     kept on disk."""
-    env = {**os.environ, "DMLIMITS_SWEEP_CACHE": "off", fc.CACHE_ENV: "off"}
+    env = {**os.environ, "DMLIMITS_SWEEP_CACHE": "off", formula_cache.CACHE_ENV: "off"}
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900
     )
@@ -282,22 +290,24 @@ def test_a_kept_formula_is_addressed_by_its_modules_closure(folder, monkeypatch)
     """A builder's result is addressed by the fingerprint of its module's import closure: a
     change outside the closure keeps the address, one inside gives a new one; a key without a
     module (or with one outside the library) is addressed by the whole library."""
-    fc.keep_result("probe", sp.Integer(3), "dmlimits.costs.matmul")
-    assert fc.read_result("probe", "dmlimits.costs.matmul") == (True, sp.Integer(3))
-    assert "dmlimits.measured.runs" not in fc.import_closure("dmlimits.costs.matmul")
-    real = fc.closure_fingerprint
+    formula_cache.keep_result("probe", sp.Integer(3), "dmlimits.costs.matmul")
+    assert formula_cache.read_result("probe", "dmlimits.costs.matmul") == (True, sp.Integer(3))
+    assert "dmlimits.measured.runs" not in formula_cache.import_closure("dmlimits.costs.matmul")
+    real = formula_cache.closure_fingerprint
 
     def fingerprint(changed: str):
-        return lambda module: real(module) + ("x" if changed in fc.import_closure(module) else "")
+        return lambda module: (
+            real(module) + ("x" if changed in formula_cache.import_closure(module) else "")
+        )
 
     for changed, kept in (("dmlimits.measured.runs", True), ("dmlimits.core.units", False)):
-        fc._environment_key.cache_clear()
-        monkeypatch.setattr(fc, "closure_fingerprint", fingerprint(changed))
-        assert fc.read_result("probe", "dmlimits.costs.matmul")[0] is kept, changed
-    fc._environment_key.cache_clear()
-    monkeypatch.setattr(fc, "closure_fingerprint", real)
-    assert fc._path("probe", "tests.elsewhere") == fc._path("probe")
-    fc._environment_key.cache_clear()
+        formula_cache._environment_key.cache_clear()
+        monkeypatch.setattr(formula_cache, "closure_fingerprint", fingerprint(changed))
+        assert formula_cache.read_result("probe", "dmlimits.costs.matmul")[0] is kept, changed
+    formula_cache._environment_key.cache_clear()
+    monkeypatch.setattr(formula_cache, "closure_fingerprint", real)
+    assert formula_cache._path("probe", "tests.elsewhere") == formula_cache._path("probe")
+    formula_cache._environment_key.cache_clear()
 
 
 @pytest.mark.slow
@@ -320,7 +330,7 @@ def test_a_kept_builder_imports_nothing_outside_its_modules_closure():
         "        fns[name](*args)\n"
         "        new = {m for m in set(sys.modules) - before if m.split('.')[0] == 'dmlimits'}\n"
         "        module = name.rsplit('.', 1)[0]\n"
-        "        extra = sorted(new - set(fc.import_closure(module)))\n"
+        "        extra = sorted(new - set(formula_cache.import_closure(module)))\n"
         "        if extra:\n"
         "            outside[name] = extra\n"
         "print(json.dumps(outside))\n"
@@ -375,18 +385,18 @@ def test_a_kept_numeric_function_computes_as_built(folder, module, what):
     # The step's is public: the search's oracle swaps it for a derivation's own formula.
     builder = getattr(costs, "_numeric", getattr(costs, "numeric", None)).__wrapped__
     written = builder(what)
-    before = fc.COUNTS["read"]
+    before = formula_cache.COUNTS["read"]
     read = builder(what)
-    assert fc.COUNTS["read"] == before + 1, "not read back"
+    assert formula_cache.COUNTS["read"] == before + 1, "not read back"
     _same_outputs(written, read)
 
 
 def test_the_models_kept_definitions_compute_as_built(folder):
     written = model._numeric_defs.__wrapped__()
-    before = fc.COUNTS["read"]
+    before = formula_cache.COUNTS["read"]
     read = model._numeric_defs.__wrapped__()
     kept = len(read) - 1 + len(read["batch"])  # each definition, and each batch law
-    assert fc.COUNTS["read"] == before + kept, "not all read back"
+    assert formula_cache.COUNTS["read"] == before + kept, "not all read back"
     for name, fn in written.items():
         pairs = fn.items() if isinstance(fn, dict) else [(name, fn)]
         for key, f in pairs:
@@ -397,15 +407,15 @@ def test_a_kept_source_reads_numpys_names_without_lambdifys_namespace():
     """A kept source for numpy finds its global names in numpy and numpy.linalg
     (:func:`dmlimits.core.formula_cache._numpy_names`), as lambdify's namespace holds them, the same
     objects; names lambdify adds of its own send it to that namespace."""
-    full = fc._namespace("numpy")
+    full = formula_cache._namespace("numpy")
     names = {*np.__all__, *np.linalg.__all__, "numpy"}
-    found = fc._numpy_names(names)
+    found = formula_cache._numpy_names(names)
     assert found is not None
     differ = sorted(n for n in names if n in full and found[n] is not full[n])
     assert not differ, differ
-    assert fc._numpy_names({"sqrt", "I"}) is None  # lambdify's own 1j
+    assert formula_cache._numpy_names({"sqrt", "I"}) is None  # lambdify's own 1j
     source = "def _lambdifygenerated(x):\n    return select([less(x, 1), True], [nan, sqrt(x)])\n"
     code = compile(source, "<test>", "exec")
-    assert fc._loaded_globals(code) == {"select", "less", "nan", "sqrt"}
+    assert formula_cache._loaded_globals(code) == {"select", "less", "nan", "sqrt"}
     code = compile("def f(x):\n    return logical_and.reduce((x, x))\n", "<test>", "exec")
-    assert fc._loaded_globals(code) == {"logical_and"}  # not the attribute
+    assert formula_cache._loaded_globals(code) == {"logical_and"}  # not the attribute

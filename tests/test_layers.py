@@ -178,3 +178,40 @@ def test_a_function_level_import_says_what_it_avoids():
                 if "#" not in here and not before.startswith("#"):
                     bare.append(f"{name}:{node.lineno}: {here.strip()}")
     assert bare == []
+
+
+def bound_names() -> dict[str, dict[str, list[str]]]:
+    """Every name a module of the library is imported as, in the library, the tests, the benches
+    and the chapters' code: module -> name -> the files that bind it."""
+    import re
+
+    found: dict[str, dict[str, list[str]]] = {}
+    known = set(modules())
+    cell = re.compile(r"```\{code-cell\}[^\n]*\n(?:(?::\w+:[^\n]*\n)+)?(.*?)\n```", re.S)
+    sources = [
+        (p, p.read_text()) for d in ("lib", "tests", "bench") for p in (ROOT / d).rglob("*.py")
+    ]
+    sources += [
+        (p, m.group(1))
+        for p in (ROOT / "notebooks").glob("*.md")
+        for m in cell.finditer(p.read_text())
+    ]
+    for path, text in sources:
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:  # a cell of IPython magics
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for a in node.names:
+                    if f"{node.module}.{a.name}" in known:
+                        names = found.setdefault(f"{node.module}.{a.name}", {})
+                        names.setdefault(a.asname or a.name, []).append(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_each_module_is_imported_under_one_name_everywhere():
+    """``from dmlimits.costs import collectives as co`` in one file and ``as coll`` in another
+    make a reader learn two names for one module: every module has one."""
+    several = {m: names for m, names in bound_names().items() if len(names) > 1}
+    assert several == {}

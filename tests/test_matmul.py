@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 import sympy as sp
 from conftest import derivations_of
-from dmlimits.core import derivation, scenario, units
+from dmlimits.core import derivation
+from dmlimits.core import scenario as sc
 from dmlimits.core import symbols as s
+from dmlimits.core import units as u
 from dmlimits.core.symbols import REGISTRY
 from dmlimits.costs import matmul
 
@@ -46,7 +48,7 @@ def test_table_has_fifteen_entries():
 @pytest.mark.parametrize("row", ROWS, ids=_row_id)
 def test_printed_table_reproduced(row):
     """Each printed efficiency, with the hardware the printing run used (the CSV's header)."""
-    scn = scenario.resolve(row["gpu"], sets=TABLE_SETS)
+    scn = sc.resolve(row["gpu"], sets=TABLE_SETS)
     got = matmul.matmul_efficiency(scn, *_args(row))
     assert abs(got - float(row["efficiency"])) <= 0.01, (got, row)
 
@@ -54,14 +56,14 @@ def test_printed_table_reproduced(row):
 def test_the_table_is_printed_with_the_preset_as_it_is():
     """No hardware override: the h100 preset is the hardware of the authors' final code."""
     assert TABLE_SETS == []
-    h100 = scenario.resolve("h100")
+    h100 = sc.resolve("h100")
     assert h100["hardware.max_clock"] == 1830e6
     assert h100["hardware.flop_per_clock_per_thread"] == 32
 
 
 def test_some_printed_entries_are_bound_by_shared_memory():
     """The table tests the multicast count: shared memory binds some of its entries."""
-    scn = scenario.resolve("h100")
+    scn = sc.resolve("h100")
     binds = [matmul.level_times(scn, *_args(r))["binding"] for r in ROWS]
     assert "shared" in binds
 
@@ -94,7 +96,7 @@ def test_derivations_are_registered():
 
 
 def test_min_nanobatch_is_its_derivation_and_a_threshold():
-    scn = scenario.resolve("h100")
+    scn = sc.resolve("h100")
     n = matmul.min_nanobatch(scn)
     assert matmul.min_nanobatch(scn, derated=False) == pytest.approx(
         n / scn["hardware.effective_utilization"]
@@ -114,14 +116,14 @@ def test_cost_expressions_are_in_seconds(kind, multicast):
     exprs = matmul.cost_expressions(kind, multicast)
     for key in (*matmul.LEVELS, "arithmetic", "latency", "total"):
         assert not REGISTRY.unregistered(exprs[key]), key
-        units.check_unit(exprs[key], REGISTRY.units, units.second)
-    units.check_unit(exprs["efficiency"], REGISTRY.units, units.one)
+        u.check_unit(exprs[key], REGISTRY.units, u.second)
+    u.check_unit(exprs["efficiency"], REGISTRY.units, u.one)
 
 
 @pytest.mark.parametrize("gpu", ["h100", "a100"])
 @pytest.mark.parametrize("kind", matmul.KINDS)
 def test_vectorized_matches_scalar(gpu, kind):
-    scn = scenario.resolve(gpu)
+    scn = sc.resolve(gpu)
     rng = np.random.default_rng(7)
     d1 = rng.integers(1, 40_000, 40)
     d2 = rng.integers(1, 40_000, 40)
@@ -139,7 +141,7 @@ def test_vectorized_matches_scalar(gpu, kind):
 
 
 def test_level_times_are_consistent():
-    scn = scenario.resolve("h100")
+    scn = sc.resolve("h100")
     b = np.array([8, 64, 512, 4096])
     parts = matmul.level_times(scn, 8192, 32768, b, "weight-grad")
     slowest = np.max([parts[k] for k in (*matmul.LEVELS, "arithmetic")], axis=0)
@@ -155,14 +157,14 @@ def test_level_times_are_consistent():
 @pytest.mark.parametrize("shape", [(4096, 16384), (16384, 4096), (12288, 49152), (8192, 8192)])
 @pytest.mark.parametrize("kind", matmul.KINDS)
 def test_efficiency_monotone_in_nanobatch_for_large_shards(gpu, shape, kind):
-    scn = scenario.resolve(gpu)
+    scn = sc.resolve(gpu)
     b = np.arange(8, 16_385, 8)  # multiples of the padding, so padding adds no jitter
     eff = matmul.matmul_efficiency(scn, *shape, b, kind)
     assert np.all(np.diff(eff) >= -1e-12)
 
 
 def test_bad_kind_names_value_and_choices():
-    scn = scenario.resolve("h100")
+    scn = sc.resolve("h100")
     with pytest.raises(ValueError) as err:
         matmul.matmul_time(scn, 1024, 1024, 128, "backward")
     message = str(err.value)
@@ -182,7 +184,7 @@ def test_bad_kind_names_value_and_choices():
     ],
 )
 def test_bad_dimensions_are_named(name, args):
-    scn = scenario.resolve("h100")
+    scn = sc.resolve("h100")
     expected = "expected finite numbers greater than 0"
     with pytest.raises(ValueError, match=rf"^{name}: got .+; {expected}$"):
         matmul.matmul_time(scn, *args, "forward")
@@ -192,13 +194,13 @@ def test_bad_scenario_is_named():
     with pytest.raises(ValueError, match="Scenario"):
         matmul.matmul_time("h100", 1024, 1024, 128, "forward")
     with pytest.raises(ValueError, match="derated"):
-        matmul.min_nanobatch(scenario.resolve("h100"), derated="yes")
+        matmul.min_nanobatch(sc.resolve("h100"), derated="yes")
 
 
 @pytest.mark.parametrize("gpu", ["a100", "v100"])
 @pytest.mark.parametrize("kind", matmul.KINDS)
 def test_older_gpus_finite_and_below_derate(gpu, kind):
-    scn = scenario.resolve(gpu)
+    scn = sc.resolve(gpu)
     d1, d2, b = np.meshgrid(
         [64, 1000, 4096, 32768],
         [64, 4096, 16384, 65536],
@@ -215,7 +217,7 @@ def test_older_gpus_finite_and_below_derate(gpu, kind):
 
 def test_arithmetic_bound_derivation_matches_the_numbers():
     """Where arithmetic binds, the closed form of the derivation is the model's efficiency."""
-    scn = scenario.resolve("h100")
+    scn = sc.resolve("h100")
     form = matmul.arithmetic_bound_derivation().result.rhs
     values = {
         s.eff_util: scn["hardware.effective_utilization"],
@@ -234,7 +236,7 @@ def test_arithmetic_bound_derivation_matches_the_numbers():
 # --- The hierarchy in numbers, the pass efficiency and the printed table ----------------------
 @pytest.mark.parametrize("gpu", ["h100", "b200"])
 def test_memory_levels_follow_the_scenario(gpu):
-    scn = scenario.resolve(gpu)
+    scn = sc.resolve(gpu)
     m = matmul.memory_levels(scn)
     eta = scn["hardware.effective_utilization"]
     assert m["hbm_bandwidth"] == scn["hardware.hbm_bandwidth"]
@@ -264,7 +266,7 @@ def test_memory_levels_follow_the_scenario(gpu):
 
 @pytest.mark.parametrize("gpu", ["h100", "v100", "b200"])
 def test_tiling_fits_capacity_and_follows_the_shard(gpu):
-    scn = scenario.resolve(gpu)
+    scn = sc.resolve(gpu)
     m = matmul.memory_levels(scn)
     word = scn["model.word_bytes"]
     shard = (4096, 16384)
@@ -287,7 +289,7 @@ def test_tiling_fits_capacity_and_follows_the_shard(gpu):
 
 
 def test_weights_streamed_at_the_residency_limits():
-    scn = scenario.resolve("h100")
+    scn = sc.resolve("h100")
     m = matmul.memory_levels(scn)
     small = int(m["registers_resident_weights"] ** 0.5) - 8
     assert matmul.weights_streamed(scn, small, small) == {"hbm": False, "l2": False}
@@ -300,7 +302,7 @@ def test_weights_streamed_at_the_residency_limits():
 @pytest.mark.parametrize("gpu", ["h100", "a100"])
 @pytest.mark.parametrize("kind", matmul.KINDS)
 def test_level_traffic_over_bandwidth_is_level_time(gpu, kind):
-    scn = scenario.resolve(gpu)
+    scn = sc.resolve(gpu)
     m = matmul.memory_levels(scn)
     b = np.array([8, 100, 1000, 8000])
     q = matmul.level_traffic(scn, 8192, 32768, b, kind)
@@ -312,7 +314,7 @@ def test_level_traffic_over_bandwidth_is_level_time(gpu, kind):
 
 
 def test_pass_efficiency_combines_the_three_kinds():
-    scn = scenario.resolve("h100")
+    scn = sc.resolve("h100")
     d1, d2, b = 4096, 16384, np.array([64, 512, 4096])
     total = (
         matmul.matmul_time(scn, d1, d2, b, "forward")
@@ -348,7 +350,7 @@ def test_printed_table_is_the_data_file():
 
 @pytest.mark.parametrize("kind", matmul.KINDS)
 def test_intensity_below_balance_is_the_level_binding(kind):
-    scn = scenario.resolve("h100")
+    scn = sc.resolve("h100")
     b = np.arange(8, 8193, 8)  # multiples of the padding: arithmetic time is exact
     d1, d2 = 8192, 32768
     intensity = matmul.arithmetic_intensity(scn, d1, d2, b, kind)
@@ -375,7 +377,7 @@ def test_fast_numeric_path_equals_the_full_expressions(kind, multicast):
     full = sp.lambdify(args, [matmul.CONSTANTS.replace(exprs[k]) for k in ("total", "efficiency")])
     rng = np.random.default_rng(1)
     x1, x2, nb = (2.0 ** rng.integers(4, 17, size=40) for _ in range(3))
-    scn = scenario.resolve("gtx580" if multicast is False else "h100")
+    scn = sc.resolve("gtx580" if multicast is False else "h100")
     hw = matmul._hardware_values(scn)
     fast = matmul._numeric(kind, multicast, ("total", "efficiency"))(x1, x2, nb, *hw)
     for got, want in zip(fast, full(x1, x2, nb, *hw), strict=True):
@@ -414,10 +416,10 @@ def test_tensor_memory_changes_a_tile_only_when_it_is_the_larger_room():
     """The book's Blackwell extension: tensor memory smaller than a block's registers changes
     nothing (the paper's model), larger tensor memory shortens shared-memory time only."""
     b = np.array([256, 1024, 8192])
-    base = scenario.resolve("h100")
+    base = sc.resolve("h100")
     registers = base["hardware.register_file_per_block"]
-    small = scenario.resolve("h100", [f"hardware.tensor_memory_per_sm={registers / 2}"])
-    large = scenario.resolve(
+    small = sc.resolve("h100", [f"hardware.tensor_memory_per_sm={registers / 2}"])
+    large = sc.resolve(
         "h100", [f"hardware.tensor_memory_per_sm={4 * registers}", "hardware.mma_sms=2"]
     )
     for kind in matmul.KINDS:
@@ -436,7 +438,7 @@ def test_the_hardware_key_holds_everything_a_matmul_reads(preset):
     """The search keeps matmul times under matmul.hardware_key: every value of a scenario
     that changes a matmul's time changes the key (each value is changed in turn, the others
     kept)."""
-    base = scenario.resolve(preset)
+    base = sc.resolve(preset)
     d1, d2, b = np.array([4096.0, 512.0, 96.0]), np.array([16384.0, 2048.0, 33.0]), 1e4
 
     def times(scn):
@@ -451,7 +453,7 @@ def test_the_hardware_key_holds_everything_a_matmul_reads(preset):
             changed = value * 1.5
         else:
             continue
-        other = scenario.Scenario(name=base.name, values={**base.values, name: changed})
+        other = sc.Scenario(name=base.name, values={**base.values, name: changed})
         if matmul.hardware_key(other) == key:
             for a, c in zip(times(other), before, strict=True):
                 np.testing.assert_array_equal(a, c, err_msg=name)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import derivations_of
 from dmlimits import cli
-from dmlimits.core import units
+from dmlimits.core import units as u
 from dmlimits.core.symbols import REGISTRY
 from dmlimits.measured import confront, memory, runs, transformer
 
@@ -33,7 +33,7 @@ def test_derivations_are_registered_and_have_units():
         "run-memory-op-selective",
     }
     for expr, unit in memory.COST_FORMULAS.values():
-        units.check_unit(expr, REGISTRY.units, unit)
+        u.check_unit(expr, REGISTRY.units, unit)
 
 
 def test_llama2_70b_with_fsdp_does_not_fit_on_eight_h100s():

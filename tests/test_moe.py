@@ -7,7 +7,8 @@ import dataclasses
 
 import pytest
 from conftest import derivations_of
-from dmlimits.core import published, units
+from dmlimits.core import published
+from dmlimits.core import units as u
 from dmlimits.core.symbols import REGISTRY
 from dmlimits.measured import memory, operations, runs, transformer
 
@@ -66,7 +67,7 @@ def test_expert_parallelism_is_refused_where_it_cannot_be():
 def test_the_all_to_alls_are_derived_and_charged():
     assert "ep-traffic" in {d.name for d in derivations_of("measured.runs")}
     expr, unit = runs.COST_FORMULAS["ep_bytes"]
-    units.check_unit(expr, REGISTRY.units, unit)
+    u.check_unit(expr, REGISTRY.units, unit)
     cfg = _config(tp=2, ep=8)  # the expert-parallel group spans two nodes: it pays latency
     parts = runs.components(cfg)
     assert parts["ep_bw"] > 0 and parts["ep_lat"] > 0

@@ -9,7 +9,8 @@ import dataclasses
 import numpy as np
 import pytest
 from conftest import derivations_of
-from dmlimits.core import hardware, published, units
+from dmlimits.core import hardware, published
+from dmlimits.core import units as u
 from dmlimits.core.symbols import REGISTRY
 from dmlimits.costs import matmul
 from dmlimits.measured import confront, operations, runs, transformer
@@ -27,7 +28,7 @@ def test_derivation_is_registered_and_has_units():
         "run-operations-memory",
     }
     for expr, unit in operations.COST_FORMULAS.values():
-        units.check_unit(expr, REGISTRY.units, unit)
+        u.check_unit(expr, REGISTRY.units, unit)
 
 
 def test_every_cluster_has_a_single_gpu_model():

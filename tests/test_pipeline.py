@@ -4,7 +4,7 @@ schedules.
 The simulations below are written here, independently of the library's formulas: they lay out
 every forward and backward slot of every microbatch on every GPU, respecting the dependencies of
 the passes and one slot per GPU at a time, and count the idle slots.  The closed forms they are
-compared with always come from the library (``pipeline.bubble_fraction``), never retyped.
+compared with always come from the library (``ppm.bubble_fraction``), never retyped.
 
 Schedules (all with a synchronous flush at the end of a step unless stated):
 
@@ -41,10 +41,11 @@ import pytest
 import sympy as sp
 from conftest import derivations_of
 from dmlimits.book import pipeline_page
-from dmlimits.core import derivation, units
+from dmlimits.core import derivation
 from dmlimits.core import symbols as s
+from dmlimits.core import units as u
 from dmlimits.core.symbols import REGISTRY
-from dmlimits.costs import pipeline
+from dmlimits.costs import pipeline as ppm
 
 STAGES = range(1, 7)
 MICROBATCHES = range(1, 13)
@@ -186,7 +187,7 @@ def simulate(order, n_pp: int, v: int, m: int, backward: int) -> Fraction:
 
 
 def closed_form(n_pp: int, m: int, v: int = 1) -> float:
-    return pipeline.bubble_fraction(n_pp, m, v)
+    return ppm.bubble_fraction(n_pp, m, v)
 
 
 # --- Derivations ---------------------------------------------------------------------------------
@@ -206,10 +207,10 @@ def test_derivations_are_registered():
 
 
 def test_interleaved_bubble_reduces_to_1f1b():
-    plain = pipeline.bubble_1f1b_derivation().result
-    interleaved = pipeline.bubble_interleaved_derivation()
+    plain = ppm.bubble_1f1b_derivation().result
+    interleaved = ppm.bubble_interleaved_derivation()
     assert sp.simplify(interleaved.result.rhs - plain.rhs) == 0
-    at_one = pipeline.bubble_expression().subs(pipeline.interleave, 1)
+    at_one = ppm.bubble_expression().subs(ppm.interleave, 1)
     assert sp.simplify(at_one - plain.rhs) == 0
 
 
@@ -219,44 +220,44 @@ def test_threshold_solves_the_bubble():
     for n_pp, m, v in product(range(2, 7), MICROBATCHES, INTERLEAVING):
         if m < n_pp:
             continue  # the threshold assumes no waits at changes of chunk
-        target = pipeline.bubble_fraction(n_pp, m, v)
-        assert pipeline.microbatches_for_bubble(n_pp, target, v) == pytest.approx(m, rel=1e-12)
+        target = ppm.bubble_fraction(n_pp, m, v)
+        assert ppm.microbatches_for_bubble(n_pp, target, v) == pytest.approx(m, rel=1e-12)
         if m > 1:
-            assert pipeline.bubble_fraction(n_pp, m - 1, v) > target
-    got = pipeline.microbatches_for_bubble(np.array([2, 8, 64]), 0.1, np.array([1, 1, 12]))
+            assert ppm.bubble_fraction(n_pp, m - 1, v) > target
+    got = ppm.microbatches_for_bubble(np.array([2, 8, 64]), 0.1, np.array([1, 1, 12]))
     assert got.shape == (3,)
     for i, (n_pp, v) in enumerate([(2, 1), (8, 1), (64, 12)]):
-        assert got[i] == pipeline.microbatches_for_bubble(n_pp, 0.1, v)
+        assert got[i] == ppm.microbatches_for_bubble(n_pp, 0.1, v)
 
 
 def test_cost_formulas_have_their_units():
-    for name, (expr, unit) in pipeline.COST_FORMULAS.items():
+    for name, (expr, unit) in ppm.COST_FORMULAS.items():
         assert not REGISTRY.unregistered(expr), name
-        units.check_unit(expr, REGISTRY.units, unit)
-    units.check_unit(pipeline.BOUNDARY_BYTES, REGISTRY.units, units.byte)
+        u.check_unit(expr, REGISTRY.units, unit)
+    u.check_unit(ppm.BOUNDARY_BYTES, REGISTRY.units, u.byte)
 
 
 def test_boundary_bytes_is_its_expression_and_broadcasts():
-    expr = pipeline.COST_FORMULAS["boundary_bytes"][0]
+    expr = ppm.COST_FORMULAS["boundary_bytes"][0]
     d = np.array([4096.0, 12288.0])[:, None]
     tokens = np.array([2048.0, 4 * 2048.0])
-    got = pipeline.boundary_bytes(d, tokens, 2)
+    got = ppm.boundary_bytes(d, tokens, 2)
     assert got.shape == (2, 2)
     for a, b in product(range(2), range(2)):
-        want = expr.subs({s.d_model: d[a, 0], pipeline.n_tok: tokens[b], pipeline.word: 2})
+        want = expr.subs({s.d_model: d[a, 0], ppm.n_tok: tokens[b], ppm.word: 2})
         assert got[a, b] == pytest.approx(float(want), rel=1e-15)
     # Linear in each argument: forward activations and backward gradients per token.
-    one = pipeline.boundary_bytes(1, 1, 1)
-    assert pipeline.boundary_bytes(12288, 2048, 2) == pytest.approx(one * 12288 * 2048 * 2)
+    one = ppm.boundary_bytes(1, 1, 1)
+    assert ppm.boundary_bytes(12288, 2048, 2) == pytest.approx(one * 12288 * 2048 * 2)
     assert isinstance(one, float)
 
 
 def test_crossings_and_interleaving_factor():
-    assert pipeline.boundary_crossings(1) == 0
-    assert pipeline.boundary_crossings(4, 3) == 4 * 3 - 1
-    assert pipeline.interleaving_factor(192, 64) == 3
-    assert pipeline.interleaving_factor(192, 1) == 1
-    got = pipeline.interleaving_factor([1536, 1536, 1536], [128, 1, 1536])
+    assert ppm.boundary_crossings(1) == 0
+    assert ppm.boundary_crossings(4, 3) == 4 * 3 - 1
+    assert ppm.interleaving_factor(192, 64) == 3
+    assert ppm.interleaving_factor(192, 1) == 1
+    got = ppm.interleaving_factor([1536, 1536, 1536], [128, 1, 1536])
     assert list(got) == [12, 1, 1]
 
 
@@ -299,10 +300,10 @@ def test_the_waits_are_real():
     for n_pp, m, v in [(4, 1, 2), (4, 2, 3), (6, 5, 2), (6, 1, 3)]:
         got = simulate(order_interleaved, n_pp, v, m, 1)
         no_waits = float(
-            pipeline.bubble_interleaved_derivation()
+            ppm.bubble_interleaved_derivation()
             .steps[3]
-            .expr.rhs.subs({pipeline.z_wait: 0, pipeline.n_pp: n_pp, pipeline.n_micro: m})
-            .subs(pipeline.interleave, v)
+            .expr.rhs.subs({ppm.z_wait: 0, ppm.n_pp: n_pp, ppm.n_micro: m})
+            .subs(ppm.interleave, v)
         )
         assert got > no_waits
         assert float(got) == pytest.approx(closed_form(n_pp, m, v), rel=1e-12)
@@ -438,7 +439,7 @@ def test_zb_h2_simulation_has_no_bubble_where_the_library_allows_it():
         assert peak <= 2 * n_pp - 1
         for st, (first, end, idle) in enumerate(_gaps(timeline, n_pp)):
             assert (first, end, idle) == (st, st + 3 * m * steps, 0), (n_pp, m, st)
-        assert pipeline.bubble_fraction(n_pp, m, zero_bubble=True) == 0.0
+        assert ppm.bubble_fraction(n_pp, m, zero_bubble=True) == 0.0
 
 
 def test_zb_h2_needs_enough_microbatches():
@@ -451,76 +452,76 @@ def test_zb_h2_needs_enough_microbatches():
         assert (idle == 0) == (m >= 2 * n_pp - 1), (n_pp, m, idle)
         if m < 2 * n_pp:
             with pytest.raises(ValueError, match=rf"m: got {m} microbatches with n_pp = {n_pp}"):
-                pipeline.bubble_fraction(n_pp, m, zero_bubble=True)
+                ppm.bubble_fraction(n_pp, m, zero_bubble=True)
 
 
 def test_zero_bubble_conditions_are_enforced():
     with pytest.raises(ValueError, match=r"v: got 2 with zero_bubble=True.*v = 1"):
-        pipeline.bubble_fraction(4, 8, v=2, zero_bubble=True)
+        ppm.bubble_fraction(4, 8, v=2, zero_bubble=True)
     with pytest.raises(ValueError, match=r"m: got 7 microbatches with n_pp = 4.*m >= 2 \* n_pp"):
-        pipeline.bubble_fraction(4, 7, zero_bubble=True)
+        ppm.bubble_fraction(4, 7, zero_bubble=True)
     with pytest.raises(ValueError, match=r"m: got 5 microbatches with n_pp = 3"):
-        pipeline.bubble_fraction(3, np.array([6, 5, 12]), zero_bubble=True)
+        ppm.bubble_fraction(3, np.array([6, 5, 12]), zero_bubble=True)
     with pytest.raises(ValueError, match=r"zero_bubble: got 'yes'"):
-        pipeline.bubble_fraction(4, 8, zero_bubble="yes")
-    assert pipeline.bubble_fraction(4, [8, 16], zero_bubble=True).tolist() == [0.0, 0.0]
+        ppm.bubble_fraction(4, 8, zero_bubble="yes")
+    assert ppm.bubble_fraction(4, [8, 16], zero_bubble=True).tolist() == [0.0, 0.0]
     # Without zero bubble, small m and interleaving are fine.
-    assert 0 < pipeline.bubble_fraction(4, 1, v=3) < 1
+    assert 0 < ppm.bubble_fraction(4, 1, v=3) < 1
 
 
 # --- Microbatches --------------------------------------------------------------------------------
 def test_valid_microbatches_examples():
-    assert pipeline.valid_microbatches(4, 96) == (4, 6, 8, 12)
-    assert pipeline.valid_microbatches(4, 96, zero_bubble=True) == (8, 12, 16, 24)
-    assert pipeline.valid_microbatches(4, 96, count=2) == (4, 6)
-    assert pipeline.valid_microbatches(1, 1) == (1,)
-    assert pipeline.valid_microbatches(8, 4) == ()
-    assert pipeline.valid_microbatches(3, 8, zero_bubble=True) == (8,)
+    assert ppm.valid_microbatches(4, 96) == (4, 6, 8, 12)
+    assert ppm.valid_microbatches(4, 96, zero_bubble=True) == (8, 12, 16, 24)
+    assert ppm.valid_microbatches(4, 96, count=2) == (4, 6)
+    assert ppm.valid_microbatches(1, 1) == (1,)
+    assert ppm.valid_microbatches(8, 4) == ()
+    assert ppm.valid_microbatches(3, 8, zero_bubble=True) == (8,)
     # The paper's 1.91e31 FLOP configuration: 128 stages, 128 microbatches (notes, section 8).
-    assert pipeline.valid_microbatches(128, 128 * 3)[0] == 128
+    assert ppm.valid_microbatches(128, 128 * 3)[0] == 128
 
 
 def test_valid_microbatches_against_brute_force():
     for n_pp, n, zb, rule in product(range(1, 9), range(1, 65), (False, True), ("2n", "2n-1")):
         least = 2 * n_pp - (rule == "2n-1") if zb else n_pp
         want = [d for d in range(1, n + 1) if n % d == 0 and d >= least][:4]
-        got = pipeline.valid_microbatches(n_pp, n, zero_bubble=zb, rule=rule)
+        got = ppm.valid_microbatches(n_pp, n, zero_bubble=zb, rule=rule)
         assert got == tuple(want), (n_pp, n, zb, rule)
         for m in got:
             assert n % m == 0  # whole units per microbatch
             if zb and rule == "2n":
-                assert pipeline.bubble_fraction(n_pp, m, zero_bubble=True) == 0.0
+                assert ppm.bubble_fraction(n_pp, m, zero_bubble=True) == 0.0
 
 
 def test_microbatch_units():
-    assert pipeline.unit_tokens("token", 2048) == 1
-    assert pipeline.unit_tokens("sequence", 2048) == 2048
+    assert ppm.unit_tokens("token", 2048) == 1
+    assert ppm.unit_tokens("sequence", 2048) == 2048
     with pytest.raises(ValueError, match=r"unit: got 'sequences'; expected one of token"):
-        pipeline.unit_tokens("sequences", 2048)
+        ppm.unit_tokens("sequences", 2048)
     with pytest.raises(ValueError, match=r"rule: got '2N'; expected one of 2n, 2n-1"):
-        pipeline.least_microbatches(4, True, "2N")
+        ppm.least_microbatches(4, True, "2N")
 
 
 # --- Errors name the bad value -----------------------------------------------------------------
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: pipeline.bubble_fraction(0, 4), r"n_pp: got 0; expected whole numbers"),
-        (lambda: pipeline.bubble_fraction(2.5, 4), r"n_pp: got 2\.5; expected whole numbers"),
-        (lambda: pipeline.bubble_fraction(4, [4, -1]), r"m: got -1; expected whole numbers"),
-        (lambda: pipeline.bubble_fraction(4, 4, v=0), r"v: got 0; expected whole numbers"),
-        (lambda: pipeline.bubble_fraction("four", 4), r"n_pp: got 'four'"),
-        (lambda: pipeline.valid_microbatches(4, 0), r"units: got 0"),
-        (lambda: pipeline.valid_microbatches(4, 96.5), r"units: got 96\.5"),
-        (lambda: pipeline.valid_microbatches(4, 96, count=0), r"count: got 0"),
-        (lambda: pipeline.valid_microbatches(True, 96), r"n_pp: got True"),
-        (lambda: pipeline.valid_microbatches(4, 96, zero_bubble=1), r"zero_bubble: got 1"),
-        (lambda: pipeline.boundary_bytes(0, 2048, 2), r"d_model: got 0; expected finite"),
-        (lambda: pipeline.boundary_bytes(1024, np.nan, 2), r"tokens: got nan"),
-        (lambda: pipeline.boundary_bytes(1024, 2048, -2), r"word_bytes: got -2; expected finite"),
-        (lambda: pipeline.interleaving_factor(10, 4), r"n_pp: got 4, which does not divide"),
-        (lambda: pipeline.microbatches_for_bubble(4, 1.5), r"max_fraction: got 1\.5"),
-        (lambda: pipeline.microbatches_for_bubble(4, 0), r"max_fraction: got 0; expected finite"),
+        (lambda: ppm.bubble_fraction(0, 4), r"n_pp: got 0; expected whole numbers"),
+        (lambda: ppm.bubble_fraction(2.5, 4), r"n_pp: got 2\.5; expected whole numbers"),
+        (lambda: ppm.bubble_fraction(4, [4, -1]), r"m: got -1; expected whole numbers"),
+        (lambda: ppm.bubble_fraction(4, 4, v=0), r"v: got 0; expected whole numbers"),
+        (lambda: ppm.bubble_fraction("four", 4), r"n_pp: got 'four'"),
+        (lambda: ppm.valid_microbatches(4, 0), r"units: got 0"),
+        (lambda: ppm.valid_microbatches(4, 96.5), r"units: got 96\.5"),
+        (lambda: ppm.valid_microbatches(4, 96, count=0), r"count: got 0"),
+        (lambda: ppm.valid_microbatches(True, 96), r"n_pp: got True"),
+        (lambda: ppm.valid_microbatches(4, 96, zero_bubble=1), r"zero_bubble: got 1"),
+        (lambda: ppm.boundary_bytes(0, 2048, 2), r"d_model: got 0; expected finite"),
+        (lambda: ppm.boundary_bytes(1024, np.nan, 2), r"tokens: got nan"),
+        (lambda: ppm.boundary_bytes(1024, 2048, -2), r"word_bytes: got -2; expected finite"),
+        (lambda: ppm.interleaving_factor(10, 4), r"n_pp: got 4, which does not divide"),
+        (lambda: ppm.microbatches_for_bubble(4, 1.5), r"max_fraction: got 1\.5"),
+        (lambda: ppm.microbatches_for_bubble(4, 0), r"max_fraction: got 0; expected finite"),
     ],
 )
 def test_errors_name_the_bad_value(call, message):
@@ -529,38 +530,38 @@ def test_errors_name_the_bad_value(call, message):
 
 
 def test_bubble_fraction_broadcasts():
-    got = pipeline.bubble_fraction(np.array([1, 2, 4])[:, None], np.array([1, 4, 8]), v=2)
+    got = ppm.bubble_fraction(np.array([1, 2, 4])[:, None], np.array([1, 4, 8]), v=2)
     assert got.shape == (3, 3)
     assert np.all(got[0] == 0.0)  # one stage: no bubble
-    assert isinstance(pipeline.bubble_fraction(4, 8), float)
+    assert isinstance(ppm.bubble_fraction(4, 8), float)
     for i, n_pp in enumerate((1, 2, 4)):
         for j, m in enumerate((1, 4, 8)):
-            assert got[i, j] == pipeline.bubble_fraction(n_pp, m, 2)
+            assert got[i, j] == ppm.bubble_fraction(n_pp, m, 2)
 
 
 def test_symbols_belong_to_the_chapter():
     for sym in (
-        pipeline.n_pp,
-        pipeline.n_micro,
-        pipeline.interleave,
-        pipeline.z_wait,
-        pipeline.bubble,
-        pipeline.bubble_max,
-        pipeline.t_fwd,
-        pipeline.t_bwd,
-        pipeline.t_chunk,
-        pipeline.t_busy,
-        pipeline.t_flush,
-        pipeline.n_tok,
+        ppm.n_pp,
+        ppm.n_micro,
+        ppm.interleave,
+        ppm.z_wait,
+        ppm.bubble,
+        ppm.bubble_max,
+        ppm.t_fwd,
+        ppm.t_bwd,
+        ppm.t_chunk,
+        ppm.t_busy,
+        ppm.t_flush,
+        ppm.n_tok,
     ):
         assert REGISTRY[sym].defined_in == "pipeline"
     # Reused, not redeclared: the word size and the model width.
-    assert REGISTRY[pipeline.word].defined_in == "matmul"
+    assert REGISTRY[ppm.word].defined_in == "matmul"
     assert REGISTRY[s.d_model].defined_in == "model"
 
 
 # --- The library's schedules against the simulator above ---------------------------------------
-def as_timeline(sched: pipeline.Schedule) -> dict[Op, Slot]:
+def as_timeline(sched: ppm.Schedule) -> dict[Op, Slot]:
     return {Op(p.kind, p.chunk, p.micro): Slot(p.gpu, p.start, p.end) for p in sched.passes}
 
 
@@ -573,7 +574,7 @@ ORDERS = {
 
 @pytest.mark.parametrize("backward", BACKWARD)
 def test_library_schedules_are_the_simulated_ones(backward):
-    """pipeline.schedule lays out the same passes at the same times as the list scheduler here,
+    """ppm.schedule lays out the same passes at the same times as the list scheduler here,
     and deadlocks exactly where it does."""
     for (name, order), n_pp, m, v in product(ORDERS.items(), STAGES, MICROBATCHES, INTERLEAVING):
         if name == "1f1b" and v > 1:
@@ -582,10 +583,10 @@ def test_library_schedules_are_the_simulated_ones(backward):
         try:
             want = run_orders(orders, v * n_pp, {"F": 1, "B": backward})
         except Deadlock:
-            with pytest.raises(pipeline.ScheduleDeadlock, match=r"n_pp=\d+, m=\d+, v=\d+"):
-                pipeline.schedule(n_pp, m, v, name, backward)
+            with pytest.raises(ppm.ScheduleDeadlock, match=r"n_pp=\d+, m=\d+, v=\d+"):
+                ppm.schedule(n_pp, m, v, name, backward)
             continue
-        got = pipeline.schedule(n_pp, m, v, name, backward)
+        got = ppm.schedule(n_pp, m, v, name, backward)
         assert as_timeline(got) == want, (name, n_pp, m, v)
         check_timeline(as_timeline(got), n_pp, v, m)
         assert got.bubble == simulated_bubble(want, n_pp)
@@ -593,7 +594,7 @@ def test_library_schedules_are_the_simulated_ones(backward):
 
 
 def _list_schedule_as_first_written(orders, n_chunks, durations, latency=0, per_chunk=None):
-    """pipeline._list_schedule's rule as it was first written, one list of inputs per pass."""
+    """ppm._list_schedule's rule as it was first written, one list of inputs per pass."""
 
     def inputs(kind, chunk, micro):
         if kind == "F":
@@ -619,11 +620,11 @@ def _list_schedule_as_first_written(orders, n_chunks, durations, latency=0, per_
                                            for i in needs])  # fmt: skip
                 end = start + lasts[chunk][kind]
                 ends[(kind, chunk, micro)] = end
-                placed.append(pipeline.ScheduledPass(start, gpu, kind, chunk, micro, end))
+                placed.append(ppm.ScheduledPass(start, gpu, kind, chunk, micro, end))
                 free[gpu], position[gpu], remaining, progressed = end, position[gpu] + 1, \
                     remaining - 1, True  # fmt: skip
         if not progressed:
-            raise pipeline.ScheduleDeadlock("stalls")
+            raise ppm.ScheduleDeadlock("stalls")
     return tuple(sorted(placed))
 
 
@@ -634,10 +635,10 @@ def test_the_list_scheduler_places_every_pass_as_the_rule_first_written(latency)
     deadlock with it: every order, with latency, uneven chunks and a weight-gradient pass."""
     cases = []
     for n_pp, m, v in product((1, 2, 3, 4), (1, 2, 3, 5, 8), (1, 2, 3)):
-        cases.append((pipeline._order_breadth_first(n_pp, v, m), v * n_pp))
-        cases.append((pipeline._order_interleaved(n_pp, v, m), v * n_pp))
+        cases.append((ppm._order_breadth_first(n_pp, v, m), v * n_pp))
+        cases.append((ppm._order_interleaved(n_pp, v, m), v * n_pp))
         if v == 1:
-            cases.append((pipeline._order_1f1b(n_pp, m), n_pp))
+            cases.append((ppm._order_1f1b(n_pp, m), n_pp))
     cases.append(([[("F", 0, 0), ("B", 0, 0), ("W", 0, 0), ("F", 0, 1), ("B", 0, 1), ("W", 0, 1)]],
                   1))  # fmt: skip
     for orders, n_chunks in cases:
@@ -647,11 +648,11 @@ def test_the_list_scheduler_places_every_pass_as_the_rule_first_written(latency)
             args = (orders, n_chunks, plain, latency, per_chunk)
             try:
                 want = _list_schedule_as_first_written(*args)
-            except pipeline.ScheduleDeadlock:
-                with pytest.raises(pipeline.ScheduleDeadlock):
-                    pipeline._list_schedule(*args)
+            except ppm.ScheduleDeadlock:
+                with pytest.raises(ppm.ScheduleDeadlock):
+                    ppm._list_schedule(*args)
                 continue
-            got = pipeline._list_schedule(*args)
+            got = ppm._list_schedule(*args)
             assert got == want
             assert [type(x) for p in got for x in (p.start, p.end)] == [
                 type(x) for p in want for x in (p.start, p.end)
@@ -660,10 +661,10 @@ def test_the_list_scheduler_places_every_pass_as_the_rule_first_written(latency)
 
 def test_library_schedule_bubble_is_the_formula_for_1f1b():
     for n_pp, m in product(STAGES, MICROBATCHES):
-        got = pipeline.schedule(n_pp, m)
-        assert float(got.bubble) == pytest.approx(pipeline.bubble_fraction(n_pp, m), abs=1e-15)
+        got = ppm.schedule(n_pp, m)
+        assert float(got.bubble) == pytest.approx(ppm.bubble_fraction(n_pp, m), abs=1e-15)
         assert got.makespan == max(p.end for p in got.passes)
-        assert all(got.busy(g) == m * (1 + pipeline.BACKWARD_SLOTS) for g in range(n_pp))
+        assert all(got.busy(g) == m * (1 + ppm.BACKWARD_SLOTS) for g in range(n_pp))
 
 
 def test_a_heavier_last_chunk_paces_the_schedule():
@@ -671,21 +672,21 @@ def test_a_heavier_last_chunk_paces_the_schedule():
     lasts the last GPU's work plus the other chunks' warm-up and cool-down: ``m (1 + b)
     (v + h)`` slots and ``(N_PP - 1) (1 + b)`` more, as run-mfu's third step counts it; the
     last GPU idles only in the warm-up and cool-down."""
-    b = pipeline.BACKWARD_SLOTS
+    b = ppm.BACKWARD_SLOTS
     for n_pp, m, v, h in product((1, 2, 4), (1, 4, 8), (1, 2), (0.0, 0.25, 3.0)):
         if v > 1 and m % n_pp:
             continue
-        got = pipeline.schedule(n_pp, m, v, "interleaved" if v > 1 else "1f1b", head=h)
+        got = ppm.schedule(n_pp, m, v, "interleaved" if v > 1 else "1f1b", head=h)
         assert got.makespan == pytest.approx(m * (1 + b) * (v + h) + (n_pp - 1) * (1 + b))
         assert got.busy(n_pp - 1) == pytest.approx(m * (1 + b) * (v + h))
     with pytest.raises(ValueError, match=r"head: got -0\.5; expected the last chunk's extra"):
-        pipeline.schedule(2, 4, head=-0.5)
+        ppm.schedule(2, 4, head=-0.5)
 
 
 def test_library_zero_bubble_schedule_is_the_greedy_one():
     for n_pp, m, steps in product(range(1, 6), range(1, 11), (1, 2, 3)):
         want, _ = simulate_zb_h2(n_pp, m, steps)
-        got = pipeline.schedule_zero_bubble(n_pp, m, steps)
+        got = ppm.schedule_zero_bubble(n_pp, m, steps)
         assert as_timeline(got) == want, (n_pp, m, steps)
         assert (got.order, got.steps, got.v) == ("zero-bubble", steps, 1)
         idle = sum(got.gaps(g) for g in range(n_pp))
@@ -696,7 +697,7 @@ def test_library_zero_bubble_schedule_is_the_greedy_one():
 
 @pytest.mark.parametrize("backward", BACKWARD)
 def test_compare_interleaved_orders_reports_the_simulation(backward):
-    rows = pipeline.compare_interleaved_orders(STAGES, MICROBATCHES, range(2, 4), backward)
+    rows = ppm.compare_interleaved_orders(STAGES, MICROBATCHES, range(2, 4), backward)
     assert len(rows) == len(STAGES) * len(MICROBATCHES) * 2
     deadlocks = {(r.n_pp, r.m, r.v) for r in rows if r.megatron is None}
     assert deadlocks == PARTIAL_GROUP_DEADLOCKS
@@ -712,7 +713,7 @@ def test_compare_interleaved_orders_reports_the_simulation(backward):
 
 
 def test_the_makespan_alone_is_the_schedules():
-    """pipeline.makespan, which lays a flush out without making its passes, gives the laid-out
+    """ppm.makespan, which lays a flush out without making its passes, gives the laid-out
     schedule's makespan to the last bit: every order, with latency, collectives, a heavier last
     chunk and uneven chunks; and it stops where the schedule does, with the same error."""
     rng = np.random.default_rng(7)
@@ -722,27 +723,27 @@ def test_the_makespan_alone_is_the_schedules():
         work = [float(x) for x in rng.uniform(0.2, 3.0, v * n_pp)]
         for kw in ({}, {"latency": 0.3, "collective": 0.05}, {"head": 0.7}, {"work": work}):
             try:
-                want = pipeline.schedule(n_pp, m, v, name, **kw).makespan
-            except pipeline.ScheduleDeadlock as err:
-                with pytest.raises(pipeline.ScheduleDeadlock, match=re.escape(str(err))):
-                    pipeline.makespan(n_pp, m, v, name, **kw)
+                want = ppm.schedule(n_pp, m, v, name, **kw).makespan
+            except ppm.ScheduleDeadlock as err:
+                with pytest.raises(ppm.ScheduleDeadlock, match=re.escape(str(err))):
+                    ppm.makespan(n_pp, m, v, name, **kw)
                 continue
-            assert pipeline.makespan(n_pp, m, v, name, **kw) == want, (name, n_pp, m, v, kw)
+            assert ppm.makespan(n_pp, m, v, name, **kw) == want, (name, n_pp, m, v, kw)
     with pytest.raises(ValueError, match=r"work: got \[1\.0\]; expected 4 finite numbers"):
-        pipeline.makespan(4, 8, work=[1.0])
+        ppm.makespan(4, 8, work=[1.0])
 
 
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: pipeline.schedule(4, 8, 2, "1f1b"), r"v: got 2 with order='1f1b'"),
-        (lambda: pipeline.schedule(4, 8, 1, "gpipe"), r"order: got 'gpipe'; expected one of"),
-        (lambda: pipeline.schedule(0, 8), r"n_pp: got 0"),
-        (lambda: pipeline.schedule(4, 8, backward=0), r"backward: got 0"),
-        (lambda: pipeline.schedule_zero_bubble(4, 8, steps=0), r"steps: got 0"),
-        (lambda: pipeline.schedule(4, 5, 3, "interleaved"), r"expects m to be a multiple of n_pp"),
-        (lambda: pipeline.makespan(4, 8, 1, "gpipe"), r"order: got 'gpipe'; expected one of"),
-        (lambda: pipeline.makespan(4, 8, latency=-1), r"latency: got -1"),
+        (lambda: ppm.schedule(4, 8, 2, "1f1b"), r"v: got 2 with order='1f1b'"),
+        (lambda: ppm.schedule(4, 8, 1, "gpipe"), r"order: got 'gpipe'; expected one of"),
+        (lambda: ppm.schedule(0, 8), r"n_pp: got 0"),
+        (lambda: ppm.schedule(4, 8, backward=0), r"backward: got 0"),
+        (lambda: ppm.schedule_zero_bubble(4, 8, steps=0), r"steps: got 0"),
+        (lambda: ppm.schedule(4, 5, 3, "interleaved"), r"expects m to be a multiple of n_pp"),
+        (lambda: ppm.makespan(4, 8, 1, "gpipe"), r"order: got 'gpipe'; expected one of"),
+        (lambda: ppm.makespan(4, 8, latency=-1), r"latency: got -1"),
     ],
 )
 def test_schedule_errors_name_the_bad_value(call, message):
@@ -757,13 +758,13 @@ def test_figures_are_drawn_from_the_library():
     assert isinstance(fig, plt.Figure) and len(fig.axes) == 2
     lines = fig.axes[0].get_lines()
     m = lines[0].get_xdata()
-    assert np.allclose(lines[0].get_ydata(), pipeline.bubble_fraction(4, m))
+    assert np.allclose(lines[0].get_ydata(), ppm.bubble_fraction(4, m))
     plt.close(fig)
     fig = pipeline_page.figure_schedule(3, 6, 2, steps=2)
     assert isinstance(fig, plt.Figure) and len(fig.axes) == 3
     # One bar per pass per step, each at its pass's time on its GPU's row (the bars of a GPU
     # and look share a collection).
-    passes = pipeline.schedule(3, 6).passes
+    passes = ppm.schedule(3, 6).passes
     drawn = sorted(
         (round(float(path.vertices[:, 1].mean())), float(path.vertices[:, 0].min()),
          float(np.ptp(path.vertices[:, 0])))
@@ -790,45 +791,43 @@ def test_figures_are_drawn_from_the_library():
 def test_deepest_pipeline_against_brute_force():
     for layers, seqs, zb in product(range(1, 97), (1, 3, 8, 12, 48, 96, 1024), (False, True)):
         powers = [2**k for k in range(8) if layers % 2**k == 0]
-        ok = [p for p in powers if pipeline.valid_microbatches(p, seqs, zero_bubble=zb)]
-        assert pipeline.deepest_pipeline(layers, seqs, zb) == max(ok, default=1), (layers, seqs)
-    assert pipeline.deepest_pipeline(576, 12288) == 64
-    assert pipeline.deepest_pipeline(576, 96) == 32  # 64 stages would need 128 sequences
+        ok = [p for p in powers if ppm.valid_microbatches(p, seqs, zero_bubble=zb)]
+        assert ppm.deepest_pipeline(layers, seqs, zb) == max(ok, default=1), (layers, seqs)
+    assert ppm.deepest_pipeline(576, 12288) == 64
+    assert ppm.deepest_pipeline(576, 96) == 32  # 64 stages would need 128 sequences
     with pytest.raises(ValueError, match=r"n_layers: got 0"):
-        pipeline.deepest_pipeline(0, 8)
+        ppm.deepest_pipeline(0, 8)
 
 
 def test_flush_time_is_the_derivation():
-    expr = pipeline.flush_time_derivation().result.rhs
+    expr = ppm.flush_time_derivation().result.rhs
     for busy, f in product((1.0, 2.5), (0.0, 0.25, 0.5)):
-        want = float(expr.subs({pipeline.t_busy: busy, pipeline.bubble: f}))
-        assert pipeline.flush_time(busy, f) == pytest.approx(want, rel=1e-15)
+        want = float(expr.subs({ppm.t_busy: busy, ppm.bubble: f}))
+        assert ppm.flush_time(busy, f) == pytest.approx(want, rel=1e-15)
     # The simulated 1F1B flush is the busy time stretched by the bubble.
-    sched = pipeline.schedule(4, 6)
-    assert pipeline.flush_time(sched.busy(0), pipeline.bubble_fraction(4, 6)) == pytest.approx(
-        sched.makespan
-    )
-    assert pipeline.flush_time(np.array([1.0, 2.0]), 0.5).tolist() == [2.0, 4.0]
+    sched = ppm.schedule(4, 6)
+    assert ppm.flush_time(sched.busy(0), ppm.bubble_fraction(4, 6)) == pytest.approx(sched.makespan)
+    assert ppm.flush_time(np.array([1.0, 2.0]), 0.5).tolist() == [2.0, 4.0]
     with pytest.raises(ValueError, match=r"fraction: got 1; expected a number in \[0, 1\)"):
-        pipeline.flush_time(1.0, 1.0)
+        ppm.flush_time(1.0, 1.0)
     with pytest.raises(ValueError, match=r"busy: got 0; expected finite"):
-        pipeline.flush_time(0.0, 0.5)
+        ppm.flush_time(0.0, 0.5)
 
 
 # --- Latency in the schedule simulation (issue #12, item 7) ------------------------------------
 @pytest.mark.parametrize("order,v", [("1f1b", 1), ("breadth-first", 2), ("interleaved", 2)])
 def test_zero_latency_schedule_is_the_plain_one(order, v):
     for n_pp, m in ((2, 4), (4, 8), (3, 6)):
-        plain = pipeline.schedule(n_pp, m, v, order)
-        assert pipeline.schedule(n_pp, m, v, order, latency=0, collective=0) == plain
-    assert pipeline.schedule_zero_bubble(4, 8, latency=0) == pipeline.schedule_zero_bubble(4, 8)
+        plain = ppm.schedule(n_pp, m, v, order)
+        assert ppm.schedule(n_pp, m, v, order, latency=0, collective=0) == plain
+    assert ppm.schedule_zero_bubble(4, 8, latency=0) == ppm.schedule_zero_bubble(4, 8)
 
 
 @pytest.mark.parametrize("n_pp", [2, 3, 4, 8])
 def test_1f1b_pays_at_least_one_chain_and_more_with_more_microbatches(n_pp):
     # One microbatch alone crosses every boundary twice: exactly the chain the search counts.
-    assert pipeline.latency_slots(n_pp, 1) == 2 * (n_pp - 1)
-    costs = [pipeline.latency_slots(n_pp, k * n_pp) for k in (1, 2, 4)]
+    assert ppm.latency_slots(n_pp, 1) == 2 * (n_pp - 1)
+    costs = [ppm.latency_slots(n_pp, k * n_pp) for k in (1, 2, 4)]
     assert all(c >= 2 * (n_pp - 1) for c in costs)
     assert costs == sorted(costs) and costs[-1] > costs[0]
     # ... and never more than every microbatch paying its own chain.
@@ -837,7 +836,7 @@ def test_1f1b_pays_at_least_one_chain_and_more_with_more_microbatches(n_pp):
 
 def test_a_latency_delays_exactly_the_remote_inputs():
     # Two stages, one microbatch: F0, (λ), F1, B1, (λ), B0.
-    s = pipeline.schedule(2, 1, latency=0.5)
+    s = ppm.schedule(2, 1, latency=0.5)
     starts = {(p.kind, p.chunk): p.start for p in s.passes}
     assert starts == {("F", 0): 0, ("F", 1): 1.5, ("B", 1): 2.5, ("B", 0): 5.0}
     assert s.makespan == 7.0
@@ -845,28 +844,28 @@ def test_a_latency_delays_exactly_the_remote_inputs():
 
 @pytest.mark.parametrize("n_pp,m,c", [(4, 4, 0.5), (4, 8, 1), (8, 16, 0.25)])
 def test_collectives_are_paid_on_every_pass_of_the_critical_path(n_pp, m, c):
-    b = pipeline.BACKWARD_SLOTS
-    assert pipeline.schedule(n_pp, m, collective=c).makespan == (m + n_pp - 1) * (1 + b + 2 * c)
+    b = ppm.BACKWARD_SLOTS
+    assert ppm.schedule(n_pp, m, collective=c).makespan == (m + n_pp - 1) * (1 + b + 2 * c)
 
 
 def test_zero_bubble_hides_latency_at_its_fewest_microbatches():
     # The chapter's claim: at 2 N_PP microbatches ZB-H2 pays no more than one chain per step,
     # and more microbatches cost more.
     for n_pp in (4, 8):
-        m = pipeline.least_microbatches(n_pp, zero_bubble=True)
-        zb = pipeline.latency_slots(n_pp, m, order="zero-bubble")
+        m = ppm.least_microbatches(n_pp, zero_bubble=True)
+        zb = ppm.latency_slots(n_pp, m, order="zero-bubble")
         assert 0 < zb <= 2 * (n_pp - 1)
-        assert pipeline.latency_slots(n_pp, 2 * m, order="zero-bubble") > zb
+        assert ppm.latency_slots(n_pp, 2 * m, order="zero-bubble") > zb
 
 
 @pytest.mark.parametrize(
     "call,message",
     [
-        (lambda: pipeline.schedule(4, 8, latency=-1), r"latency: got -1"),
-        (lambda: pipeline.schedule(4, 8, collective="x"), r"collective: got 'x'"),
-        (lambda: pipeline.schedule(4, 8, latency=math.inf), r"latency: got inf"),
-        (lambda: pipeline.latency_slots(4, 8, latency=0), r"latency: got 0"),
-        (lambda: pipeline.schedule_zero_bubble(4, 8, latency=0.5), r"latency: got 0.5"),
+        (lambda: ppm.schedule(4, 8, latency=-1), r"latency: got -1"),
+        (lambda: ppm.schedule(4, 8, collective="x"), r"collective: got 'x'"),
+        (lambda: ppm.schedule(4, 8, latency=math.inf), r"latency: got inf"),
+        (lambda: ppm.latency_slots(4, 8, latency=0), r"latency: got 0"),
+        (lambda: ppm.schedule_zero_bubble(4, 8, latency=0.5), r"latency: got 0.5"),
     ],
 )
 def test_latency_errors_name_the_bad_value(call, message):
@@ -874,7 +873,7 @@ def test_latency_errors_name_the_bad_value(call, message):
         call()
 
 
-def _one_f_one_b(work: list[float], m: int, backward: int = pipeline.BACKWARD_SLOTS) -> float:
+def _one_f_one_b(work: list[float], m: int, backward: int = ppm.BACKWARD_SLOTS) -> float:
     """PipeDream-Flush written out apart from the library: stage ``s`` runs
     ``min(N_PP - s - 1, m)`` forward passes, then alternates one forward and one backward
     pass, then the remaining backward passes; each pass starts once its stage is free and its
@@ -915,12 +914,12 @@ def test_uneven_stages_against_a_schedule_written_apart():
         work = [float(x) for x in rng.uniform(0.0, 3.0, p)]
         if rng.random() < 0.2:
             work[int(rng.integers(p))] = 0.0
-        got = pipeline.schedule(p, m, work=work).makespan
+        got = ppm.schedule(p, m, work=work).makespan
         assert got == pytest.approx(_one_f_one_b(work, m), rel=1e-12), (p, m, work)
-    alike = pipeline.schedule(4, 8, work=[1, 1, 1, 1]).makespan
-    assert alike == (8 + 3) * (1 + pipeline.BACKWARD_SLOTS)
+    alike = ppm.schedule(4, 8, work=[1, 1, 1, 1]).makespan
+    assert alike == (8 + 3) * (1 + ppm.BACKWARD_SLOTS)
     # A generator is read once; the heavier last chunk multiplies its work.
-    a = pipeline.schedule(3, 6, work=(x for x in (1.0, 2.0, 1.0)), head=0.5).makespan
+    a = ppm.schedule(3, 6, work=(x for x in (1.0, 2.0, 1.0)), head=0.5).makespan
     assert a == pytest.approx(_one_f_one_b([1.0, 2.0, 1.5], 6))
 
 
@@ -930,7 +929,7 @@ def test_uneven_stages_against_a_schedule_written_apart():
 )  # fmt: skip
 def test_uneven_stages_refuse_bad_work(work):
     with pytest.raises(ValueError, match=r"work: got .*; expected 4 finite numbers"):
-        pipeline.schedule(4, 8, work=work)
+        ppm.schedule(4, 8, work=work)
 
 
 def test_the_calibrated_mode_times_nanotrons_stages_by_the_schedule():
@@ -949,7 +948,7 @@ def test_the_calibrated_mode_times_nanotrons_stages_by_the_schedule():
     for cfg in cfgs.values():
         times = operations.stage_times(cfg, "nanotron")
         m = round(cfg.micro_batches)
-        apart = _one_f_one_b(list(times / times.mean()), m) / (m * (1 + pipeline.BACKWARD_SLOTS))
+        apart = _one_f_one_b(list(times / times.mean()), m) / (m * (1 + ppm.BACKWARD_SLOTS))
         parts = runs.components(cfg)
         assert parts["stage_bubble_ratio"] == pytest.approx(apart - 1, rel=1e-5)
         # (One micro-batch runs the stages one after another: unevenness costs nothing.)

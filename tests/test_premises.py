@@ -9,7 +9,7 @@ import sympy as sp
 from conftest import derivation_called, derivation_names, every_derivation
 from dmlimits import premises
 from dmlimits.core.derivation import Step, Substitution, derivation
-from dmlimits.costs import collectives
+from dmlimits.costs import collectives as co
 from dmlimits.premises import ORACLES, PremiseError
 
 # make check (--dist loadgroup) runs the tests that build every derivation on one worker: the
@@ -42,7 +42,7 @@ def test_each_oracle_rejects_a_result_off_by_a_factor_of_two(name):
 def _ring_chain(first: sp.Eq, chunk: sp.Expr) -> object:
     """The ring all-reduce's derivation rebuilt from ``first`` with the chunk defined as
     ``chunk``, every later step chained from the one before it."""
-    original = collectives.ring_allreduce_derivation()
+    original = co.ring_allreduce_derivation()
     steps = [Step(original.steps[0].text, first)]
     for step in original.steps[1:]:
         using = step.using
@@ -56,7 +56,7 @@ def _ring_chain(first: sp.Eq, chunk: sp.Expr) -> object:
 
 
 def test_a_first_step_off_by_two_verifies_but_is_caught():
-    original = collectives.ring_allreduce_derivation()
+    original = co.ring_allreduce_derivation()
     first = original.steps[0].expr
     wrong = _ring_chain(sp.Eq(first.lhs, 2 * first.rhs), _chunk(original))
     wrong.verify()  # the steps still follow from each other ...
@@ -70,7 +70,7 @@ def _chunk(d):
 
 
 def test_a_false_definition_verifies_but_is_caught():
-    original = collectives.ring_allreduce_derivation()
+    original = co.ring_allreduce_derivation()
     right = _chunk(original)
     n_w, p = sp.Symbol("n_w", positive=True), sp.Symbol("p_coll", positive=True)
     symbols = {str(x): x for x in right.free_symbols}

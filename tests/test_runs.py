@@ -19,8 +19,10 @@ import sympy as sp
 from conftest import SHARED, derivations_of
 from dmlimits.cli import main
 from dmlimits.core import published
+from dmlimits.core import symbols as s
 from dmlimits.core import units as u
 from dmlimits.core.symbols import REGISTRY
+from dmlimits.costs import pipeline as ppm
 from dmlimits.measured import configuration, confront, nccl, runs, transformer
 
 HF_BULK = Path(str(resources.files("dmlimits") / "data" / "hf_ultrascale_benchmarks.csv"))
@@ -206,23 +208,30 @@ def test_half_peak_message_grows_with_nodes():
     assert fit.busbw(sizes[1], n) == pytest.approx(fit.bus_bandwidth / 2)
 
 
+#: The columns the project adds to its copy of the shared published runs, after the shared
+#: file's own: the facts its notes and sources state, one a column (runs.RUN_COLUMNS).
+ADDED_TO_RUNS = ("framework", "recompute", "sequence_parallel", "interleaved", "local_batch",
+                 "global_batch_seqs")  # fmt: skip
 #: The project's copies of the shared data files: (its file, the shared file, the SHA-256 of
-#: the project's copy).  The digests run everywhere; beside ../shared the rows are compared too.
+#: the project's copy, the columns the project adds).  The digests run everywhere; beside
+#: ../shared the rows are compared too.
 COPIES = (
     (nccl.DATA, "paper2_nccl_allreduce_busbw.csv",
-     "bc467e94e7984adadc94773f32dbcc9467f362ba94936af2dee2a153a0f0b6ab"),
+     "bc467e94e7984adadc94773f32dbcc9467f362ba94936af2dee2a153a0f0b6ab", ()),
     (runs.DATA, "published_runs_dev.csv",
-     "94a6a584ea1fff83225b6f4ccc0a3dba5d077c98b212d96cd18421edff221380"),
+     "5bf323c1c85d073a6366bec83d5353e45a6acb9d29499d5d257ec9d9af52ebd1", ADDED_TO_RUNS),
     ("hf_ultrascale_benchmarks.csv", "hf_ultrascale_benchmarks.csv",
-     "6236782a9a6f9808df0b06f82adb34f93362e6e4ca4b8b735a36111efea7b486"),
+     "6236782a9a6f9808df0b06f82adb34f93362e6e4ca4b8b735a36111efea7b486", ()),
 )  # fmt: skip
 
 
-@pytest.mark.parametrize(("ours", "theirs", "sha"), COPIES)
-def test_project_data_is_the_shared_data(ours, theirs, sha):
+@pytest.mark.parametrize(("ours", "theirs", "sha", "added"), COPIES)
+def test_project_data_is_the_shared_data(ours, theirs, sha, added):
     """Each copy is the file it was copied from: its digest as recorded (on any clone), and,
-    where ../shared is beside the project, row for row the shared file.  Under CI the shared
-    folder must be there."""
+    where ../shared is beside the project, every column of the shared file, in its order, with
+    the same values row for row, followed by the columns the project adds and nothing else.
+    Under CI the shared folder must be there."""
+    assert set(added) <= set(runs.RUN_COLUMNS)
     path = resources.files("dmlimits") / "data" / ours
     assert hashlib.sha256(path.read_bytes()).hexdigest() == sha, f"{ours} changed"
     shared = SHARED / "data" / theirs
@@ -230,7 +239,11 @@ def test_project_data_is_the_shared_data(ours, theirs, sha):
         assert not os.environ.get("CI"), f"CI is set and {shared} is missing"
         return
     mine = [dict(r) for r in published.data_rows(ours)]
-    assert mine == list(csv.DictReader(shared.open()))
+    with shared.open(newline="") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert list(mine[0]) == [*reader.fieldnames, *added]
+    assert [{k: r[k] for k in reader.fieldnames} for r in mine] == rows
 
 
 # --- Published runs ------------------------------------------------------------------------------
@@ -526,8 +539,6 @@ def _check_bubbles_against_the_schedule(seen: dict[tuple[int, float, int], int])
 
 
 def _check_pipelined_compute(seen: dict[tuple[int, float, int], int]) -> None:
-    from dmlimits.costs import pipeline as pl
-
     f = runs.Factors(0.7, 1.0, 0.0, serial_tp=True, latency=True, operations=True)
     for (p, m, v), _ in sorted(seen.items()):
         assert float(m).is_integer(), f"N_PP={p}, v={v}: {m} micro-batches is not whole"
@@ -539,10 +550,10 @@ def _check_pipelined_compute(seen: dict[tuple[int, float, int], int]) -> None:
         res = runs.combine(parts, f)
         last = (parts["head"] / f.matmul + parts["loss"]) / m  # a micro-batch's, on the last
         chunk = (res["compute"] + res["memory-bound operations"] - m * last) / (m * v)
-        sim = pl.schedule(p, int(m), v, order="interleaved" if v > 1 else "1f1b",
+        sim = ppm.schedule(p, int(m), v, order="interleaved" if v > 1 else "1f1b",
                           head=last / chunk)  # fmt: skip
         # A chunk's forward and backward passes of a micro-batch: 1 + BACKWARD_SLOTS slots.
-        simulated = sim.makespan * chunk / (1 + pl.BACKWARD_SLOTS)
+        simulated = sim.makespan * chunk / (1 + ppm.BACKWARD_SLOTS)
         model = res["compute"] + res["memory-bound operations"] + res["pipeline bubble"]
         assert model == pytest.approx(simulated, rel=1e-9), (p, m, v)
         assert res["pipeline bubble"] == pytest.approx(parts["bubble_ratio"] * m * v * chunk)
@@ -560,11 +571,10 @@ def test_the_rendered_bubble_step_is_the_simulated_schedule(n_pp, m, v, head):
     ``t_last`` (the last stage's extra work) is set apart; counting it in the other stages'
     warm-up and cool-down too (``t_last = 0`` beside the last stage's whole work) overstates
     them."""
-    from dmlimits.costs import pipeline as pl
 
     step = runs.mfu_derivation().steps[2].expr.rhs
-    sim = pl.schedule(n_pp, m, v, order="interleaved" if v > 1 else "1f1b", head=head)
-    slots = 1 + pl.BACKWARD_SLOTS  # a chunk's forward and backward passes of a micro-batch
+    sim = ppm.schedule(n_pp, m, v, order="interleaved" if v > 1 else "1f1b", head=head)
+    slots = 1 + ppm.BACKWARD_SLOTS  # a chunk's forward and backward passes of a micro-batch
     values = {str(k): 1 for k in step.free_symbols}
     values.update(N_PP=n_pp, m_micro=m, v_PP=v, t_ser=0, t_ovl=0, phi_ovl=0,
                   t_comp_run=m * slots * (v + head), t_last=m * slots * head)  # fmt: skip
@@ -603,16 +613,13 @@ def test_bound_without_communication_is_the_flop_ratio_over_the_bubble():
     """The derivation's last step (what the book renders), with no communication, is the
     share of model FLOP in the hardware FLOP at the paper's effective utilization, shrunk by
     the pipeline bubble."""
-    from dmlimits.core import symbols
-    from dmlimits.costs import pipeline as pl
-
     d = runs.mfu_derivation()
     assert "label: run-mfu-5" in d.markdown()
     no_comm = d.result.rhs.subs(runs.t_ovl, 0)
     expected = (
-        symbols.eff_util
+        s.eff_util
         * transformer.flop_token_model
-        / (transformer.flop_token * (1 + (pl.n_pp - 1) / (pl.interleave * pl.n_micro)))
+        / (transformer.flop_token * (1 + (ppm.n_pp - 1) / (ppm.interleave * ppm.n_micro)))
     )
     assert sp.simplify(no_comm - expected) == 0
 
@@ -621,8 +628,6 @@ def test_the_bound_mode_is_the_derivations_bound_with_the_gpus_derate():
     """predict in bound mode gives, for a run whose communication hides, what step 5 of
     run-mfu gives with the GPU's effective utilization: one stage, no recomputation, one GPU
     node of tensor-free FSDP with a large batch."""
-    from dmlimits.core import symbols
-    from dmlimits.costs import pipeline
 
     cfg = runs.Config(shape=transformer.shape("llama2-7b"), cluster=runs.cluster("h100"),
                       n_gpus=8, dp=8, global_batch_tokens=8 * 16 * 4096, seq_len=4096,
@@ -633,9 +638,9 @@ def test_the_bound_mode_is_the_derivations_bound_with_the_gpus_derate():
     sh = cfg.shape
     expected = runs.mfu_derivation().result.rhs.subs(
         {
-            symbols.eff_util: cfg.cluster.derate,
+            s.eff_util: cfg.cluster.derate,
             runs.t_ovl: 0,
-            pipeline.n_pp: 1,
+            ppm.n_pp: 1,
             transformer.flop_token_model: sh.model_flop_per_token(4096),
             transformer.flop_token: sh.flop_per_token(4096),
         }

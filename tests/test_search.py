@@ -290,10 +290,10 @@ def test_step_time_formula_by_hand():
 
 def test_the_search_tries_the_pipeline_chapters_microbatch_counts(h100):
     """1F1B tries the four smallest valid microbatch counts, as the pipeline chapter says."""
-    from dmlimits.costs import pipeline
+    from dmlimits.costs import pipeline as ppm
 
-    assert search.Choices.of(h100).microbatch_candidates == pipeline.SEARCH_MICROBATCH_COUNT
-    assert pipeline.valid_microbatches(8, 64) == (8, 16, 32, 64)
+    assert search.Choices.of(h100).microbatch_candidates == ppm.SEARCH_MICROBATCH_COUNT
+    assert ppm.valid_microbatches(8, 64) == (8, 16, 32, 64)
 
 
 def test_the_disk_cache_returns_the_same_sweep(tmp_path, monkeypatch):

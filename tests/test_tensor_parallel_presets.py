@@ -7,13 +7,13 @@ from __future__ import annotations
 import matplotlib
 import pytest
 from dmlimits.book import figures, tensor_parallel_page
-from dmlimits.core import scenario
-from dmlimits.costs import tensor_parallel as tp
+from dmlimits.core import scenario as sc
+from dmlimits.costs import tensor_parallel as tpm
 
 matplotlib.use("Agg")
 
 DM, DFF, TOK = 12288, 49152, 2048
-H100 = scenario.resolve("h100")
+H100 = sc.resolve("h100")
 
 
 @pytest.mark.parametrize(
@@ -29,24 +29,24 @@ H100 = scenario.resolve("h100")
     ],
 )
 def test_node_first_levels(sets, split, levels):
-    scn = scenario.resolve("h100", sets=sets)
-    got = tp.node_first_levels(scn, *split)
+    scn = sc.resolve("h100", sets=sets)
+    got = tpm.node_first_levels(scn, *split)
     assert got == levels
-    t = tp.tp_comm_time(scn, DM, DFF, TOK, *split, *got)  # accepted: fits the node
-    assert t.bandwidth <= tp.tp_comm_time(scn, DM, DFF, TOK, *split, 1, 1).bandwidth
+    t = tpm.tp_comm_time(scn, DM, DFF, TOK, *split, *got)  # accepted: fits the node
+    assert t.bandwidth <= tpm.tp_comm_time(scn, DM, DFF, TOK, *split, 1, 1).bandwidth
 
 
 def test_node_first_keeps_the_worked_example_at_the_defaults():
     m, f = 4, 8
     f_in = H100["network.node_size"] // m
-    assert tp.node_first_levels(H100, m, f) == (0, (f_in, f // f_in))
+    assert tpm.node_first_levels(H100, m, f) == (0, (f_in, f // f_in))
 
 
 def test_node_first_levels_errors():
     with pytest.raises(ValueError, match="tp_model: got 0"):
-        tp.node_first_levels(H100, 0, 8)
+        tpm.node_first_levels(H100, 0, 8)
     with pytest.raises(ValueError, match="scn: got str"):
-        tp.node_first_levels("h100", 4, 8)
+        tpm.node_first_levels("h100", 4, 8)
 
 
 @pytest.mark.parametrize("sets", [[], ["network.topology=unlimited"]])
@@ -54,7 +54,7 @@ def test_figures_are_fit_to_read_with_unbounded_bandwidth(sets):
     import matplotlib.pyplot as plt
 
     figures.apply_style()
-    scn = scenario.resolve("h100", sets=sets)
+    scn = sc.resolve("h100", sets=sets)
     page = tensor_parallel_page
     for fig in (page.figure_time_vs_degree(scn, DM, TOK), page.figure_reference_shards(scn)):
         figures.tidy_legends(fig)

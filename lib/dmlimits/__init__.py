@@ -33,9 +33,7 @@ __version__ = "0.1.0"
 # A chapter's kernel that the build asks to list the assumptions it reads starts listing them
 # here, before any scenario exists (dmlimits.build.reads says why and how).
 if os.environ.get("DMLIMITS_SCENARIO_READS"):
-    from dmlimits.build import reads as _reads
-
-    _reads.record(os.environ["DMLIMITS_SCENARIO_READS"])
+    importlib.import_module("dmlimits.build.reads").record(os.environ["DMLIMITS_SCENARIO_READS"])
 
 #: The public API: each name and the module it comes from.
 EXPORTS = {

@@ -10,7 +10,7 @@ import numpy as np
 
 from dmlimits.book.figures import PALETTE
 from dmlimits.core import published
-from dmlimits.measured import confront, runs
+from dmlimits.measured import confront, runs, transformer
 
 #: Drawn in black beside the model's curves: what Fernandez et al. (2024) report.
 PUBLISHED_STYLE = {"color": "black", "zorder": 5}
@@ -43,7 +43,7 @@ def scaling_figure(curves: dict):
         axes[row, 1].axvspan(*band, color="0.85", zorder=0,
                              label="reported: model parallelism wins")  # fmt: skip
         axes[row, 2].axvline(onset, ls="--", lw=1.0, label="reported onset", **PUBLISHED_STYLE)
-        name = runs.tf.shape(shape).name
+        name = transformer.shape(shape).name
         axes[row, 0].set_ylabel(f"{name}\ntokens/s per GPU")
         axes[row, 1].set_ylabel("tokens/s, whole cluster")
         axes[row, 2].set_ylabel("exposed communication (% of step)")
@@ -78,7 +78,7 @@ def mfu_figure(curves_by_gpu: dict):
                 marker="o",
                 ms=3,
                 color=PALETTE[k % len(PALETTE)],
-                label=f"{runs.tf.shape(s).name}, {runs.cluster(gpu).label}",
+                label=f"{transformer.shape(s).name}, {runs.cluster(gpu).label}",
             )
             if s == shape:
                 ax.plot([n_common], [published.value(f"paper2.mfu_{gpu}_pct")], marker="*",

@@ -23,7 +23,10 @@ from dmlimits.book.glue import factor as as_factor
 from dmlimits.book.glue import sci as pretty
 from dmlimits.core import hardware, published
 from dmlimits.core.scenario import PAPER_PRESETS, SCHEMA, Scenario, resolve, resolve_overrides
-from dmlimits.costs import closed_forms, expert_parallel, matmul, pipeline, step, tensor_parallel
+from dmlimits.costs import closed_forms, matmul, step
+from dmlimits.costs import expert_parallel as epm
+from dmlimits.costs import pipeline as ppm
+from dmlimits.costs import tensor_parallel as tpm
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
@@ -412,11 +415,11 @@ def latency_simulation_table(stages: tuple[int, ...], multiples: tuple[int, ...]
     for n in stages:
         for k in multiples:
             m = k * n
-            zb = (f"{pipeline.latency_slots(n, m, order='zero-bubble'):g}"
-                  if m >= pipeline.least_microbatches(n, zero_bubble=True) else "—")  # fmt: skip
+            zb = (f"{ppm.latency_slots(n, m, order='zero-bubble'):g}"
+                  if m >= ppm.least_microbatches(n, zero_bubble=True) else "—")  # fmt: skip
             chain = 2 * (n - 1)
             lines.append(
-                f"| {n} | {m} | {pipeline.latency_slots(n, m):g} | {zb} | {chain} | {chain * m} |"
+                f"| {n} | {m} | {ppm.latency_slots(n, m):g} | {zb} | {chain} | {chain * m} |"
             )
     return "\n".join(lines)
 
@@ -558,9 +561,7 @@ def choices_table() -> str:
     """The search's modelling choices: every ``search.*`` key, its default, the chapter that
     derives the default, and what it decides."""
     derived_in = {
-        key: module.CHAPTER
-        for module in (pipeline, tensor_parallel, expert_parallel, step)
-        for key in module.CHAPTER_RULES
+        key: module.CHAPTER for module in (ppm, tpm, epm, step) for key in module.CHAPTER_RULES
     }
     lines = ["| Key | Default | Derived in | What it decides |", "|---|---|---|---|"]
     for key, f in SCHEMA.items():

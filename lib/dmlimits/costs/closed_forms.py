@@ -28,7 +28,7 @@ from dmlimits.core import units as u
 from dmlimits.core.checks import require_scenario
 from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
 from dmlimits.core.scenario import Scenario
-from dmlimits.costs import collectives as coll
+from dmlimits.costs import collectives as co
 from dmlimits.costs import matmul, model
 
 CHAPTER = "closed_forms"
@@ -121,11 +121,11 @@ def nanobatch_derivation() -> Derivation:
 def shard_derivation() -> Derivation:
     e1 = sp.Eq(
         s.macs_per_param_token * 2 * s.flop_per_mac * n_hbm * a_ib**2 / (g_node * s.peak_flops),
-        2 * 2 * 2 * n_hbm * a_ib * matmul.word / (g_node * coll.bw1 / 2),
+        2 * 2 * 2 * n_hbm * a_ib * matmul.word / (g_node * co.bw1 / 2),
     )
     e2 = sp.Eq(
         a_ib,
-        8 * matmul.word * s.peak_flops / (s.macs_per_param_token * s.flop_per_mac * coll.bw1),
+        8 * matmul.word * s.peak_flops / (s.macs_per_param_token * s.flop_per_mac * co.bw1),
     )
     return derivation(
         "closed-forms-shard",
@@ -301,7 +301,7 @@ def symbol_values(
     return {
         s.peak_flops: scn.peak_flops,
         matmul.bw_hbm: v["hardware.hbm_bandwidth"],
-        coll.bw1: coll.level_bandwidth(scn, 1),  # NVLink for a flat network, inf unlimited
+        co.bw1: co.level_bandwidth(scn, 1),  # NVLink for a flat network, inf unlimited
         matmul.word: v["model.word_bytes"],
         g_node: float(v["network.node_size"]),
         q_words: float(HBM_WORDS_PER_WEIGHT),
@@ -341,7 +341,7 @@ def power_of(name: str, symbol: sp.Symbol) -> sp.Expr:
     """The power with which one closed form (a key of :data:`COST_FORMULAS`) grows with one of
     its symbols, ``d ln f / d ln x``, with the smallest nanobatch and shard put in: the
     exponent of ``x`` where the form is a power law of it (``4 / (1 - 2 alpha)`` for the
-    critical compute and the InfiniBand bandwidth, ``coll.bw1``).  Raises ``ValueError`` for a
+    critical compute and the InfiniBand bandwidth, ``co.bw1``).  Raises ``ValueError`` for a
     symbol the form does not contain."""
     forms = _cost_formulas()
     if name not in forms:

@@ -47,7 +47,8 @@ from dmlimits.core.checks import counts, flag, numbers, require_scenario, shown
 from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
 from dmlimits.core.scenario import Scenario, resolve
 from dmlimits.costs import collectives as co
-from dmlimits.costs import model, pipeline
+from dmlimits.costs import model
+from dmlimits.costs import pipeline as ppm
 from dmlimits.costs.collectives import CommTime, LevelTimes
 from dmlimits.costs.matmul import word
 
@@ -701,7 +702,7 @@ def batch_bound(scn: Scenario, batch: Any, experts: Any = 1) -> np.ndarray:
     and with ``experts`` experts the search splits the batch among them first, as it lists
     configurations (:mod:`dmlimits.search`).  Arrays broadcast."""
     scn = require_scenario(scn)
-    unit = pipeline.unit_tokens(scn["search.microbatch_unit"], scn["model.sequence_length"])
+    unit = ppm.unit_tokens(scn["search.microbatch_unit"], scn["model.sequence_length"])
     batch = numbers("batch", batch, strict=True)
     experts = numbers("experts", experts, strict=True)
     return np.floor(np.asarray(batch, dtype=float) / (np.asarray(experts, dtype=float) * unit))

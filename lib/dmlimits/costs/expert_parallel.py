@@ -45,9 +45,9 @@ from dmlimits.core.checks import as_output as _out
 from dmlimits.core.checks import counts, numbers, require_scenario, shown
 from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
 from dmlimits.core.scenario import Scenario
-from dmlimits.costs import collectives as c
+from dmlimits.costs import collectives as co
 from dmlimits.costs import model
-from dmlimits.costs import pipeline as pp
+from dmlimits.costs import pipeline as ppm
 from dmlimits.costs.matmul import word
 
 CHAPTER = "expert_parallel"
@@ -186,7 +186,7 @@ ratio = _decl(
     "expected expert bandwidth time of a layer interface over the layer's matmul time",
     defined_in=CHAPTER,
 )
-n_tok = pp.n_tok  # tokens whose activations cross the interface (all of a step's tokens)
+n_tok = ppm.n_tok  # tokens whose activations cross the interface (all of a step's tokens)
 N = s.n_gpu  # the cluster the traffic is spread over
 
 # The paper's expert-parallel degree: a function sympy keeps unevaluated (gcd of two symbols
@@ -231,30 +231,30 @@ LEVEL_PROBABILITIES = Substitution(
 def _p2p_bandwidth(level_bandwidth: sp.Expr, sequence: sp.Expr) -> sp.Expr:
     """The collectives module's point-to-point bandwidth time (``collectives-p2p-2``) for one
     ``d_model``-word transfer per token, ``sequence`` transfers one after another."""
-    return c.REPEATS_P2P.mapping[c.t_bw].subs(
+    return co.REPEATS_P2P.mapping[co.t_bw].subs(
         {
-            c.bw_level: level_bandwidth,
-            c.n_words: s.d_model,
-            c.rep_seq: sequence,
-            c.rep_par: n_tok,
+            co.bw_level: level_bandwidth,
+            co.n_words: s.d_model,
+            co.rep_seq: sequence,
+            co.rep_par: n_tok,
         }
     )
 
 
 # Forward and backward through each of n_if interfaces: 2 n_if transfers in sequence.
-_SEQUENCE = pp.BOUNDARY_PASSES * n_if
+_SEQUENCE = ppm.BOUNDARY_PASSES * n_if
 P2P_LEVELS = Substitution(
     r"point-to-point transfers of $d_{\mathrm{model}}$ words per token (collectives chapter), "
     r"forward and backward through each of $n_{\mathrm{if}}$ interfaces",
-    {c.t_bw0: _p2p_bandwidth(c.bw0, _SEQUENCE), c.t_bw1: _p2p_bandwidth(c.bw1, _SEQUENCE)},
+    {co.t_bw0: _p2p_bandwidth(co.bw0, _SEQUENCE), co.t_bw1: _p2p_bandwidth(co.bw1, _SEQUENCE)},
     kind="assumption",
     source="erdil2024datamovement",
 )
 LEVEL_BYTES = Substitution(
     r"a share of the stage-boundary traffic, spread over the $N_{\mathrm{GPU}}$ GPUs",
     {
-        q_ep0: p_node * pp.BOUNDARY_BYTES / N,
-        q_ep1: p_net * pp.BOUNDARY_BYTES / N,
+        q_ep0: p_node * ppm.BOUNDARY_BYTES / N,
+        q_ep1: p_net * ppm.BOUNDARY_BYTES / N,
     },
 )
 WORSE_LEVEL = Substitution(
@@ -269,7 +269,7 @@ INSIDE_NODE = Substitution(
 ONE_CROSSING = Substitution("one crossing", {n_if: 1})
 FULL_INTERLEAVING = Substitution(
     "the paper's full interleaving, one block per chunk",
-    {pp.interleave: s.n_layers / pp.n_pp},
+    {ppm.interleave: s.n_layers / ppm.n_pp},
     kind="assumption",
     source="erdil2024datamovement",
 )
@@ -383,11 +383,11 @@ def remote_derivation() -> Derivation:
 @register
 def interface_bytes_derivation() -> Derivation:
     """Expected bytes per GPU per layer interface and their bandwidth time."""
-    b1 = sp.Eq(t_ep_bw, n_if * (q_ep0 / c.one_way(c.bw0) + q_ep1 / c.one_way(c.bw1)))
+    b1 = sp.Eq(t_ep_bw, n_if * (q_ep0 / co.one_way(co.bw0) + q_ep1 / co.one_way(co.bw1)))
     b2 = LEVEL_BYTES.apply(b1)
     b3 = sp.Eq(
         t_ep_bw,
-        p_node * P2P_LEVELS.mapping[c.t_bw0] + p_net * P2P_LEVELS.mapping[c.t_bw1],
+        p_node * P2P_LEVELS.mapping[co.t_bw0] + p_net * P2P_LEVELS.mapping[co.t_bw1],
     )
     b4 = LEVEL_PROBABILITIES.apply(b3)
     return derivation(
@@ -437,7 +437,7 @@ def interface_bytes_derivation() -> Derivation:
 @register
 def crossing_derivation() -> Derivation:
     """A stage boundary under expert parallelism: the higher of the two levels."""
-    x1 = sp.Eq(t_cross_bw, (1 - share1) * c.t_bw0 + share1 * c.t_bw1)
+    x1 = sp.Eq(t_cross_bw, (1 - share1) * co.t_bw0 + share1 * co.t_bw1)
     x2 = WORSE_LEVEL.apply(x1)
     x3 = LEVEL_PROBABILITIES.apply(x2)
     x4 = P2P_LEVELS.apply(x3)
@@ -481,8 +481,8 @@ def interfaces_derivation() -> Derivation:
     """How many layer interfaces carry expert traffic only."""
     # The count may be zero, so its symbol is declared non-negative: "count = 0" stays an
     # equation instead of evaluating to False.
-    i1 = sp.Eq(n_only, sp.Add(s.n_layers - 1, -pp.CROSSINGS, evaluate=False), evaluate=False)
-    i2 = sp.Eq(n_only, s.n_layers - pp.interleave * pp.n_pp)
+    i1 = sp.Eq(n_only, sp.Add(s.n_layers - 1, -ppm.CROSSINGS, evaluate=False), evaluate=False)
+    i2 = sp.Eq(n_only, s.n_layers - ppm.interleave * ppm.n_pp)
     i3 = sp.Eq(n_only, FULL_INTERLEAVING.apply(i2.rhs), evaluate=False)
     return derivation(
         "expert-parallel-interfaces",
@@ -522,7 +522,7 @@ def versus_compute_derivation() -> Derivation:
     v4 = MACS.apply(v3)
     v5 = sp.Eq(
         ratio,
-        2 * word * s.peak_flops * s.eff_util * (P_NODE / c.bw0 + P_NET / c.bw1)
+        2 * word * s.peak_flops * s.eff_util * (P_NODE / co.bw0 + P_NET / co.bw1)
         / (MACS.mapping[s.macs_per_param_token] * s.flop_per_mac * s.d_ff),
     )  # fmt: skip
     return derivation(
@@ -562,13 +562,13 @@ def _flag(condition: sp.Basic) -> sp.Expr:
 
 # The highest level the group spans: level 1 when it spans nodes, else level 0 when it has more
 # than one GPU, else none.
-TOP_LATENCY = c.lat1 * _flag(n_ep1 > 1) + c.lat0 * _flag(sp.And(n_ep1 <= 1, n_ep0 > 1))
+TOP_LATENCY = co.lat1 * _flag(n_ep1 > 1) + co.lat0 * _flag(sp.And(n_ep1 <= 1, n_ep0 > 1))
 EP_LATENCY = _SEQUENCE * TOP_LATENCY
-EP_LATENCY_EXPECTED = _SEQUENCE * (P_NODE * c.lat0 + P_NET * c.lat1)
+EP_LATENCY_EXPECTED = _SEQUENCE * (P_NODE * co.lat0 + P_NET * co.lat1)
 EP_BYTES_INTRA = LEVEL_PROBABILITIES.apply(LEVEL_BYTES.mapping[q_ep0])
 EP_BYTES_INTER = LEVEL_PROBABILITIES.apply(LEVEL_BYTES.mapping[q_ep1])
 # Stage crossings under expert parallelism: n_if crossings of the boundary.
-CROSSING_LATENCY = _SEQUENCE * c.lat_level
+CROSSING_LATENCY = _SEQUENCE * co.lat_level
 
 
 @cache
@@ -591,7 +591,7 @@ P_REMOTE: sp.Expr
 
 def _formulas() -> dict[str, tuple[sp.Expr, sp.Expr]]:
     bandwidth = interface_bytes_derivation().result.rhs
-    direct = n_if * (EP_BYTES_INTRA / c.one_way(c.bw0) + EP_BYTES_INTER / c.one_way(c.bw1))
+    direct = n_if * (EP_BYTES_INTRA / co.one_way(co.bw0) + EP_BYTES_INTER / co.one_way(co.bw1))
     if sp.simplify(bandwidth - direct) != 0:
         raise RuntimeError("the expert bandwidth time drifted from its bytes")
     return {
@@ -623,13 +623,13 @@ def _summary() -> dict[str, Any]:
             "their gradients back, when that expert lives on another GPU"
         ),
         # Expected bytes per GPU per layer interface, forward and backward.
-        "volume": _p_remote().subs(n_ep0 * n_ep1, n_ep) * pp.BOUNDARY_BYTES / N,
+        "volume": _p_remote().subs(n_ep0 * n_ep1, n_ep) * ppm.BOUNDARY_BYTES / N,
         "volume_per": "GPU and layer interface (expected)",
         "latency_per": "layer interface",
         "link": "NVLink inside the node; InfiniBand once the group spans nodes",
         "overlaps_compute": True,
         # One message each way per layer interface, at the highest level the group spans.
-        "latency": pp.BOUNDARY_PASSES * c.lat_level,
+        "latency": ppm.BOUNDARY_PASSES * co.lat_level,
     }
 
 
@@ -680,8 +680,8 @@ def _rule(latency: Any) -> str:
 
 
 # --- Numeric functions, lambdified from the expressions above -------------------------------
-_BW_ARGS = (s.d_model, n_tok, n_ep0, n_ep1, n_if, N, word, c.bw0, c.bw1)
-_LAT_ARGS = (n_ep0, n_ep1, n_if, c.lat0, c.lat1)
+_BW_ARGS = (s.d_model, n_tok, n_ep0, n_ep1, n_if, N, word, co.bw0, co.bw1)
+_LAT_ARGS = (n_ep0, n_ep1, n_if, co.lat0, co.lat1)
 
 
 def _numeric_build(what: str) -> tuple[tuple, Any]:
@@ -697,20 +697,20 @@ def _numeric_build(what: str) -> tuple[tuple, Any]:
     if what.startswith(("bandwidth_level", "crossing_level")):
         # One level's term: the time with the other level's links infinitely fast.
         base, level = what.rsplit("_level", 1)
-        other = (c.bw1, c.bw0)[int(level)]
+        other = (co.bw1, co.bw0)[int(level)]
         args, expr = _numeric_build(base)
         return args, expr.subs(other, sp.oo)
     if what == "crossing_latency":
-        return (n_if, c.lat_level), CROSSING_LATENCY
+        return (n_if, co.lat_level), CROSSING_LATENCY
     if what == "ratio":
-        args = (s.d_ff, n_ep0, n_ep1, word, s.peak_flops, s.eff_util, c.bw0, c.bw1)
+        args = (s.d_ff, n_ep0, n_ep1, word, s.peak_flops, s.eff_util, co.bw0, co.bw1)
         # Numerically, FLOP are plain numbers: the model chapter's pass counts, as values.
         return args, model.PASS_COUNTS.apply(_cost_formulas()["ratio_to_compute"][0])
     if what == "layer_compute":
         args = (s.d_model, s.d_ff, n_tok, N, s.peak_flops, s.eff_util)
         return args, model.PASS_COUNTS.apply(_cost_formulas()["layer_compute"][0])
     if what == "ep_only":
-        return (s.n_layers, pp.n_pp, pp.interleave), _cost_formulas()["ep_only_interfaces"][0]
+        return (s.n_layers, ppm.n_pp, ppm.interleave), _cost_formulas()["ep_only_interfaces"][0]
     raise KeyError(what)
 
 
@@ -801,7 +801,7 @@ def ep_time(
     interfaces: Any = 1,
     n_gpu: Any = None,
     latency: str = CHAPTER_RULES["search.expert_latency"],
-) -> c.CommTime:
+) -> co.CommTime:
     """Seconds of the expert traffic of ``interfaces`` layer interfaces in a row, each crossed
     forward and backward by ``tokens`` tokens spread over ``n_gpu`` GPUs (default: the group).
 
@@ -815,7 +815,7 @@ def ep_time(
     """
     rule = _rule(latency)
     args, shape = _bandwidth_args(scn, d_model, tokens, ep_intra, ep_inter, interfaces, n_gpu)
-    return c.CommTime(
+    return co.CommTime(
         _out(_numeric("bandwidth")(*args), shape), _out(_ep_latency(scn, args, rule), shape)
     )
 
@@ -829,14 +829,14 @@ def ep_level_times(
     interfaces: Any = 1,
     n_gpu: Any = None,
     latency: str = CHAPTER_RULES["search.expert_latency"],
-) -> c.LevelTimes:
+) -> co.LevelTimes:
     """:func:`ep_time` with each level's bandwidth time apart: on the links inside the nodes,
     on the links between them (the two terms of the ``expert-parallel-interface``
     derivation's bandwidth time, which add up to it), and the latency
     (:class:`~dmlimits.costs.collectives.LevelTimes`)."""
     rule = _rule(latency)
     args, shape = _bandwidth_args(scn, d_model, tokens, ep_intra, ep_inter, interfaces, n_gpu)
-    return c.LevelTimes(
+    return co.LevelTimes(
         *(_out(_numeric(f"bandwidth_level{k}")(*args), shape) for k in (0, 1)),
         _out(_ep_latency(scn, args, rule), shape),
     )
@@ -857,7 +857,7 @@ def _bandwidth_args(
     shape = np.broadcast_shapes(d.shape, t.shape, n0.shape, n1.shape, k.shape, np.shape(n))
     args = (
         d, t, n0, n1, k, n, float(scn["model.word_bytes"]),
-        c.level_bandwidth(scn, 0), c.level_bandwidth(scn, 1),
+        co.level_bandwidth(scn, 0), co.level_bandwidth(scn, 1),
     )  # fmt: skip
     return args, shape
 
@@ -867,7 +867,7 @@ def _ep_latency(scn: Scenario, args: tuple, rule: str) -> Any:
     if n0.shape != n1.shape:  # the lambdified conditions take the two of one shape
         n0, n1 = np.broadcast_arrays(n0, n1)
     lat_name = "latency" if rule == "highest" else "latency_expected"
-    return _numeric(lat_name)(n0, n1, k, c.level_latency(scn, 0), c.level_latency(scn, 1))
+    return _numeric(lat_name)(n0, n1, k, co.level_latency(scn, 0), co.level_latency(scn, 1))
 
 
 def crossing_time(
@@ -879,18 +879,18 @@ def crossing_time(
     pp_level: int,
     crossings: Any = 1,
     n_gpu: Any = None,
-) -> c.CommTime:
+) -> co.CommTime:
     """Seconds of ``crossings`` pipeline stage boundaries in a row under expert parallelism,
     each crossed forward and backward by ``tokens`` tokens over ``n_gpu`` GPUs (default: the
     group).  Every token moves, over the higher of the boundary's level ``pp_level`` and its
     next expert's level (the ``expert-parallel-crossing`` derivation); one message latency each
     way per crossing."""
-    level = c.check_level(pp_level)
+    level = co.check_level(pp_level)
     args, shape = _bandwidth_args(
         scn, d_model, tokens, ep_intra, ep_inter, crossings, n_gpu, "crossings"
     )  # fmt: skip
     bw = _numeric("crossing")(*args, float(level))
-    return c.CommTime(_out(bw, shape), _out(_crossing_latency(scn, args, level), shape))
+    return co.CommTime(_out(bw, shape), _out(_crossing_latency(scn, args, level), shape))
 
 
 def crossing_level_times(
@@ -902,16 +902,16 @@ def crossing_level_times(
     pp_level: int,
     crossings: Any = 1,
     n_gpu: Any = None,
-) -> c.LevelTimes:
+) -> co.LevelTimes:
     """:func:`crossing_time` with each level's bandwidth time apart: on the links inside the
     nodes, on the links between them (the two terms of the ``expert-parallel-crossing``
     derivation's bandwidth time, which add up to it), and the latency
     (:class:`~dmlimits.costs.collectives.LevelTimes`)."""
-    level = c.check_level(pp_level)
+    level = co.check_level(pp_level)
     args, shape = _bandwidth_args(
         scn, d_model, tokens, ep_intra, ep_inter, crossings, n_gpu, "crossings"
     )  # fmt: skip
-    return c.LevelTimes(
+    return co.LevelTimes(
         *(_out(_numeric(f"crossing_level{k}")(*args, float(level)), shape) for k in (0, 1)),
         _out(_crossing_latency(scn, args, level), shape),
     )
@@ -920,7 +920,7 @@ def crossing_level_times(
 def _crossing_latency(scn: Scenario, args: tuple, level: int) -> Any:
     """One latency per crossing, at the higher of the two levels."""
     _, _, _, n1, k, *_ = args
-    top = np.where((level == 1) | (n1 > 1), c.level_latency(scn, 1), c.level_latency(scn, 0))
+    top = np.where((level == 1) | (n1 > 1), co.level_latency(scn, 1), co.level_latency(scn, 0))
     return _numeric("crossing_latency")(k, top)
 
 
@@ -952,7 +952,7 @@ def compute_ratio(scn: Scenario, d_ff: Any, ep_intra: Any, ep_inter: Any) -> np.
     value = _numeric("ratio")(
         f, n0, n1, float(scn["model.word_bytes"]), scn.peak_flops,
         float(scn["hardware.effective_utilization"]),
-        c.level_bandwidth(scn, 0), c.level_bandwidth(scn, 1),
+        co.level_bandwidth(scn, 0), co.level_bandwidth(scn, 1),
     )  # fmt: skip
     return _out(value, shape)
 

@@ -18,6 +18,7 @@ import sympy as sp
 
 from dmlimits.core import formula_cache
 from dmlimits.core import symbols as s
+from dmlimits.core import units as u
 from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
 from dmlimits.core.scenario import Scenario
 from dmlimits.core.symbols import REGISTRY
@@ -29,7 +30,7 @@ one_flop = s.REGISTRY.declare(
     "C_1",
     r"C_{1}",
     "one FLOP: the unit in which the DeepSeek batch law takes compute",
-    s.u.flop,
+    u.flop,
     defined_in=CHAPTER,
 )
 
@@ -259,10 +260,10 @@ STEP_BUDGET = s.train_time / s.n_steps
 LAYER_BUDGET = s.train_time / (s.n_steps * s.n_layers)
 MIN_GPUS = s.compute / (s.train_time * s.peak_flops * s.eff_util)
 COST_FORMULAS = {
-    "step_budget": (STEP_BUDGET, s.u.second),
-    "layer_budget": (LAYER_BUDGET, s.u.second),
-    "min_gpus": (MIN_GPUS, s.u.one),
-    "compute": (compute_of_a_run().steps[0].expr.rhs, s.u.flop),
+    "step_budget": (STEP_BUDGET, u.second),
+    "layer_budget": (LAYER_BUDGET, u.second),
+    "min_gpus": (MIN_GPUS, u.one),
+    "compute": (compute_of_a_run().steps[0].expr.rhs, u.flop),
 }
 
 

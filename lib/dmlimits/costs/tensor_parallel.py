@@ -47,8 +47,8 @@ from dmlimits.core.checks import as_output as _out
 from dmlimits.core.checks import checking, counts, numbers, require_scenario
 from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
 from dmlimits.core.scenario import Scenario
-from dmlimits.costs import collectives as coll
-from dmlimits.costs import matmul as mm
+from dmlimits.costs import collectives as co
+from dmlimits.costs import matmul
 from dmlimits.costs.matmul import b, word
 
 CHAPTER = "tensor_parallel"
@@ -60,7 +60,7 @@ PASSES = 2
 # Two weight matrices per MLP, each in three kinds of matmul (forward, activation gradient,
 # weight gradient).
 MATRICES = 2
-MATMULS_PER_LAYER = MATRICES * len(mm.KINDS)
+MATMULS_PER_LAYER = MATRICES * len(matmul.KINDS)
 # The split rule: sqrt(N_TP) <= N_TP,ff <= FF_SPREAD sqrt(N_TP) (Erdil & Schneider-Joseph 2024;
 # the authors' final code, optimal_parallelism.ipynb, with the roots rounded down: tp_splits).
 FF_SPREAD = 4
@@ -182,8 +182,8 @@ t_comp = _decl(
     defined_in=CHAPTER,
 )
 
-W = coll.bw_level
-LAM = coll.lat_level
+W = co.bw_level
+LAM = co.lat_level
 
 # --- Named substitutions -------------------------------------------------------------------
 CONSTANTS = Substitution(
@@ -196,8 +196,8 @@ GROUP_BYTES = Substitution(
     "N_{\\mathrm{TP},m}$ outputs among $N_{\\mathrm{TP},f}$; the bytes of a ring all-reduce "
     "(collectives chapter)",
     {
-        q_tp_m: coll.ALLREDUCE_BYTES.subs({coll.parts: tp_m, coll.n_words: b * s.d_ff / tp_f}),
-        q_tp_f: coll.ALLREDUCE_BYTES.subs({coll.parts: tp_f, coll.n_words: b * s.d_model / tp_m}),
+        q_tp_m: co.ALLREDUCE_BYTES.subs({co.parts: tp_m, co.n_words: b * s.d_ff / tp_f}),
+        q_tp_f: co.ALLREDUCE_BYTES.subs({co.parts: tp_f, co.n_words: b * s.d_model / tp_m}),
     },
 )
 ONE_D = Substitution(
@@ -214,14 +214,14 @@ def _group_cost(name: str, width: sp.Expr, group: sp.Expr) -> sp.Expr:
     As in the paper: the whole ``width``-word vector of every token is all-reduced among
     ``group`` GPUs, the ``b`` tokens side by side, once per pass, the traffic spread over the
     ``N_TP,model N_TP,ff`` GPUs of the TP group."""
-    expr, _ = coll.COST_FORMULAS[name]
+    expr, _ = co.COST_FORMULAS[name]
     return expr.subs(
         {
-            coll.n_words: width,
-            coll.parts: group,
-            coll.rep_seq: n_pass,
-            coll.rep_par: b,
-            coll.N: tp_m * tp_f,
+            co.n_words: width,
+            co.parts: group,
+            co.rep_seq: n_pass,
+            co.rep_par: b,
+            co.N: tp_m * tp_f,
         }
     )
 
@@ -230,8 +230,8 @@ def _latency_per_family() -> sp.Expr:
     """Latency of one family of all-reduces of a layer, without the collectives module's
     ``p > 1`` switch (the derivation shows the case of a real group; the cost formulas keep the
     switch)."""
-    return coll.CONSTANTS.apply(coll.REPEATS_ALLREDUCE.mapping[coll.t_lat]).subs(
-        {coll.rep_seq: n_pass}
+    return co.CONSTANTS.apply(co.REPEATS_ALLREDUCE.mapping[co.t_lat]).subs(
+        {co.rep_seq: n_pass}
     )
 
 
@@ -261,20 +261,20 @@ GROUP_LATENCIES = Substitution(
 SHARD = Substitution(
     "each GPU's shard of both matrices: $d_1 = d_{\\mathrm{model}} / N_{\\mathrm{TP},m}$, $d_2 = "
     "d_{\\mathrm{ff}} / N_{\\mathrm{TP},f}$",
-    {mm.d1: s.d_model / tp_m, mm.d2: s.d_ff / tp_f},
+    {matmul.d1: s.d_model / tp_m, matmul.d2: s.d_ff / tp_f},
 )
 NO_PADDING = Substitution(
     "shard sides and nanobatch already multiples of the tensor-core padding g",
     {
-        mm.padded(s.d_model / tp_m): s.d_model / tp_m,
-        mm.padded(s.d_ff / tp_f): s.d_ff / tp_f,
-        mm.padded(b): b,
+        matmul.padded(s.d_model / tp_m): s.d_model / tp_m,
+        matmul.padded(s.d_ff / tp_f): s.d_ff / tp_f,
+        matmul.padded(b): b,
     },
     kind="assumption",
 )
 ARITHMETIC = Substitution(
     "the arithmetic time of one matmul (matmul chapter)",
-    {mm.t_arith: mm.cost_expressions("forward", False)["arithmetic"]},
+    {matmul.t_arith: matmul.cost_expressions("forward", False)["arithmetic"]},
 )
 COMPUTE_CONSTANTS = Substitution("two matrices in three kinds of matmul", {n_mm: MATMULS_PER_LAYER})
 SHARD_SIDES = Substitution(
@@ -344,7 +344,7 @@ def bandwidth_time_derivation() -> Derivation:
     group_times = _group_times()
     t2 = group_times.apply(t1)
     t3 = CONSTANTS.apply(t2)
-    half = sp.Mul(sp.Rational(1, coll.DIRECTIONS), W, evaluate=False)
+    half = sp.Mul(sp.Rational(1, co.DIRECTIONS), W, evaluate=False)
     t4 = sp.Eq(
         t_tp_bw,
         sp.Mul(
@@ -412,7 +412,7 @@ def latency_time_derivation() -> Derivation:
 @register
 def compute_time_derivation() -> Derivation:
     """Arithmetic time of one layer's sharded matmuls on one GPU."""
-    c1 = sp.Eq(t_comp, n_mm * mm.t_arith)
+    c1 = sp.Eq(t_comp, n_mm * matmul.t_arith)
     c2 = ARITHMETIC.apply(c1)
     c3 = SHARD.apply(c2)
     c4 = NO_PADDING.apply(c3)
@@ -448,7 +448,7 @@ def compute_time_derivation() -> Derivation:
 
 
 # The crossover side, in the form the book shows (1 - 1/N kept visible for the limit).
-_K = 2 * word * s.eff_util * s.peak_flops / (3 * s.flop_per_mac * coll.one_way(W))
+_K = 2 * word * s.eff_util * s.peak_flops / (3 * s.flop_per_mac * co.one_way(W))
 CROSSOVER_2D_EXACT = _K * (2 - 1 / tp_m - 1 / tp_f)
 CROSSOVER_1D_EXACT = _K * (1 - 1 / tp_f)
 
@@ -638,7 +638,7 @@ def _check_level(name: str, level: Any, group: np.ndarray) -> tuple[int, ...] | 
             )
         return pair
     try:
-        return coll.check_level(level)
+        return co.check_level(level)
     except ValueError:
         raise ValueError(
             f"{name}: got {level!r}; expected 0 (inside an NVLink node), 1 (between nodes) or a "
@@ -736,7 +736,7 @@ def _numeric(name: str):
         args = _COMPUTE_ARGS
     else:
         args = _TIME_ARGS
-    return sp.lambdify(args, mm.CONSTANTS.apply(expr), "numpy")
+    return sp.lambdify(args, matmul.CONSTANTS.apply(expr), "numpy")
 
 
 def _shape_args(d_model: Any, d_ff: Any, tokens: Any, tp_model: Any, tp_ff: Any):
@@ -785,15 +785,15 @@ def _family(
     dm, df, tok, pm, pf = args
     if isinstance(level, tuple):
         width = df if which == "model_group" else dm
-        t = coll.allreduce_time_split(
+        t = co.allreduce_time_split(
             scn, width, level[0], level[1], seq=PASSES, par=tok, n_gpu=pm * pf
         )
         return t.bandwidth, t.latency
     vals = (
         *args,
         float(scn["model.word_bytes"]),
-        coll.level_bandwidth(scn, level),
-        coll.level_latency(scn, level),
+        co.level_bandwidth(scn, level),
+        co.level_latency(scn, level),
     )
     return (
         _numeric(f"tp_bandwidth_{which}")(*vals),
@@ -810,7 +810,7 @@ def tp_comm_time(
     tp_ff: Any,
     level_model: Any = 0,
     level_ff: Any = 0,
-) -> coll.CommTime:
+) -> co.CommTime:
     """Seconds of a layer's TP all-reduces per step on one GPU: (bandwidth, latency).
 
     ``tokens`` tokens pass through the TP group (each GPU's nanobatch), forward and backward.
@@ -838,7 +838,7 @@ def tp_comm_time(
     args = (dm, df, tok, pm, pf)
     bw_m, lat_m = _family(scn, "model_group", lm, args)
     bw_f, lat_f = _family(scn, "ff_group", lf, args)
-    return coll.CommTime(_out(bw_m + bw_f, shape), _out(lat_m + lat_f, shape))
+    return co.CommTime(_out(bw_m + bw_f, shape), _out(lat_m + lat_f, shape))
 
 
 def tp_family_time(
@@ -852,7 +852,7 @@ def tp_family_time(
     intra: Any,
     inter: Any,
     overlap_levels: bool = True,
-) -> coll.CommTime:
+) -> co.CommTime:
     """Seconds per layer per step on one GPU of one family of TP all-reduces, its group split
     over the levels element by element: ``intra`` GPUs of the group in each of ``inter`` nodes.
 
@@ -866,10 +866,10 @@ def tp_family_time(
     width, i, o, tok, n, shape = _family_args(
         family, d_model, d_ff, tokens, tp_model, tp_ff, intra, inter
     )  # fmt: skip
-    t = coll.allreduce_time_split(
+    t = co.allreduce_time_split(
         scn, width, i, o, seq=PASSES, par=tok, n_gpu=n, overlap_levels=overlap_levels
     )
-    return coll.CommTime(_out(t.bandwidth, shape), _out(t.latency, shape))
+    return co.CommTime(_out(t.bandwidth, shape), _out(t.latency, shape))
 
 
 def tp_family_level_times(
@@ -882,7 +882,7 @@ def tp_family_level_times(
     tp_ff: Any,
     intra: Any,
     inter: Any,
-) -> coll.LevelTimes:
+) -> co.LevelTimes:
     """:func:`tp_family_time` with each level's bandwidth time apart
     (:func:`dmlimits.costs.collectives.allreduce_level_times`): the time on the links inside the
     nodes, on the links between them, and the latency.  Without overlap the family's
@@ -891,8 +891,8 @@ def tp_family_level_times(
     width, i, o, tok, n, shape = _family_args(
         family, d_model, d_ff, tokens, tp_model, tp_ff, intra, inter
     )  # fmt: skip
-    t = coll.allreduce_level_times(scn, width, i, o, seq=PASSES, par=tok, n_gpu=n)
-    return coll.LevelTimes(*(_out(x, shape) for x in t))
+    t = co.allreduce_level_times(scn, width, i, o, seq=PASSES, par=tok, n_gpu=n)
+    return co.LevelTimes(*(_out(x, shape) for x in t))
 
 
 def _family_args(
@@ -925,7 +925,7 @@ def crossover_shard(scn: Scenario, level: Any, dims: int = 2, derated: bool = Tr
     ``layer_and_batch_scaling.ipynb``).  Infinite bandwidth gives 0.
     """
     scn = require_scenario(scn)
-    level = coll.check_level(level)
+    level = co.check_level(level)
     if dims not in (1, 2) or isinstance(dims, bool):
         raise ValueError(f"dims: got {dims!r}; expected 1 (Megatron) or 2")
     if not isinstance(derated, bool):
@@ -934,7 +934,7 @@ def crossover_shard(scn: Scenario, level: Any, dims: int = 2, derated: bool = Tr
     name = "crossover_2d" if dims == 2 else "crossover_1d"
     value = _numeric(name)(
         float(scn["model.word_bytes"]), eta, float(scn.peak_flops),
-        coll.level_bandwidth(scn, level), 1.0, 1.0,
+        co.level_bandwidth(scn, level), 1.0, 1.0,
     )  # fmt: skip
     return float(value)
 
@@ -948,7 +948,7 @@ def max_degree(scn: Scenario, d_model: Any, d_ff: Any, level: Any, one_d: bool =
     one hides.
     """
     scn = require_scenario(scn)
-    level = coll.check_level(level)
+    level = co.check_level(level)
     dm = checks.whole("d_model", d_model)
     dff = checks.whole("d_ff", d_ff)
     if not isinstance(one_d, bool):

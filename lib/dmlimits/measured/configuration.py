@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dmlimits.core import hardware
-from dmlimits.measured import transformer as tf
+from dmlimits.measured import transformer
 
 # --- Clusters: the GPUs and fabrics of measured runs -----------------------------------------
 GB = 1e9
@@ -222,7 +222,7 @@ UNEVEN_SPLITS = ("nanotron", "layers", "torchtitan")
 
 @dataclass(frozen=True)
 class Config:
-    shape: tf.Shape
+    shape: transformer.Shape
     cluster: Cluster
     n_gpus: int
     global_batch_tokens: float
@@ -313,9 +313,10 @@ class Config:
             raise ValueError(
                 f"selective_policy must be 'attention' or 'op', got {self.selective_policy!r}"
             )
-        if self.recompute not in tf.RECOMPUTE:
+        if self.recompute not in transformer.RECOMPUTE:
             raise ValueError(
-                f"recompute must be one of {', '.join(tf.RECOMPUTE)}, got {self.recompute!r}"
+                f"recompute must be one of {', '.join(transformer.RECOMPUTE)}, "
+                f"got {self.recompute!r}"
             )
         g = self.dp * self.cp
         if self.sharding == "hsdp":

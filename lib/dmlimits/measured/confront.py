@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from dmlimits.core import published
-from dmlimits.measured import memory, nccl, operations, runs
+from dmlimits.measured import memory, nccl, operations, runs, transformer
 
 SHAPES = ("llama2-7b", "llama2-70b")
 # "Communication-bound": exposed communication takes at least this share of the step, where
@@ -569,7 +569,7 @@ def moe_presets_markdown(seq_len: int) -> str:
         "|---|---|---|---|---|---|",
     ]
     for key, pub in MOE_PRESETS.items():
-        sh = runs.tf.SHAPES[key]
+        sh = transformer.SHAPES[key]
         active = (sh.model_flop_per_token(seq_len) - sh.attention_flop_per_token(seq_len)) / 6
         experts = f"{sh.experts} ({sh.top_k} a token" + (
             f", {sh.shared_experts} shared)" if sh.shared_experts else ")"
@@ -590,7 +590,7 @@ def operation_cases() -> dict[str, runs.Config]:
     node of A100s, data parallel, four sequences of 2,048 tokens a GPU."""
     lo, hi = runs.GPU_COUNTS[0], runs.GPU_COUNTS[-1]
     small = runs.Config(
-        shape=runs.tf.SHAPES["gpt3-350m"], cluster=runs.cluster("a100"), n_gpus=8,
+        shape=transformer.SHAPES["gpt3-350m"], cluster=runs.cluster("a100"), n_gpus=8,
         global_batch_tokens=8 * 4 * 2048, seq_len=2048, dp=8, mbs=4, sharding="ddp",
     )  # fmt: skip
     return {

@@ -55,9 +55,9 @@ import sympy as sp
 from dmlimits.core import symbols as s
 from dmlimits.core import units as u
 from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
-from dmlimits.costs import pipeline as pl
+from dmlimits.costs import pipeline as ppm
 from dmlimits.costs import tensor_parallel as tpm
-from dmlimits.measured import transformer as tf
+from dmlimits.measured import transformer
 from dmlimits.measured.configuration import SHARDING
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ m_act = _decl("M_act", r"M_{\mathrm{act}}", "activation bytes of one layer and m
               defined_in=CHAPTER)  # fmt: skip
 seq = _decl("s_mem", r"s_{\mathrm{GPU}}", "tokens of a sequence on one GPU", defined_in=CHAPTER)
 mbs = _decl("b_mem", r"b_{\mathrm{mb}}", "sequences in a micro-batch", defined_in=CHAPTER)
-heads = tf.n_heads  # the transformer chapter's attention heads: one symbol, one meaning
+heads = transformer.n_heads  # the transformer chapter's attention heads: one symbol, one meaning
 w_val = _decl("w_act", r"w_{\mathrm{act}}", "bytes of one activation value", _B,
               defined_in=CHAPTER)  # fmt: skip
 n_val = _decl("n_val", r"n_{\mathrm{val}}", "activation values a layer keeps per token",
@@ -162,7 +162,7 @@ def state_derivation() -> Derivation:
     e1 = sp.Eq(m_state, p_rank * (k_w / g_w + k_g / g_g + k_o / g_o))
     rank = Substitution(
         "a GPU holds the parameters of its tensor- and pipeline-parallel shard",
-        {p_rank: s.n_params / (tpm.n_tp * pl.n_pp)},
+        {p_rank: s.n_params / (tpm.n_tp * ppm.n_pp)},
     )
     zero3 = Substitution(
         "ZeRO-3 and FSDP split weights, gradients and optimizer state over the ZeRO group",
@@ -209,7 +209,7 @@ def state_derivation() -> Derivation:
 #: and after the nonlinearity (or, gated, the SiLU and the product).
 BLOCK_TENSORS = Substitution(
     "the tensors a block keeps for its backward pass",
-    {n_val: 6 * s.d_model + 2 * d_kv + 2 * (tf.mlp_mats - 1) * s.d_ff},
+    {n_val: 6 * s.d_model + 2 * d_kv + 2 * (transformer.mlp_mats - 1) * s.d_ff},
     kind="definition",
 )
 
@@ -224,7 +224,7 @@ def activation_derivation() -> Derivation:
     )
     llama = Substitution(
         "a Llama-style block: 16-bit values, a gated MLP, no dropout",
-        {w_val: VALUE_BYTES, tf.mlp_mats: 3, m_drop: 0},
+        {w_val: VALUE_BYTES, transformer.mlp_mats: 3, m_drop: 0},
         kind="assumption",
         source="touvron2023llama2",
     )
@@ -273,8 +273,8 @@ def op_selective_derivation() -> Derivation:
     e1 = sp.Eq(
         m_op,
         w_val
-        * (s.d_model / t + d_kv / t + s.d_model / t + s.d_ff / t + (tf.mlp_mats - 2) * s.d_model
-           + s.d_model / t_sp),
+        * (s.d_model / t + d_kv / t + s.d_model / t + s.d_ff / t
+           + (transformer.mlp_mats - 2) * s.d_model + s.d_model / t_sp),
     )  # fmt: skip
     sequence = Substitution(
         "sequence parallelism splits the block's input over the tensor-parallel ranks",
@@ -283,7 +283,7 @@ def op_selective_derivation() -> Derivation:
     )
     llama = Substitution(
         "a Llama-style block: 16-bit values, a gated MLP",
-        {w_val: VALUE_BYTES, tf.mlp_mats: 3},
+        {w_val: VALUE_BYTES, transformer.mlp_mats: 3},
         kind="assumption",
         source="touvron2023llama2",
     )
@@ -328,13 +328,13 @@ COST_FORMULAS = {
 @cache
 def _op_selective_fn():
     expr = op_selective_derivation().steps[0].expr.rhs
-    return sp.lambdify((s.d_model, d_kv, s.d_ff, tf.mlp_mats, tpm.n_tp, t_sp, w_val), expr)
+    return sp.lambdify((s.d_model, d_kv, s.d_ff, transformer.mlp_mats, tpm.n_tp, t_sp, w_val), expr)
 
 
 @cache
 def _state_fn():
     expr = state_derivation().steps[1].expr.rhs  # before the ZeRO stage is chosen
-    return sp.lambdify((s.n_params, tpm.n_tp, pl.n_pp, k_w, k_g, k_o, g_w, g_g, g_o), expr)
+    return sp.lambdify((s.n_params, tpm.n_tp, ppm.n_pp, k_w, k_g, k_o, g_w, g_g, g_o), expr)
 
 
 @cache
@@ -342,10 +342,10 @@ def _activation_fn():
     """Bytes one layer keeps per token, unsplit: the derivation's tensor-by-tensor count
     (run-memory-activations, step 3) for any block."""
     expr = activation_derivation().steps[2].expr.rhs.subs({seq: 1, mbs: 1, tpm.n_tp: 1})
-    return sp.lambdify((s.d_model, s.d_ff, d_kv, tf.mlp_mats, w_val, m_drop), expr)
+    return sp.lambdify((s.d_model, s.d_ff, d_kv, transformer.mlp_mats, w_val, m_drop), expr)
 
 
-def layer_bytes_per_token(shape: tf.Shape) -> tuple[float, float]:
+def layer_bytes_per_token(shape: transformer.Shape) -> tuple[float, float]:
     """(bytes one layer keeps per token, of which outside the tensor-parallel region): the
     count of run-memory-activations for the shape's block, with 16-bit values and, where the
     shape trains with dropout (by default a plain, GPT, MLP: Megatron-LM's), its masks.  A
@@ -360,7 +360,7 @@ def layer_bytes_per_token(shape: tf.Shape) -> tuple[float, float]:
     return total, UNSPLIT_VALUES * VALUE_BYTES * d + drop
 
 
-def op_saved_bytes_per_token(shape: tf.Shape, tp: int, sequence_parallel: bool) -> float:
+def op_saved_bytes_per_token(shape: transformer.Shape, tp: int, sequence_parallel: bool) -> float:
     """Bytes one layer keeps a token on one GPU under torchtitan's per-op selective
     recomputation (``Config.selective_policy == "op"``).
 

@@ -49,15 +49,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import sympy as sp
 
-from dmlimits.core import published, scenario
+from dmlimits.core import published
+from dmlimits.core import scenario as sc
 from dmlimits.core import symbols as s
 from dmlimits.core import units as u
 from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
-from dmlimits.costs import matmul as mm
-from dmlimits.costs import pipeline as pl
+from dmlimits.costs import matmul
+from dmlimits.costs import pipeline as ppm
 from dmlimits.costs import tensor_parallel as tpm
-from dmlimits.measured import memory
-from dmlimits.measured import transformer as tf
+from dmlimits.measured import memory, transformer
 from dmlimits.measured.configuration import SHARDING
 
 if TYPE_CHECKING:
@@ -103,13 +103,13 @@ OPTIMIZER_BYTES = 30
 
 @register
 def block_bytes_derivation() -> Derivation:
-    passes = sp.Eq(q_blk, (1 + tf.rho_b + k_bwd) * q_fwd)
+    passes = sp.Eq(q_blk, (1 + transformer.rho_b + k_bwd) * q_fwd)
     count = Substitution(
         "a block's memory-bound operations, one by one",
         {
-            q_fwd: mm.word
+            q_fwd: matmul.word
             * (10 * s.d_model / memory.t_sp + (2 * (s.d_model + memory.d_kv)
-                                               + tf.mlp_mats * s.d_ff) / tpm.n_tp),
+                                               + transformer.mlp_mats * s.d_ff) / tpm.n_tp),
         },
         kind="definition",
     )  # fmt: skip
@@ -151,17 +151,17 @@ def block_bytes_derivation() -> Derivation:
 @register
 def memory_ops_derivation() -> Derivation:
     tokens = tokens_gpu
-    per_stage = s.n_layers / pl.n_pp
+    per_stage = s.n_layers / ppm.n_pp
     e1 = sp.Eq(
         t_mem,
-        per_stage * (pl.n_micro * (2 + tf.rho_b) * n_kern * mm.t_kernel
-                     + tokens * q_blk / mm.bw_hbm)
-        + tokens * q_head / mm.bw_hbm
-        + q_opt * s.n_params / (tpm.n_tp * pl.n_pp * memory.g_o * mm.bw_hbm),
+        per_stage * (ppm.n_micro * (2 + transformer.rho_b) * n_kern * matmul.t_kernel
+                     + tokens * q_blk / matmul.bw_hbm)
+        + tokens * q_head / matmul.bw_hbm
+        + q_opt * s.n_params / (tpm.n_tp * ppm.n_pp * memory.g_o * matmul.bw_hbm),
     )  # fmt: skip
     count = Substitution(
         "a block's memory-bound kernels; the loss, split over the vocabulary",
-        {n_kern: FORWARD_KERNELS, q_head: c_loss * tf.vocab / tpm.n_tp},
+        {n_kern: FORWARD_KERNELS, q_head: c_loss * transformer.vocab / tpm.n_tp},
         kind="definition",
     )
     e2 = count.apply(e1)
@@ -214,9 +214,9 @@ COST_FORMULAS = {
 }
 
 _ARGS = (
-    tokens_gpu, s.n_layers, pl.n_pp, pl.n_micro, tf.rho_b, mm.t_kernel, mm.bw_hbm,
-    mm.word, s.d_model, memory.t_sp, memory.d_kv, tf.mlp_mats, s.d_ff, tpm.n_tp, tf.vocab,
-    s.n_params, k_bwd, c_loss, q_opt, memory.g_o,
+    tokens_gpu, s.n_layers, ppm.n_pp, ppm.n_micro, transformer.rho_b, matmul.t_kernel,
+    matmul.bw_hbm, matmul.word, s.d_model, memory.t_sp, memory.d_kv, transformer.mlp_mats, s.d_ff,
+    tpm.n_tp, transformer.vocab, s.n_params, k_bwd, c_loss, q_opt, memory.g_o,
 )  # fmt: skip
 
 
@@ -296,8 +296,8 @@ def device_values(cluster: str, values: dict[str, float]):
     :func:`attention_utilizations`."""
     preset, overrides = _preset_of(cluster)
     changed = {**overrides, **values}
-    with scenario.unwatched():
-        scenario.resolve(preset, overrides=changed)  # refuses a bad key or value here
+    with sc.unwatched():
+        sc.resolve(preset, overrides=changed)  # refuses a bad key or value here
     PRESETS[cluster] = (preset, changed)
     device.cache_clear()
     try:
@@ -356,11 +356,11 @@ def attention_utilization(cluster) -> float:
 
 
 @cache
-def device(cluster: str) -> scenario.Scenario:
+def device(cluster: str) -> sc.Scenario:
     """The scenario whose hardware times one GPU of ``cluster`` (:data:`PRESETS`)."""
     preset, overrides = _preset_of(cluster)
-    with scenario.unwatched():  # the GPU the run was measured on, whatever the book's
-        return scenario.resolve(preset, overrides=overrides)
+    with sc.unwatched():  # the GPU the run was measured on, whatever the book's
+        return sc.resolve(preset, overrides=overrides)
 
 
 def block_matmuls(cfg: Config, b: float) -> list[tuple[float, float, float, float]]:
@@ -419,7 +419,7 @@ def block_matmuls(cfg: Config, b: float) -> list[tuple[float, float, float, floa
 #: chapter asks about 1,300 times for about a hundred of them.  Each entry holds the scenario
 #: it was computed with (by identity: :func:`device` keeps one per cluster until its values
 #: change, as :func:`device_values` changes them for a while).
-_PASSES_TIMED: dict[tuple, tuple[scenario.Scenario, np.ndarray]] = {}
+_PASSES_TIMED: dict[tuple, tuple[sc.Scenario, np.ndarray]] = {}
 #: Entries of the kept matmul times per process (the book's chapters make about a hundred).
 PASSES_TIMED_KEPT = 4096
 
@@ -445,9 +445,9 @@ def _passes_time_of(scn, matmuls: list[tuple[float, float, float, float]], rb) -
     d2 = np.array([max(1, round(m[1])) for m in matmuls], dtype=float)
     b = np.array([max(1.0, m[2]) for m in matmuls])
     count = np.array([m[3] for m in matmuls])
-    fwd = mm.matmul_time(scn, d1, d2, b, "forward")
-    act = mm.matmul_time(scn, d1, d2, b, "activation-grad")
-    wgt = mm.matmul_time(scn, d1, d2, b, "weight-grad")
+    fwd = matmul.matmul_time(scn, d1, d2, b, "forward")
+    act = matmul.matmul_time(scn, d1, d2, b, "activation-grad")
+    wgt = matmul.matmul_time(scn, d1, d2, b, "weight-grad")
     return count * ((1 + np.asarray(rb, dtype=float)) * fwd + act + wgt)
 
 
@@ -466,7 +466,7 @@ def parts(cfg: Config) -> dict[str, float]:
     apart there."""
     sh, c = cfg.shape, cfg.cluster
     scn = device(c.name)
-    rb, _ = tf.RECOMPUTE[cfg.recompute]
+    rb, _ = transformer.RECOMPUTE[cfg.recompute]
     b = cfg.mbs * cfg.seq_len / cfg.cp
     m = cfg.micro_batches
     matmuls = [*block_matmuls(cfg, b), (sh.d_model, sh.vocab / cfg.tp, b, 1.0)]
@@ -495,7 +495,7 @@ def parts(cfg: Config) -> dict[str, float]:
     without = float(_memory_fn()(*args, np.inf))
     # The same formula without a vocabulary: the blocks alone, as every stage runs them.
     no_vocab = list(args)
-    no_vocab[_ARGS.index(tf.vocab)] = 0
+    no_vocab[_ARGS.index(transformer.vocab)] = 0
     blocks = float(_memory_fn()(*no_vocab, np.inf))
     out = {
         "linear": linear,
@@ -669,5 +669,5 @@ def pipeline_stretch(cfg: Config) -> float:
 def _stretch(n_pp: int, m: int, v: int, shares: tuple[float, ...]) -> float:
     order = "interleaved" if v > 1 else "1f1b"
     return float(
-        pl.makespan(n_pp, m, v, order=order, work=shares) / (v * m * (1 + pl.BACKWARD_SLOTS))
+        ppm.makespan(n_pp, m, v, order=order, work=shares) / (v * m * (1 + ppm.BACKWARD_SLOTS))
     )

@@ -82,11 +82,10 @@ from dmlimits.core.derivation import Derivation, Step, Substitution, derivation,
 from dmlimits.core.scenario import SCHEMA
 from dmlimits.costs import data_parallel as dpm
 from dmlimits.costs import expert_parallel as epm
-from dmlimits.costs import pipeline as pl
+from dmlimits.costs import pipeline as ppm
 from dmlimits.costs import tensor_parallel as tpm
 from dmlimits.costs.matmul import word
-from dmlimits.measured import memory, nccl, operations
-from dmlimits.measured import transformer as tf
+from dmlimits.measured import memory, nccl, operations, transformer
 from dmlimits.measured.configuration import (  # what a run is; runs, memory and operations share it
     BOUND,
     CLUSTERS,
@@ -247,7 +246,7 @@ def dp_traffic_derivation() -> Derivation:
     e1 = sp.Eq(v_dp, (n_ag + n_rs) * RING * p_shard * word)
     shard = Substitution(
         "a model-parallel rank holds its share of the parameters",
-        {p_shard: s.n_params / (tpm.n_tp * pl.n_pp)},
+        {p_shard: s.n_params / (tpm.n_tp * ppm.n_pp)},
     )
     e2 = shard.apply(e1)
     zero3 = Substitution(
@@ -279,10 +278,10 @@ def dp_traffic_derivation() -> Derivation:
 
 @register
 def tp_traffic_derivation() -> Derivation:
-    e1 = sp.Eq(v_tp, n_ar_tp * 2 * (tpm.n_tp - 1) / tpm.n_tp * t_rep * d * word * L / pl.n_pp)
+    e1 = sp.Eq(v_tp, n_ar_tp * 2 * (tpm.n_tp - 1) / tpm.n_tp * t_rep * d * word * L / ppm.n_pp)
     megatron = Substitution(
         "two all-reduces per block forward, two backward, two more when recomputed",
-        {n_ar_tp: 4 + 2 * tf.rho_b},
+        {n_ar_tp: 4 + 2 * transformer.rho_b},
         kind="assumption",
         source="Shoeybi et al. 2019",
     )
@@ -312,7 +311,7 @@ def tp_traffic_derivation() -> Derivation:
 #: :func:`components` both read it.
 A2A_PASSES = Substitution(
     "dispatch and combine, forward and backward, again when recomputed",
-    {n_a2a: 4 + 2 * tf.rho_b},
+    {n_a2a: 4 + 2 * transformer.rho_b},
     kind="assumption",
     source="lepikhin2020gshard",
 )
@@ -322,7 +321,7 @@ A2A_PASSES = Substitution(
 def ep_traffic_derivation() -> Derivation:
     e1 = sp.Eq(
         v_ep,
-        n_a2a * (epm.n_ep - 1) / epm.n_ep * t_route * k_route * d * word * l_moe / pl.n_pp,
+        n_a2a * (epm.n_ep - 1) / epm.n_ep * t_route * k_route * d * word * l_moe / ppm.n_pp,
     )
     passes = A2A_PASSES
     e2 = passes.apply(e1)
@@ -351,8 +350,8 @@ def ep_traffic_derivation() -> Derivation:
 @register
 def cp_traffic_derivation() -> Derivation:
     t_local = s.batch / (dpm.n_dp * n_cp)
-    kv = 2 * d * tf.n_kv / tf.n_heads
-    e1 = sp.Eq(v_cp, 3 * (n_cp - 1) * kv * t_rep * word * L / pl.n_pp)
+    kv = 2 * d * transformer.n_kv / transformer.n_heads
+    e1 = sp.Eq(v_cp, 3 * (n_cp - 1) * kv * t_rep * word * L / ppm.n_pp)
     share = Substitution(
         "a context-parallel rank holds its share of each sequence", {t_rep: t_local}
     )
@@ -374,7 +373,7 @@ def cp_traffic_derivation() -> Derivation:
 
 @register
 def mfu_derivation() -> Derivation:
-    e1 = sp.Eq(mfu, tf.flop_token_model * s.batch / (s.n_gpu * peak_p * t_stp))
+    e1 = sp.Eq(mfu, transformer.flop_token_model * s.batch / (s.n_gpu * peak_p * t_stp))
     overlap = Substitution(
         "serial communication adds; overlappable communication hides behind a share of compute",
         {t_stp: t_pipe + t_ser + sp.Max(t_ovl, phi * t_pipe) - phi * t_pipe},
@@ -384,14 +383,14 @@ def mfu_derivation() -> Derivation:
     bubble = Substitution(
         "the 1F1B bubble behind the last stage",
         {
-            t_pipe: t_cmp * (1 + (pl.n_pp - 1) / (pl.interleave * pl.n_micro))
-            - t_last * (pl.n_pp - 1) / (pl.interleave * pl.n_micro)
+            t_pipe: t_cmp * (1 + (ppm.n_pp - 1) / (ppm.interleave * ppm.n_micro))
+            - t_last * (ppm.n_pp - 1) / (ppm.interleave * ppm.n_micro)
         },
     )
     e3 = bubble.apply(e2)
     comp = Substitution(
         "the batch's training FLOP at the matmul efficiency, every stage an equal share",
-        {t_cmp: tf.flop_token * s.batch / (s.n_gpu * peak_p * eta_mm), t_last: 0},
+        {t_cmp: transformer.flop_token * s.batch / (s.n_gpu * peak_p * eta_mm), t_last: 0},
         kind="assumption",
     )
     e4 = comp.apply(e3)
@@ -458,22 +457,34 @@ COST_FORMULAS = {
 def _fns() -> dict[str, Any]:
     f = {}
     f["dp"] = sp.lambdify(
-        (n_ag, n_rs, g_shard, s.n_params, tpm.n_tp, pl.n_pp, word),
+        (n_ag, n_rs, g_shard, s.n_params, tpm.n_tp, ppm.n_pp, word),
         COST_FORMULAS["dp_bytes"][0],
         "numpy",
     )
     f["tp"] = sp.lambdify(
-        (tf.rho_b, tpm.n_tp, s.batch, dpm.n_dp, n_cp, d, word, L, pl.n_pp),
+        (transformer.rho_b, tpm.n_tp, s.batch, dpm.n_dp, n_cp, d, word, L, ppm.n_pp),
         COST_FORMULAS["tp_bytes"][0],
         "numpy",
     )
     f["cp"] = sp.lambdify(
-        (n_cp, d, tf.n_kv, tf.n_heads, s.batch, dpm.n_dp, word, L, pl.n_pp),
+        (n_cp, d, transformer.n_kv, transformer.n_heads, s.batch, dpm.n_dp, word, L, ppm.n_pp),
         COST_FORMULAS["cp_bytes"][0],
         "numpy",
     )
     f["ep"] = sp.lambdify(
-        (tf.rho_b, epm.n_ep, s.batch, dpm.n_dp, n_cp, tpm.n_tp, k_route, d, word, l_moe, pl.n_pp),
+        (
+            transformer.rho_b,
+            epm.n_ep,
+            s.batch,
+            dpm.n_dp,
+            n_cp,
+            tpm.n_tp,
+            k_route,
+            d,
+            word,
+            l_moe,
+            ppm.n_pp,
+        ),
         COST_FORMULAS["ep_bytes"][0],
         "numpy",
     )
@@ -569,7 +580,7 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
     sh = cfg.shape
     peak = cfg.cluster.peak(cfg.precision)
     w = WORD_BYTES
-    rb, _ = tf.RECOMPUTE[cfg.recompute]
+    rb, _ = transformer.RECOMPUTE[cfg.recompute]
     B = cfg.global_batch_tokens
     m = cfg.micro_batches
     fns = _fns()
@@ -650,12 +661,12 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
         vol = float(fns["ep"](rb, cfg.ep, B, cfg.dp, cfg.cp, cfg.tp, sh.top_k, sh.d_model, w,
                               sh.moe_layers, cfg.pp))  # fmt: skip
         out["ep_bw"] = vol / bw
-        calls = float(A2A_PASSES.mapping[n_a2a].subs(tf.rho_b, rb))
+        calls = float(A2A_PASSES.mapping[n_a2a].subs(transformer.rho_b, rb))
         out["ep_lat"] = _calls_latency(nodes, calls * sh.moe_layers / cfg.pp * m)
     # Pipeline boundaries, outermost: activations forward, gradients backward.
     if cfg.pp > 1:
         bw, _ = _group_bandwidth(cfg, cfg.pp, cfg.tp * cfg.cp * cfg.dp)
-        out["pp_bw"] = pl.BOUNDARY_PASSES * B / (cfg.dp * cfg.cp) * sh.d_model * w / cfg.tp / bw
+        out["pp_bw"] = ppm.BOUNDARY_PASSES * B / (cfg.dp * cfg.cp) * sh.d_model * w / cfg.tp / bw
     return out
 
 
@@ -735,7 +746,9 @@ class Prediction:
 def _ideal_fn():
     """The MFU derivation's first step times the step time: the step's FLOP at peak."""
     e1 = mfu_derivation().steps[0].expr
-    return sp.lambdify((tf.flop_token_model, s.batch, s.n_gpu, peak_p), e1.rhs * t_stp, "numpy")
+    return sp.lambdify(
+        (transformer.flop_token_model, s.batch, s.n_gpu, peak_p), e1.rhs * t_stp, "numpy"
+    )
 
 
 def flop_per_token(cfg: Config, counting: str) -> float:
@@ -869,7 +882,7 @@ def _gpu(text: str) -> str:
     raise ValueError(f"GPU {text!r} is not one of the modelled clusters ({', '.join(CLUSTERS)})")
 
 
-def _shape(row: dict, assumed: list[str]) -> tf.Shape:
+def _shape(row: dict, assumed: list[str]) -> transformer.Shape:
     name = row.get("model", "")
     layers, width = _int(row, "layers"), _int(row, "d_model")
     params = float(row["params_b"]) * 1e9 if (row.get("params_b") or "").strip() else None
@@ -890,7 +903,7 @@ def _shape(row: dict, assumed: list[str]) -> tf.Shape:
         ("deepseekv3", "deepseek-v3"),
     ):
         if alias in bare:
-            return tf.SHAPES[preset]
+            return transformer.SHAPES[preset]
     size = re.search(r"(\d+)b\b", key.replace("(", " ").replace(")", " ") + " ")
     if "nanotron" in key or key in PLAYBOOK_SHAPES:
         label = key if key in PLAYBOOK_SHAPES else (size.group(1) + "b" if size else "")
@@ -899,7 +912,7 @@ def _shape(row: dict, assumed: list[str]) -> tf.Shape:
                 f"no Playbook shape for {name!r}; expected one of {', '.join(PLAYBOOK_SHAPES)}"
             )
         preset, widen = PLAYBOOK_SHAPES[label]
-        out = tf.untied(tf.SHAPES[preset])
+        out = transformer.untied(transformer.SHAPES[preset])
         if widen:
             out = out.with_params(widen)
         assumed.append(f"shape: {out.name}")
@@ -907,12 +920,15 @@ def _shape(row: dict, assumed: list[str]) -> tf.Shape:
     if layers and width:
         if "llama" in key:
             raise ValueError(f"no Llama preset matches {name!r}")
-        return _with_row_shape(tf.gpt_shape(name, layers, width), row)
+        return _with_row_shape(transformer.gpt_shape(name, layers, width), row)
     if gpt3 := _gpt3(name):
         return gpt3
     if params and "llama" in key:
-        nearest = min(tf.LLAMA_FAMILY, key=lambda k: abs(math.log(tf.SHAPES[k].params / params)))
-        base = tf.SHAPES[nearest]
+        nearest = min(
+            transformer.LLAMA_FAMILY,
+            key=lambda k: abs(math.log(transformer.SHAPES[k].params / params)),
+        )
+        base = transformer.SHAPES[nearest]
         assumed.append(f"shape of {base.name} with the MLP widened to {params / 1e9:g}B parameters")
         return base.with_params(params)
     raise ValueError(
@@ -928,34 +944,31 @@ def _shape(row: dict, assumed: list[str]) -> tf.Shape:
 SHAPE_COLUMNS = ("heads", "kv_heads", "d_ff", "vocab")
 
 
-def _with_row_shape(shape: tf.Shape, row: dict) -> tf.Shape:
+def _with_row_shape(shape: transformer.Shape, row: dict) -> transformer.Shape:
     values = {k: _int(row, k) for k in SHAPE_COLUMNS if _int(row, k) is not None}
     if "heads" in values and "kv_heads" not in values:
         values["kv_heads"] = values["heads"]
     for flag in ("tied", "dropout"):
-        text = (row.get(flag) or "").strip().lower()
-        if text not in ("", "true", "false"):
-            raise ValueError(f"column {flag} must be true or false, got {row.get(flag)!r}")
-        if text:
-            values[flag] = text == "true"
+        if (stated := _flag(row, flag)) is not None:
+            values[flag] = stated
     if not values:
         return shape
     given = ", ".join(k for k in (*SHAPE_COLUMNS, "tied", "dropout") if k in values)
     return replace(shape, **values, source=f"the row: layers, d_model, {given}; {shape.source}")
 
 
-def _gpt3(name: str) -> tf.Shape | None:
+def _gpt3(name: str) -> transformer.Shape | None:
     """The GPT-3 of Brown et al. (2020) a name gives by size ("GPT-3 175B", "gpt3-1.3b") or by
     label ("GPT-3 XL"); ``None`` when the name is not GPT-3's.  (A row that gives layers and
     d_model is modelled from them instead, with Megatron-LM's vocabulary.)"""
     text = name.lower()
     if not re.search(r"gpt[-_ ]?3(?![.\d])", text):
         return None
-    for size, (label, *_) in tf.GPT3_SIZES.items():
+    for size, (label, *_) in transformer.GPT3_SIZES.items():
         if re.search(rf"(?<![\d.]){re.escape(size)}\b", text) or re.search(
             rf"\b{re.escape(label.lower())}\b", text
         ):
-            return tf.SHAPES[f"gpt3-{size}"]
+            return transformer.SHAPES[f"gpt3-{size}"]
     return None
 
 
@@ -965,7 +978,7 @@ PLAYBOOK_COLUMNS = {"gpus", "zero_stage", "micro_batch", "mfu_pct"}
 def normalize(row: dict) -> tuple[dict, list[str]]:
     """A row in the layout of published_runs.csv.  Rows of the Ultra-Scale Playbook's benchmark
     file (columns ``gpus``, ``zero_stage``, ``micro_batch``, ``mfu_pct``, ...) are mapped to it:
-    eight H100s a node and bf16, as the Playbook describes its runs."""
+    eight H100s a node and bf16, as the Playbook describes its runs, trained with nanotron."""
     if not PLAYBOOK_COLUMNS <= set(row) or row.get("n_gpus"):
         return row, []
     model = (row.get("model") or "").strip()
@@ -987,37 +1000,68 @@ def normalize(row: dict) -> tuple[dict, list[str]]:
         "value": row.get("mfu_pct", ""),
         "source": "Ultra-Scale Playbook benchmarks",
         "notes": "",
+        "framework": "nanotron",
     }, ["the Ultra-Scale Playbook's layout: H100s, eight a node, bf16"]
 
 
-#: Sources whose tensor parallelism also splits the sequence outside its region.  torchtitan's
-#: tensor-parallel plan shards the norms over the sequence (its ``SequenceParallel`` layers);
-#: the Ultra-Scale Playbook's nanotron runs use its ``REDUCE_SCATTER`` mode, which does the same.
-SEQUENCE_PARALLEL_SOURCES = ("torchtitan", "ultra-scale playbook")
-#: Of those, the sources that keep the gathered inputs of their column-parallel linears for the
-#: backward pass: torchtitan (autograd saves the output of the all-gather).  nanotron gathers
-#: them again in the backward pass instead (``tp_recompute_allgather``, True by default since
-#: July 2024: huggingface/nanotron, ``parallel/tensor_parallel/functional.py``), as Megatron-LM
-#: does.  The Playbook's recorded peaks agree: with the gathered inputs kept, the predicted peak
-#: runs from a third too low at one tensor-parallel rank to twice too high at 32
-#: (``bench/bench_predict.py`` before this was changed); without them the error no longer moves
-#: with the degree.
-KEEPS_GATHERED_SOURCES = ("torchtitan",)
+#: The columns that state what a run did beyond its shape, GPUs, degrees and batch, each read
+#: by :func:`interpret` (the data files' ``#`` lines say what each holds).  A row's ``notes``
+#: and ``source`` are for the reader and are never read: what they say that the model needs is
+#: in these columns.  Empty where the row does not state it.
+RUN_COLUMNS = (
+    "framework",  # the training framework: one of FRAMEWORKS
+    "recompute",  # activation recomputation: none, selective or full (empty: none)
+    "sequence_parallel",  # true or false: Megatron-LM's sequence parallelism
+    "interleaved",  # true or false: an interleaved 1F1B pipeline schedule
+    "local_batch",  # sequences a data-parallel rank a step (torchtitan's "local batch")
+    "global_batch_seqs",  # sequences a step
+    "fabric_stated",  # false where the source does not state the nodes' network
+)
+#: The frameworks a row's ``framework`` column can name: Megatron-LM (Narayanan et al. 2021,
+#: Korthikanti et al. 2022), torchtitan, nanotron (the Ultra-Scale Playbook's), MosaicML's
+#: llm-foundry and NVIDIA's Megatron-Bridge.  Empty: none named, Megatron-LM's ways taken.
+FRAMEWORKS = ("megatron-lm", "torchtitan", "nanotron", "llm-foundry", "megatron-bridge")
+#: Frameworks whose tensor parallelism also splits the sequence outside its region.
+#: torchtitan's tensor-parallel plan shards the norms over the sequence (its
+#: ``SequenceParallel`` layers); nanotron, the Ultra-Scale Playbook's framework, runs in its
+#: ``REDUCE_SCATTER`` mode, which does the same.
+SEQUENCE_PARALLEL_FRAMEWORKS = ("torchtitan", "nanotron")
+#: Of those, the frameworks that keep the gathered inputs of their column-parallel linears for
+#: the backward pass: torchtitan (autograd saves the output of the all-gather).  nanotron
+#: gathers them again in the backward pass instead (``tp_recompute_allgather``, True by default
+#: since July 2024: huggingface/nanotron, ``parallel/tensor_parallel/functional.py``), as
+#: Megatron-LM does.  The Playbook's recorded peaks agree: with the gathered inputs kept, the
+#: predicted peak runs from a third too low at one tensor-parallel rank to twice too high at 32;
+#: without them the error no longer moves with the degree (the errors ``bench/bench_predict.py``
+#: reports).
+KEEPS_GATHERED_FRAMEWORKS = ("torchtitan",)
 
 
-#: Sources whose framework splits its pipeline's blocks otherwise than Megatron-LM's default, and
-#: how (:data:`~dmlimits.measured.configuration.STAGE_PLACEMENTS`).  nanotron, the Ultra-Scale
-#: Playbook's framework, deals the blocks to the stages by a compute cost that counts the output
-#: layer, greedily (``build_model`` in ``nanotron/models/base.py``;
-#: :func:`dmlimits.measured.operations.nanotron_split`); its stages come out uneven all the
-#: same.  torchtitan, given no split points, gives the first
+#: Frameworks that split their pipeline's blocks otherwise than Megatron-LM's default, and how
+#: (:data:`~dmlimits.measured.configuration.STAGE_PLACEMENTS`).  nanotron deals the blocks to
+#: the stages by a compute cost that counts the output layer, greedily (``build_model`` in
+#: ``nanotron/models/base.py``; :func:`dmlimits.measured.operations.nanotron_split`); its
+#: stages come out uneven all the same.  torchtitan, given no split points, gives the first
 #: stage the fewest blocks and the middle ones the remainder
 #: (:func:`dmlimits.measured.operations.torchtitan_split`).  A row's ``stages`` column overrides
-#: the rule (NVIDIA's runs say how their recipes split the stages); every other source's runs
+#: the rule (NVIDIA's runs say how their recipes split the stages); every other framework's runs
 #: are placed with Megatron-LM's default split, equal blocks a stage and the output layer and
 #: loss on the last.  Read by the calibrated mode's placement
 #: (:func:`dmlimits.measured.operations.parts`, ``placement("placed")``).
-SOURCE_SPLITS = {"ultra-scale playbook": "nanotron", "torchtitan": "torchtitan"}
+FRAMEWORK_SPLITS = {"nanotron": "nanotron", "torchtitan": "torchtitan"}
+#: What each placement of the pipeline's stages other than Megatron-LM's default (``last``) is
+#: taken to be, said of a pipelined row placed so.
+STAGE_ASSUMPTIONS = {
+    "nanotron": "pipeline stages as nanotron splits the blocks by its compute count, "
+    "timed by the schedule pass by pass",
+    "layers": "pipeline stages as Megatron-Core splits the blocks with the embedding and "
+    "the loss counted as a layer each, timed by the schedule pass by pass",
+    "layout": "the recipe's pipeline layout (assumed where the row's notes say so) "
+    "counted as equal stages",
+    "torchtitan": "pipeline stages as torchtitan splits the blocks given no split "
+    "points (the first stage the fewest blocks, the output layer and the loss on "
+    "the last), timed by the schedule pass by pass",
+}
 
 
 def _check_split(cfg: Config) -> None:
@@ -1035,42 +1079,44 @@ def _check_split(cfg: Config) -> None:
         )
 
 
-def _stages(row: dict, source: str) -> str:
-    """Where the row's framework runs the pipeline's output layer and loss (:class:`Config`'s
-    ``stages``): the row's ``stages`` column where it has one, else its source's split
-    (:data:`SOURCE_SPLITS`), else ``last`` (Megatron-LM's default split)."""
-    text = (row.get("stages") or "").strip().lower()
-    if text and text not in STAGE_PLACEMENTS:
+def _choice(row: dict, key: str, choices) -> str:
+    """The row's ``key`` column, lower-cased, where it is one of ``choices``; empty where the
+    column is; a ValueError otherwise."""
+    text = (row.get(key) or "").strip().lower()
+    if text and text not in choices:
         raise ValueError(
-            f"column stages must be one of {', '.join(STAGE_PLACEMENTS)} or empty, "
-            f"got {row.get('stages')!r}"
+            f"column {key} must be one of {', '.join(choices)} or empty, got {row.get(key)!r}"
         )
-    if text:
-        return text
-    lowered = source.lower()
-    return next((split for key, split in SOURCE_SPLITS.items() if key in lowered), "last")
+    return text
 
 
-def _splits_sequence(source: str) -> bool:
-    text = source.lower()
-    return any(key in text for key in SEQUENCE_PARALLEL_SOURCES)
+def _flag(row: dict, key: str) -> bool | None:
+    """The row's ``key`` column read as true or false; ``None`` where it is empty."""
+    text = (row.get(key) or "").strip().lower()
+    if text not in ("", "true", "false"):
+        raise ValueError(f"column {key} must be true or false, got {row.get(key)!r}")
+    return None if not text else text == "true"
 
 
-def _keeps_gathered(source: str) -> bool:
-    text = source.lower()
-    return any(key in text for key in KEEPS_GATHERED_SOURCES)
+def _stages(row: dict, framework: str) -> str:
+    """Where the row's framework runs the pipeline's output layer and loss (:class:`Config`'s
+    ``stages``): the row's ``stages`` column where it has one, else its framework's split
+    (:data:`FRAMEWORK_SPLITS`), else ``last`` (Megatron-LM's default split)."""
+    return _choice(row, "stages", STAGE_PLACEMENTS) or FRAMEWORK_SPLITS.get(framework, "last")
 
 
-def _activation_factor(source: str) -> float:
-    """The fitted activation factor of the Ultra-Scale Playbook's runs, 1 for every other
-    source (the count alone): see :data:`dmlimits.measured.memory.PLAYBOOK_ACTIVATION_FACTOR`."""
-    playbook = "ultra-scale playbook" in source.lower()
-    return memory.PLAYBOOK_ACTIVATION_FACTOR if playbook else 1.0
+def _activation_factor(framework: str) -> float:
+    """The fitted activation factor of nanotron's runs (the Ultra-Scale Playbook's), 1 for every
+    other framework (the count alone): see
+    :data:`dmlimits.measured.memory.PLAYBOOK_ACTIVATION_FACTOR`."""
+    return memory.PLAYBOOK_ACTIVATION_FACTOR if framework == "nanotron" else 1.0
 
 
 def interpret(row: dict) -> Interpretation:
     """A published row as a configuration, with every value the row leaves out assumed and
-    named.  Raises ValueError (with the reason) when the row cannot be modelled.
+    named.  Raises ValueError (with the reason) when the row cannot be modelled.  What the run
+    did beyond its layout is read from :data:`RUN_COLUMNS`; the row's ``notes`` and ``source``
+    are not read.
 
     Kept in the process for each row and set of model shapes (the fits and validations
     interpret the same few hundred rows about twenty thousand times a chapter): an
@@ -1083,7 +1129,7 @@ def interpret(row: dict) -> Interpretation:
     except TypeError:  # a value that cannot be a key (a list, say): interpreted afresh
         return _interpret(row)
     # The shapes by identity: the entry holds them, so no other shape can take their ids.
-    shapes = tuple(tf.SHAPES.items())
+    shapes = tuple(transformer.SHAPES.items())
     key = (items, tuple((name, id(v)) for name, v in shapes))
     kept = _INTERPRETED.get(key)
     if kept is None:
@@ -1099,12 +1145,13 @@ _INTERPRETED: dict[tuple, tuple[tuple, Interpretation]] = {}
 
 
 def _interpret(row: dict) -> Interpretation:
+    """One row read afresh (:func:`interpret`): its layout and batch, then what its framework
+    does where the row does not say, then its measured value in the model's counting."""
     row, assumed = normalize(row)
-    notes = row.get("notes", "") or ""
-    source = row.get("source", "") or ""
+    framework = _choice(row, "framework", FRAMEWORKS)
     shape = _shape(row, assumed)
     cl = cluster(_gpu(row.get("gpu", "")))
-    if "fabric not stated" in notes:
+    if _flag(row, "fabric_stated") is False:
         assumed.append(f"the fabric of the book's {cl.name} cluster: {cl.label}")
     n = _int(row, "n_gpus")
     if n is None:
@@ -1115,70 +1162,109 @@ def _interpret(row: dict) -> Interpretation:
     if seq is None:
         seq = DEFAULT_SEQ
         assumed.append(f"sequence length {DEFAULT_SEQ} (torchtitan's default)")
-    local = re.search(r"local batch (\d+)", notes)
-    torchtitan = "torchtitan" in source.lower()
+    mbs, batch = _batch(row, framework, pp, dp, seq, assumed)
+    sharding = _sharding(row)
+    precision_text = (row.get("precision") or "").lower()
+    precision = _precision(precision_text)
+    recompute = _choice(row, "recompute", transformer.RECOMPUTE) or "none"
+    cfg = Config(
+        shape=shape,
+        cluster=cl,
+        n_gpus=n,
+        global_batch_tokens=batch,
+        seq_len=seq,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        sharding=sharding,
+        mbs=mbs,
+        precision=precision,
+        recompute=recompute,
+        fp8_allgather="fp8 all-gather" in precision_text,
+        **_framework_ways(row, framework, tp, pp, recompute, assumed),
+    )
+    if pp > 1 and cfg.stages in UNEVEN_SPLITS:
+        _check_split(cfg)
+    counting, reported = _reported(row, cfg, assumed)
+    return Interpretation(cfg, counting or "model", reported, tuple(assumed))
+
+
+def _batch(
+    row: dict, framework: str, pp: int, dp: int, seq: int, assumed: list[str]
+) -> tuple[int, float]:
+    """The row's micro-batch (sequences) and global batch (tokens a step).  The micro-batch is
+    the ``mbs`` column; where it is empty, torchtitan's pipelined runs take the local batch
+    over the pipeline degree (its ``pipeline_parallel_microbatches`` defaults to the degree:
+    ``build_pipeline_schedule`` in ``torchtitan/parallelisms/pipelining_utils.py`` at 9dec370),
+    every other run one sequence.  The global batch is ``global_batch_tokens``, else
+    ``global_batch_seqs`` sequences, else the local batch on every data-parallel rank, else one
+    micro-batch on every one."""
+    local = _int(row, "local_batch")
     mbs = _int(row, "mbs")
-    if mbs is None and torchtitan and pp > 1 and local and int(local.group(1)) % pp == 0:
-        # torchtitan's pipeline_parallel_microbatches defaults to the pipeline degree
-        # (build_pipeline_schedule in torchtitan/parallelisms/pipelining_utils.py at 9dec370).
-        mbs = int(local.group(1)) // pp
+    torchtitan_default = framework == "torchtitan" and pp > 1 and local is not None
+    if mbs is None and torchtitan_default and not local % pp:
+        mbs = local // pp
         assumed.append(
             f"{pp} micro-batches of {mbs} sequence{'s' if mbs > 1 else ''} a step, one a "
             "pipeline stage (torchtitan's default)"
         )
-    elif mbs is None:
+    if mbs is None:
         mbs = 1
         assumed.append("micro-batches of one sequence")
     tokens = (row.get("global_batch_tokens") or "").strip()
+    sequences = _int(row, "global_batch_seqs")
     if tokens:
-        batch = float(tokens)
-    else:
-        glob = re.search(r"global batch (\d+) sequences", notes)
-        if glob:
-            batch = float(glob.group(1)) * seq
-        elif local:
-            batch = float(local.group(1)) * dp * seq
-            assumed.append("global batch: the notes' local batch on every data-parallel rank")
-        else:
-            batch = float(mbs * dp * seq)
-            assumed.append("global batch: one micro-batch on every data-parallel rank")
-    sharding_text = (row.get("sharding") or "").lower()
-    if "zero-3" in sharding_text or "fsdp" in sharding_text:
-        sharding = "fsdp"
-    elif m := re.search(r"zero-(\d)", sharding_text):
-        sharding = f"zero{m.group(1)}"
-    else:
-        sharding = "none"
-    precision_text = (row.get("precision") or "").lower()
-    precision = (
-        "fp8"
-        if ("float8" in precision_text or "fp8" in precision_text)
-        else ("fp16" if "fp16" in precision_text else "bf16")
-    )
-    metric = row.get("metric", "")
-    text = (notes + " " + metric).lower()
-    # Megatron-LM's runs of Narayanan et al. (2021) recompute every block (their notes: FLOP
-    # counted with activation recomputation).
-    if "full ac" in text or "full_recompute" in text or "narayanan" in source.lower():
-        recompute = "full"
-    elif (
-        "selective" in text
-        or "seqpar" in text
-        or (metric in ("MFU", "HFU") and "korthikanti" in source.lower())
-    ):
-        recompute = "selective"
-    else:
-        recompute = "none"
-    vpp = _int(row, "vpp")
-    if vpp is None and torchtitan and pp > 1 and "interleaved" in text:
-        # With no split points, torchtitan gives a looped schedule two model chunks a stage
-        # (generate_split_points at 9dec370).
+        return mbs, float(tokens)
+    if sequences is not None:
+        return mbs, float(sequences) * seq
+    if local is not None:
+        assumed.append("global batch: the notes' local batch on every data-parallel rank")
+        return mbs, float(local) * dp * seq
+    assumed.append("global batch: one micro-batch on every data-parallel rank")
+    return mbs, float(mbs * dp * seq)
+
+
+def _sharding(row: dict) -> str:
+    """The row's ``sharding`` column as :class:`Config`'s: ``fsdp`` for ZeRO-3 and FSDP,
+    ``zero1`` and ``zero2`` for those stages, ``none`` otherwise."""
+    text = (row.get("sharding") or "").lower()
+    if "zero-3" in text or "fsdp" in text:
+        return "fsdp"
+    if m := re.search(r"zero-(\d)", text):
+        return f"zero{m.group(1)}"
+    return "none"
+
+
+def _precision(text: str) -> str:
+    """The precision a row's ``precision`` column (lower-cased) names: ``fp8`` for FP8 and
+    Float8 runs, ``fp16``, else ``bf16``."""
+    if "float8" in text or "fp8" in text:
+        return "fp8"
+    return "fp16" if "fp16" in text else "bf16"
+
+
+def _framework_ways(
+    row: dict, framework: str, tp: int, pp: int, recompute: str, assumed: list[str]
+) -> dict[str, Any]:
+    """The :class:`Config` fields that follow from the row's framework, each assumption named in
+    ``assumed``: torchtitan's interleaved schedule where the row gives no ``vpp`` (two model
+    chunks a stage, given no split points: ``generate_split_points`` at 9dec370), its per-op
+    selective recomputation and its FSDP under pipelining; sequence parallelism with tensor
+    parallelism (:data:`SEQUENCE_PARALLEL_FRAMEWORKS`) unless the row's ``sequence_parallel`` is
+    false, and whether the gathered inputs are kept (:data:`KEEPS_GATHERED_FRAMEWORKS`); the
+    pipeline split where the row gives no ``stages`` (:data:`FRAMEWORK_SPLITS`); the activation
+    factor (:func:`_activation_factor`)."""
+    torchtitan = framework == "torchtitan"
+    vpp, interleaved = _int(row, "vpp"), _flag(row, "interleaved")
+    if vpp is None and torchtitan and pp > 1 and interleaved:
         vpp = 2
         assumed.append("interleaved 1F1B with two model chunks a stage (torchtitan's default)")
-    vpp = vpp or 1
-    sequence_parallel = "seqpar" in text or "seq-parallel" in text
-    keeps_gathered = tp > 1 and _keeps_gathered(source)
-    if tp > 1 and _splits_sequence(source):
+    stated = _flag(row, "sequence_parallel")
+    sequence_parallel = bool(stated)
+    keeps_gathered = tp > 1 and framework in KEEPS_GATHERED_FRAMEWORKS
+    if tp > 1 and framework in SEQUENCE_PARALLEL_FRAMEWORKS and stated is not False:
         sequence_parallel = True
         assumed.append(
             "tensor parallelism with sequence parallelism, the gathered inputs "
@@ -1195,75 +1281,51 @@ def _interpret(row: dict) -> Interpretation:
             "FSDP keeps each pipeline stage's weights gathered and its gradients unsharded "
             "until the last micro-batch (torchtitan's way; the memory count)"
         )
-    stages = _stages(row, source)
-    if pp > 1:
-        split = {
-            "last": "the output layer and the loss on the last pipeline stage beside an equal "
-            "share of the blocks (Megatron-LM's default)",
-            "nanotron": "pipeline stages as nanotron splits the blocks by its compute count, "
-            "timed by the schedule pass by pass",
-            "layers": "pipeline stages as Megatron-Core splits the blocks with the embedding and "
-            "the loss counted as a layer each, timed by the schedule pass by pass",
-            "layout": "the recipe's pipeline layout (assumed where the row's notes say so) "
-            "counted as equal stages",
-            "torchtitan": "pipeline stages as torchtitan splits the blocks given no split "
-            "points (the first stage the fewest blocks, the output layer and the loss on "
-            "the last), timed by the schedule pass by pass",
-        }[stages]
-        if stages != "last":
-            assumed.append(split)
-    factor = _activation_factor(source)
+    stages = _stages(row, framework)
+    if pp > 1 and stages != "last":
+        assumed.append(STAGE_ASSUMPTIONS[stages])
+    factor = _activation_factor(framework)
     if factor != 1.0:
         assumed.append(
             f"activation memory {factor:g} times the count (the Playbook's fitted factor)"
         )
-    cfg = Config(
-        shape=shape,
-        cluster=cl,
-        n_gpus=n,
-        global_batch_tokens=batch,
-        seq_len=seq,
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        ep=ep,
-        sharding=sharding,
-        mbs=mbs,
-        vpp=vpp,
-        precision=precision,
-        recompute=recompute,
+    return dict(
+        vpp=vpp or 1,
         sequence_parallel=sequence_parallel,
         keeps_gathered_inputs=keeps_gathered,
         activation_factor=factor,
         selective_policy="op" if torchtitan else "attention",
         stage_keeps_gathered=torchtitan,
-        fp8_allgather="fp8 all-gather" in precision_text,
         stages=stages,
     )
-    if pp > 1 and stages in UNEVEN_SPLITS:
-        _check_split(cfg)
+
+
+def _reported(row: dict, cfg: Config, assumed: list[str]) -> tuple[str | None, float | None]:
+    """How the row's metric counts FLOP (:data:`THROUGHPUT_METRICS`; ``None`` for a metric
+    that is no throughput) and the utilization its value gives in that counting: a percentage
+    as a fraction, TFLOP/s a GPU and PFLOP/s a cluster over the peak at the run's precision,
+    tokens per second a GPU times the FLOP a token over that peak, an iteration time (seconds)
+    as the ideal step over it; ``None`` where the row has no value."""
+    metric = row.get("metric", "")
     counting = THROUGHPUT_METRICS.get(metric)
-    reported = None
     value_text = (row.get("value") or "").strip()
-    if counting is not None and not value_text:
+    if counting is None:
+        return None, None
+    if not value_text:
         assumed.append("no measured value: nothing to compare")
-    if counting is not None and value_text:
-        value = float(value_text)
-        peak = cl.peak(precision)
-        if metric in ("MFU", "HFU", "pct_of_peak_flops"):
-            reported = value / 100
-            if precision == "fp8":
-                assumed.append("reported percentage taken against the FP8 peak")
-        elif metric == "achieved_tflops_per_gpu":
-            reported = value * 1e12 / peak
-        elif metric == "aggregate_pflops":
-            reported = value * 1e15 / (n * peak)
-        elif metric == "tokens_per_s_per_gpu":
-            reported = value * flop_per_token(cfg, counting) / peak
-        else:  # iteration times
-            reported = ideal_time(cfg, counting) / value
-    return Interpretation(cfg, counting or "model", reported, tuple(assumed))
+        return counting, None
+    value, peak = float(value_text), cfg.cluster.peak(cfg.precision)
+    if metric in ("MFU", "HFU", "pct_of_peak_flops"):
+        if cfg.precision == "fp8":
+            assumed.append("reported percentage taken against the FP8 peak")
+        return counting, value / 100
+    if metric == "achieved_tflops_per_gpu":
+        return counting, value * 1e12 / peak
+    if metric == "aggregate_pflops":
+        return counting, value * 1e15 / (cfg.n_gpus * peak)
+    if metric == "tokens_per_s_per_gpu":
+        return counting, value * flop_per_token(cfg, counting) / peak
+    return counting, ideal_time(cfg, counting) / value  # iteration times
 
 
 def utilization(pred: Prediction, counting: str) -> float:
@@ -1567,7 +1629,7 @@ def scaling_config(
     # full recomputation when nothing fits (memory.peak says so).
     for recompute in ("none", "full"):
         cfg = Config(
-            shape=tf.shape(shape),
+            shape=transformer.shape(shape),
             cluster=cluster(gpu) if hardware is None else hardware,
             n_gpus=n_gpus,
             global_batch_tokens=batch_tokens,

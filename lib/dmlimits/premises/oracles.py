@@ -15,8 +15,8 @@ from dmlimits import search
 from dmlimits.core import published
 from dmlimits.core.derivation import Derivation
 from dmlimits.core.scenario import resolve
-from dmlimits.costs import closed_forms, model, pipeline
-from dmlimits.costs import step as stepm
+from dmlimits.costs import closed_forms, model, step
+from dmlimits.costs import pipeline as ppm
 from dmlimits.premises.base import PremiseError, at_values, compare_cases, oracle
 from dmlimits.premises.simulations import (
     bisect_root,
@@ -469,7 +469,7 @@ def _cf_lat_size(d: Derivation) -> str:
     "1F1B laid out pass by pass (pipeline.schedule): the idle share of the flush",
 )
 def _bubble_1f1b(d: Derivation) -> str:
-    cases = [({"N_PP": n, "m_micro": m}, float(pipeline.schedule(n, m).bubble))
+    cases = [({"N_PP": n, "m_micro": m}, float(ppm.schedule(n, m).bubble))
              for n, m in ((2, 1), (2, 4), (4, 4), (4, 16), (8, 3))]  # fmt: skip
     return compare_cases(d.result, "f_bubble", cases)
 
@@ -482,10 +482,10 @@ def _bubble_1f1b(d: Derivation) -> str:
 )
 def _bubble_interleaved(d: Derivation) -> str:
     waits = [({"N_PP": n, "m_micro": m, "v_PP": v},
-              float(pipeline.schedule(n, m, v, "breadth-first", backward=1).bubble))
+              float(ppm.schedule(n, m, v, "breadth-first", backward=1).bubble))
              for n, m, v in ((2, 4, 2), (4, 2, 2), (4, 8, 3), (3, 1, 2))]  # fmt: skip
     compare_cases(d.steps[4].expr, "f_bubble", waits)
-    plain = [({"N_PP": n, "m_micro": m}, float(pipeline.schedule(n, m).bubble))
+    plain = [({"N_PP": n, "m_micro": m}, float(ppm.schedule(n, m).bubble))
              for n, m in ((2, 4), (4, 8))]  # fmt: skip
     return compare_cases(d.result, "f_bubble", plain) + " (and 4 with interleaving)"
 
@@ -497,7 +497,7 @@ def _bubble_interleaved(d: Derivation) -> str:
     " that give it",
 )
 def _microbatches(d: Derivation) -> str:
-    cases = [({"N_PP": n, "f_bubble_max": float(pipeline.schedule(n, m).bubble)}, m)
+    cases = [({"N_PP": n, "f_bubble_max": float(ppm.schedule(n, m).bubble)}, m)
              for n, m in ((2, 4), (4, 4), (4, 12), (8, 16))]  # fmt: skip
     return compare_cases(d.result, "m_micro", cases)
 
@@ -510,7 +510,7 @@ def _microbatches(d: Derivation) -> str:
 def _flush(d: Derivation) -> str:
     cases = []
     for n, m in ((2, 4), (4, 4), (8, 3)):
-        sched = pipeline.schedule(n, m)
+        sched = ppm.schedule(n, m)
         cases.append(({"t_busy": sched.busy(0), "f_bubble": float(sched.bubble)}, sched.makespan))
     return compare_cases(d.result, "t_flush", cases)
 
@@ -800,7 +800,7 @@ def _mfu(d: Derivation) -> str:
     cases = []
     for n, m, v_pp, t_ovl in ((1, 1, 1, 0.0), (4, 8, 1, 0.0), (4, 8, 2, 0.0), (8, 8, 1, 50.0)):
         batch, f_tok, f_model, peak, gpus = 1e6, 6e9, 5.5e9, 1e15, 64
-        sched = pipeline.schedule(n, m, v_pp, "breadth-first" if v_pp > 1 else "1f1b")
+        sched = ppm.schedule(n, m, v_pp, "breadth-first" if v_pp > 1 else "1f1b")
         stretch = sched.makespan / sched.busy(0)
         eta = 0.7
         t = max(t_ovl, batch * f_tok / (peak * gpus * eta) * stretch)
@@ -1024,7 +1024,7 @@ def _search_against_authors(d: Derivation, name: str) -> str:
     ``d`` (not from the library's copy) and compare with the authors' utilization."""
 
     scn = resolve("h100")
-    original = stepm.numeric
+    original = step.numeric
 
     def numeric(which: str):
         if which != name:
@@ -1038,7 +1038,7 @@ def _search_against_authors(d: Derivation, name: str) -> str:
     picked = reference[:: max(1, len(reference) // SEARCH_POINTS)][:SEARCH_POINTS]
     points = {p.d_model: p for p in search.points(scn)}
     worst = 0.0
-    with mock.patch.object(stepm, "numeric", numeric):
+    with mock.patch.object(step, "numeric", numeric):
         for r in picked:
             pt = points.get(int(r["d_model"]))
             if pt is None:

@@ -15,12 +15,11 @@ import numpy as np
 from dmlimits.core.checks import require_scenario, trusted_arguments
 from dmlimits.core.plumbing import switched_on
 from dmlimits.core.scenario import Scenario
-from dmlimits.costs import collectives as coll
+from dmlimits.costs import collectives as co
 from dmlimits.costs import data_parallel as dpm
 from dmlimits.costs import expert_parallel as epm
-from dmlimits.costs import matmul
+from dmlimits.costs import matmul, step
 from dmlimits.costs import pipeline as ppm
-from dmlimits.costs import step as stepm
 from dmlimits.costs import tensor_parallel as tpm
 from dmlimits.search.candidates import (
     CODES,
@@ -72,7 +71,7 @@ def _options(
 def _family_times(
     scn: Scenario, family: str, u: CandidateRows, factors: np.ndarray | None,
     ch: Choices,
-) -> dict[str, tuple[np.ndarray, coll.LevelTimes]]:  # fmt: skip
+) -> dict[str, tuple[np.ndarray, co.LevelTimes]]:  # fmt: skip
     """(valid, each level's bandwidth time and the latency) of a family's parallelisms for
     every level-0 option, at the distinct rows ``u``.  Under one level (a flat or unlimited
     network) all the bandwidth time is on level 0 and none on level 1."""
@@ -96,24 +95,24 @@ def _family_times(
         ), flat)  # fmt: skip
         # Bandwidth: this GPU's layers; latency: every layer, on the pipeline's critical path.
         out[name] = (
-            ok, coll.LevelTimes(
+            ok, co.LevelTimes(
                 t.level0 * stage_layers, t.level1 * stage_layers, t.latency * u["layers"][:, None]
             ),
         )  # fmt: skip
     return out
 
 
-def _broadcast_levels(t: coll.LevelTimes, flat: bool) -> coll.LevelTimes:
+def _broadcast_levels(t: co.LevelTimes, flat: bool) -> co.LevelTimes:
     """``t``'s three times as arrays of one shape; under one level, all the bandwidth time on
     level 0 (the sum of the two terms, of which the second is then nothing)."""
     if flat:
-        t = coll.LevelTimes(t.level0 + t.level1, np.zeros_like(t.level1), t.latency)
-    return coll.LevelTimes(*np.broadcast_arrays(*t))
+        t = co.LevelTimes(t.level0 + t.level1, np.zeros_like(t.level1), t.latency)
+    return co.LevelTimes(*np.broadcast_arrays(*t))
 
 
 def _pp_ep_distinct(
     scn: Scenario, c: CandidateRows, factors: np.ndarray | None, ch: Choices
-) -> tuple[np.ndarray, coll.LevelTimes]:
+) -> tuple[np.ndarray, co.LevelTimes]:
     """Pipeline and expert traffic at layer interfaces, each level's bandwidth time apart."""
     pi, po, pok = _options(c["pp"], factors)
     ei, eo, eok = _options(c["ep"], factors)
@@ -132,7 +131,7 @@ def _pp_ep_distinct(
         latency=ch.expert_latency,
     )  # fmt: skip
     ok = pok[:, :, None] & eok[:, None, :]
-    return ok, coll.LevelTimes(*(cross[0][k] + cross[1][k] + only[k] for k in range(3)))
+    return ok, co.LevelTimes(*(cross[0][k] + cross[1][k] + only[k] for k in range(3)))
 
 
 def _costs(
@@ -184,7 +183,7 @@ def _network_time(parts: dict[str, tuple[np.ndarray, np.ndarray]], rule: str) ->
     # on the links when it overlaps the pipeline.
     pe = parts.get("pp_ep", (0.0, 0.0))
     tp = [v for k, v in parts.items() if k != "pp_ep"]
-    return stepm.network_time(sum(a for a, _ in tp), pe[0], sum(b for _, b in tp), pe[1])
+    return step.network_time(sum(a for a, _ in tp), pe[0], sum(b for _, b in tp), pe[1])
 
 
 # --- The search ------------------------------------------------------------------------------
@@ -290,7 +289,7 @@ def _step(
     two = np.ndim(t_net) == 2
     col = (lambda a: a[None, :]) if two else (lambda a: a)
     with np.errstate(invalid="ignore"):  # inf * 0 where a level is unusable; masked by callers
-        t = stepm.step_time(
+        t = step.step_time(
             col(t_mm), t_net, t_dp_after, lat_pipe, lat_dp, col(bubble), col(c["zero_bubble"])
         )
     return t, t_net
@@ -637,7 +636,7 @@ def _finish(scn: Scenario, pt: Point, found: dict[str, Any]) -> dict[str, Any]:
     out.update(found)
     t = found.get("t_step", math.nan)
     out["utilization"] = (
-        stepm.utilization(scn, pt.active, pt.batch, found["n_gpu"], t)
+        step.utilization(scn, pt.active, pt.batch, found["n_gpu"], t)
         if found.get("n_gpu") == found.get("n_gpu") and t == t
         else math.nan
     )
