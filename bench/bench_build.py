@@ -58,6 +58,18 @@ CASES = (
 )
 
 
+def cache_env(folder: Path) -> dict[str, str]:
+    """This process's environment with every cache of the build in empty folders under
+    ``folder``."""
+    return dict(
+        os.environ,
+        DMLIMITS_SWEEP_CACHE=str(folder / "cache" / "sweeps"),
+        DMLIMITS_NOTEBOOK_CACHE=str(folder / "cache" / "notebooks"),
+        DMLIMITS_SPHINX_CACHE=str(folder / "cache" / "sphinx"),
+        DMLIMITS_FORMULA_CACHE=str(folder / "cache" / "formulas"),
+    )
+
+
 def run(
     args: list[str], out: Path, env: dict[str, str]
 ) -> tuple[float, str, str, dict[str, float]]:
@@ -129,13 +141,7 @@ def main() -> None:
         for rep in range(args.repeat):
             tmp = Path(top) / f"run{rep + 1}"
             print(f"run {rep + 1} of {args.repeat}, caches empty at its start", flush=True)
-            env = dict(
-                os.environ,
-                DMLIMITS_SWEEP_CACHE=str(tmp / "cache" / "sweeps"),
-                DMLIMITS_NOTEBOOK_CACHE=str(tmp / "cache" / "notebooks"),
-                DMLIMITS_SPHINX_CACHE=str(tmp / "cache" / "sphinx"),
-                DMLIMITS_FORMULA_CACHE=str(tmp / "cache" / "formulas"),
-            )
+            env = cache_env(tmp)
             for i, (name, sets) in enumerate(CASES):
                 seconds, sweeps, html, notebooks = run(sets, tmp / f"case{i}" / "html", env)
                 seconds_by_case[i].append(seconds)

@@ -15,14 +15,13 @@ compare only runs of one invocation.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import machine  # bench/machine.py: the machine's speed when the runs were taken
-from bench_build import CASES, run
+from bench_build import CASES, cache_env, run
 
 #: Each variant: a name, and the environment variables that switch a shortcut off.
 VARIANTS = {
@@ -49,14 +48,7 @@ def main() -> None:
         for rep in range(args.repeat):
             for variant in chosen:
                 tmp = Path(top) / f"{variant.replace(' ', '-')}-{rep}"
-                env = dict(
-                    os.environ,
-                    DMLIMITS_SWEEP_CACHE=str(tmp / "cache" / "sweeps"),
-                    DMLIMITS_NOTEBOOK_CACHE=str(tmp / "cache" / "notebooks"),
-                    DMLIMITS_SPHINX_CACHE=str(tmp / "cache" / "sphinx"),
-                    DMLIMITS_FORMULA_CACHE=str(tmp / "cache" / "formulas"),
-                )
-                env.update(VARIANTS[variant])
+                env = {**cache_env(tmp), **VARIANTS[variant]}
                 for i, (_, sets) in enumerate(CASES):
                     seconds = run(sets, tmp / f"case{i}" / "html", env)[0]
                     table[variant][i].append(seconds)

@@ -70,9 +70,9 @@ def share_mathtext_parses() -> bool:
     Matplotlib keeps its last 50 mathtext layouts, each for the parser that made it, and every
     renderer has its own parser.  A figure is measured or drawn by three renderers on its way
     to the book (its layout, then the tight bounding box and the PNG), so its tick labels and
-    legends were parsed with pyparsing two or three times (several milliseconds each: a few
-    tenths of a second for a figure with log axes).  A parser's only state is its output type,
-    so one cache keyed by that type and the parse's own arguments gives the same layouts
+    legends would be parsed with pyparsing two or three times over, and a figure with log axes
+    has many of them.  A parser's only state is its output type, so one cache keyed by that
+    type and the parse's own arguments gives the same layouts
     (``tests/test_figures.py`` checks the PNG bytes are unchanged).  Returns whether the cache
     is shared: with a matplotlib whose parser is laid out otherwise (requirements.txt pins the
     one this was written for) nothing changes but the speed."""
@@ -275,9 +275,9 @@ def tidy_legends(fig: plt.Figure) -> None:
     Nothing is drawn unless a layout engine must place the axes: the figure functions lay
     their figures out (``tight_layout``) before they return them, limits still to autoscale
     are found by reading them, and a legend's box and the plotted points are found in display
-    coordinates when asked.  A draw here (even without painting pixels) took a seventh of a
-    figure's time on its way to the book; the PNG is drawn once, by ``savefig``, and every
-    glued PNG of the book is byte-identical to one drawn first (``tests/test_figures.py``).
+    coordinates when asked.  A draw here (even without painting pixels) would repeat much of
+    what ``savefig`` does; the PNG is drawn once, by ``savefig``, and every glued PNG of the
+    book is byte-identical to one drawn first (``tests/test_figures.py``).
     ``tight_layout`` leaves a placeholder engine on the figure (matplotlib 3.6 and later), which
     places nothing when the figure is drawn: it is no reason to draw."""
     if _places_axes(fig.get_layout_engine()):
@@ -318,14 +318,13 @@ def png_bytes(fig: plt.Figure) -> bytes:
     (``bbox_inches="tight"``), with fixed metadata (byte-identical across builds).
 
     ``savefig`` finds the tight box after a draw without pixels, then draws the pixels: two
-    draws, the first about a quarter of savefig's time (py-spy, over the book's 32 figures).
-    A figure whose axes no layout engine moves (the book's are laid out by ``tight_layout``
-    before they are returned) needs no first draw: its tight box is measured as it stands,
-    with a renderer at the saved resolution as ``savefig``'s, and handed to ``savefig``, which
-    then draws once; the placeholder engine ``tight_layout`` left is removed from the figure
-    (it moved nothing).  The PNG is the one ``savefig(bbox_inches="tight")`` writes
-    (``tests/test_figures.py`` compares them).  A figure whose engine places its axes when
-    drawn (a constrained layout) is saved by ``savefig`` as it is."""
+    draws.  A figure whose axes no layout engine moves (the book's are laid out by
+    ``tight_layout`` before they are returned) needs no first draw: its tight box is measured as
+    it stands, with a renderer at the saved resolution as ``savefig``'s, and handed to
+    ``savefig``, which then draws once; the placeholder engine ``tight_layout`` left is removed
+    from the figure (it moved nothing).  The PNG is the one ``savefig(bbox_inches="tight")``
+    writes (``tests/test_figures.py`` compares them).  A figure whose engine places its axes
+    when drawn (a constrained layout) is saved by ``savefig`` as it is."""
     buffer = io.BytesIO()
     tight: Any = "tight"
     if not _places_axes(fig.get_layout_engine()) and hasattr(fig.canvas, "get_renderer"):

@@ -134,8 +134,8 @@ class _Png:
 #: MyST-NB's glue protocol (``myst_nb.glue`` with ``display=False``, the version pinned in
 #: requirements.txt): the value's display data, each MIME type under this prefix, with the
 #: key in the output's ``scrapbook`` metadata.  Written out here so that a chapter's kernel does
-#: not import myst_nb, whose imports (nbformat, jsonschema and its format checkers) cost two to
-#: four seconds per notebook; tests/test_glue.py checks it gives what ``myst_nb.glue`` gives.
+#: not import myst_nb, whose imports (nbformat, jsonschema and its format checkers) are large and
+#: serve no chapter; tests/test_glue.py checks it gives what ``myst_nb.glue`` gives.
 GLUE_PREFIX = "application/papermill.record/"
 
 

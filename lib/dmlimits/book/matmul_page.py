@@ -64,7 +64,7 @@ def figure_level_times(scn: Scenario, d1: Any, d2: Any, kind: str) -> Figure:
     parts = level_times(scn, d1, d2, nb, kind)
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.8))
     # HBM blue, L2 red, shared memory orange dashed, arithmetic purple, the kernel latency grey
-    # dash-dot: the arithmetic in the palette's teal was hard to tell from HBM's blue.
+    # dash-dot.  Arithmetic is not in the palette's teal, which is hard to tell from HBM's blue.
     styles = {"hbm": (0, "-"), "l2": (1, "-"), "shared": (2, "--"), "arithmetic": (5, "-"),
               "latency": (6, "-.")}  # fmt: skip
     for key in (*LEVELS, "arithmetic", "latency"):

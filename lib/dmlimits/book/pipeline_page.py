@@ -73,7 +73,7 @@ def _draw_schedule(
 ) -> None:
     colors = {"F": PALETTE[0], "B": PALETTE[1], "W": PALETTE[2]}
     # One collection of bars per GPU and look (kind, pale step, later chunk): a schedule has
-    # hundreds of passes, and a collection each made the figure take seconds to draw.
+    # hundreds of passes, and a collection each would make the figure slow to draw.
     bars: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
     for p in sched.passes:
         step, micro = divmod(p.micro, sched.m)

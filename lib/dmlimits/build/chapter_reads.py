@@ -16,7 +16,7 @@ A chapter takes part only when its code reads its parameters in the arguments of
 ``sc.resolve(...)`` alone (its scenario, or a variant such as ``overrides={**overrides,
 "training.months": 12}``): what it then reads goes through a scenario and is listed
 (:func:`reads_only_through_the_scenario`).  A chapter that reads a parameter anywhere else, or
-whose code is not plain Python, is executed again for every other scenario, as before.
+whose code is not plain Python, is executed again for every other scenario.
 """
 
 from __future__ import annotations

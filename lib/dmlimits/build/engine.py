@@ -424,8 +424,9 @@ def _ipc_kernel_manager(socket_dir: Path, reads: Path | None = None, forks: Any 
         _launch_kernel = _async_launch_kernel
 
         async def _async_finish_shutdown(self, waittime=None, pollinterval=0.1, restart=False):
-            # A kernel ends within milliseconds of answering its shutdown request: look for
-            # its end every SHUTDOWN_POLL seconds rather than jupyter_client's tenth of a second.
+            # A kernel ends soon after answering its shutdown request, well within
+            # jupyter_client's poll of a tenth of a second: look for its end every
+            # SHUTDOWN_POLL seconds instead.
             await super()._async_finish_shutdown(waittime, SHUTDOWN_POLL, restart)
 
         finish_shutdown = _async_finish_shutdown
@@ -458,10 +459,10 @@ def _ready_client() -> type:
     channel (IOPub) carries messages to the client (a subscription connects asynchronously:
     the request is sent again until a message arrives there).  jupyter_client's own
     ``wait_for_ready`` then also waits for IOPub to stay quiet for 0.2 s, discarding what
-    arrives: 0.2 s of every chapter's start, idle (both build workers at once, often).  Here
-    what has already arrived is discarded without waiting; a message of the kernel's start
-    that comes later answers no cell's request, and nbclient only reads a cell's own
-    messages."""
+    arrives: a wait at every chapter's start in which the kernel sits idle, often in both
+    build workers at once.  Here what has already arrived is discarded without waiting; a
+    message of the kernel's start that comes later answers no cell's request, and nbclient
+    only reads a cell's own messages."""
     # the build's notebook tools load only when building
     from jupyter_client.asynchronous import AsyncKernelClient
 
@@ -523,8 +524,8 @@ def _read_source(root: Path, name: str) -> Any:
     """The chapter ``name`` as a notebook: jupytext's parse of its MyST source (MyST whatever
     the header says).  With the notebook cache on, the parse is kept in it, addressed by the
     source's bytes, the pinned environment (jupytext's version) and the Python: a build that
-    finds them all reads its chapters without importing jupytext or parsing (about 0.6 s of
-    the build's own process, before the first chapter can start)."""
+    finds them all reads its chapters without importing jupytext or parsing, work its own
+    process would otherwise do before the first chapter can start."""
     import nbformat  # the build's notebook tools load only when building
 
     text = (root / f"{name}.md").read_bytes()
@@ -706,8 +707,8 @@ def _execute_one(
             progress_bar=False,
             log_output=False,
             report_mode=False,
-            # The notebook is written once, when it ends or fails; writing it after every cell
-            # as well cost about a second a chapter (bench/bench_build.py's chapters).
+            # The notebook is written once, when it ends or fails, not after every cell as
+            # well: one write a chapter rather than one a cell.
             request_save_on_cell_execute=False,
             kernel_manager_class=_ipc_kernel_manager(socket_dir, reads, forks),
             **hooks,
@@ -724,12 +725,12 @@ def outputs_checked_whole():
     schema as the kernel sends it: each executed notebook is checked whole instead, strictly,
     once it is written (``_hide_injected_parameters``).
 
-    nbformat checks every output it builds from a kernel's message with jsonschema, about
-    0.4 ms an output on the project's machine: about a second of the build process's CPU
-    over the book's 2,800 or so outputs, taken from the kernels' two cores.  The whole
-    notebook's check (fastjsonschema) takes about 0.03 s a chapter, and nbformat makes it
-    anyway when the notebook is read and written, but only logs what it finds: here a
-    notebook that fails it fails the build.  Restored on the way out, whatever happens."""
+    nbformat checks every output it builds from a kernel's message with jsonschema, a slow
+    check repeated for each of the book's 2,800 or so outputs, in the build's own process and
+    so on the cores the kernels need.  The whole notebook's check (fastjsonschema) is one
+    fast check a chapter, and nbformat makes it anyway when the notebook is read and written,
+    but only logs what it finds: here a notebook that fails it fails the build.  Restored on
+    the way out, whatever happens."""
     from nbformat.v4 import nbbase  # the build's notebook tools load only when building
 
     checked = nbbase.validate
@@ -1058,11 +1059,11 @@ def start_keeping_closed_forms(scns: list[Scenario]) -> Any:
     (:func:`dmlimits.costs.model.keep_closed_forms`) for each sparsity and batch law of ``scns``;
     the process, or ``None`` when the formulas are not kept on disk or these are kept already.
 
-    The chapters read them, and the search does not build them: without this, the first
-    chapter to read them built them all (about six seconds of CPU on a loaded run of the
-    project's machine) while the other kernel ran.  Started with the sweeps, it takes a
-    core that is otherwise idle while the search builds its own formulas before its workers
-    start.  If it fails, the chapters build what it did not keep, and fail there, loudly."""
+    The chapters read them, and the search does not build them: without this, the first chapter
+    to read them would build them all, a long task in one chapter's kernel while the other
+    kernel runs.  Started with the sweeps, it takes a core that is otherwise idle while the
+    search builds its own formulas before its workers start.  If it fails, the chapters build
+    what it did not keep, and fail there, loudly."""
     # the build's parent process imports no more of the library than it runs
     from dmlimits.core import formula_cache
 
@@ -1172,7 +1173,7 @@ def _jupyter_book(
     _say("building the HTML: " + " ".join(["jupyter-book", *args[:2], *flags])
          + (f" (Sphinx in {jobs} processes)" if jobs > 1 else ""))  # fmt: skip
     # jupyter-book's own command, run by dmlimits.build.jupyter_book_run: the same command line,
-    # without the seconds a normal exit spends taking Sphinx's heap apart, Sphinx in parallel.
+    # without a normal exit's taking Sphinx's heap apart object by object, Sphinx in parallel.
     if started is not None and started.poll() is not None:
         started.communicate()  # it ended before its command (killed): start another
         started = None

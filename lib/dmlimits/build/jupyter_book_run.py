@@ -1,30 +1,28 @@
 """Run Jupyter Book's command line, then leave the process without the interpreter's teardown.
 
-The build makes the HTML in a process of its own (``python -m dmlimits.build.jupyter_book_run build
-...``, the arguments of ``jupyter-book``), so that an interrupted build can stop it.  Once
+The build makes the HTML in a process of its own (``python -m dmlimits.build.jupyter_book_run
+build ...``, the arguments of ``jupyter-book``), so that an interrupted build can stop it.  Once
 Sphinx has written the book, that process holds every page's document tree, the API page's
-imported library and Sphinx's environment; a normal exit then spends seconds taking the heap
-apart object by object (2.0-2.8 s measured on the project's machine, between the last
-``atexit`` function and the process's end), a cost no reader of the book needs.  Here the
-command runs as ``jupyter-book`` would run it, its ``atexit`` functions run and its output is
-flushed, and then the process ends at once with the command's exit code
-(:func:`dmlimits.build.kernel_fork.end_now`, as a forked kernel ends).
-Everything the build reads of it is on disk or in its output by then.  For the same reason the
-command runs with the cyclic garbage collector off (:func:`collector_off`).
+imported library and Sphinx's environment; a normal exit then takes the heap apart object by
+object, long work that no reader of the book needs.  Here the command runs as ``jupyter-book``
+would run it, its ``atexit`` functions run and its output is flushed, and then the process ends
+at once with the command's exit code (:func:`dmlimits.build.kernel_fork.end_now`, as a forked
+kernel ends).  Everything the build reads of it is on disk or in its output by then.  For the
+same reason the command runs with the cyclic garbage collector off (:func:`collector_off`).
 
 ``--jobs N`` before the command's arguments makes Sphinx read and write the pages in ``N``
 processes: Jupyter Book's ``build_sphinx`` takes the number, but its command line has no
 option for it (:mod:`dmlimits.build.sphinxext` says how the pages are shared out).
 
-``--preload CONFIG [--library]`` starts the process before there is a book to build: it
-imports Jupyter Book, Sphinx and the extensions the book's ``_config.yml`` names (with
-``--library``, this library too, which the API page's autodoc imports), then reads the command
-as one line of JSON on its standard input, ``{"argv": [...], "cwd": "..."}``, and runs it as
-above (end of input: it ends, having run nothing).  The build starts it when the chapters start
-running, so that these imports, a second or two of one core once the chapters are done, are
-made while the chapters use both cores (:func:`dmlimits.build.engine.execute_notebooks`).  Imported
-before Sphinx forks its reading processes, the library is not imported again in the process
-that reads the API page, the longest to read.
+``--preload CONFIG [--library]`` starts the process before there is a book to build: it imports
+Jupyter Book, Sphinx and the extensions the book's ``_config.yml`` names (with ``--library``,
+this library too, which the API page's autodoc imports), then reads the command as one line of
+JSON on its standard input, ``{"argv": [...], "cwd": "..."}``, and runs it as above (end of
+input: it ends, having run nothing).  The build starts it when the chapters start running, so
+that these imports are made while the chapters use both cores rather than after the chapters are
+done, when the HTML build would wait for them (:func:`dmlimits.build.engine.execute_notebooks`).
+Imported before Sphinx forks its reading processes, the library is not imported again in the
+process that reads the API page, the longest to read.
 """
 
 from __future__ import annotations
@@ -75,11 +73,10 @@ def collector_off():
     """Python's cyclic garbage collector off while the command runs (and in the processes
     Sphinx forks to read and write).  Sphinx's heap grows to hundreds of thousands of
     long-lived objects (its environment, every page's document tree), and each full pass of
-    the collector scans them all again: with it off, the HTML build of the whole book took
-    10.0-11.6 s against 13.1-16.7 s in five alternating pairs of runs, every file the same,
-    and its processes' peak memory grew by about a tenth (the cycles it would free).
-    Reference counting still frees everything else, and the process ends as soon as the
-    command is done."""
+    the collector scans them all again.  With it off, the cycles it would have freed stay in
+    memory until the process ends, a small share of its peak (``docs/performance.md`` gives
+    the time and the memory measured).  Reference counting still frees everything else, and
+    the process ends as soon as the command is done."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -99,8 +96,8 @@ def _jobs(value: list[str]) -> int | None:
 
 
 #: What the extensions' ``setup`` functions import when Sphinx calls them, not when the
-#: extension is imported: MyST-NB's Sphinx side (half a second of one core), MyST's and
-#: sphinx-design's.  Preloaded too, so that the HTML build starts without them.
+#: extension is imported: MyST-NB's Sphinx side (the largest), MyST's and sphinx-design's.
+#: Preloaded too, so that the HTML build does not wait for them.
 SETUP_IMPORTS = ("myst_nb.sphinx_ext", "myst_parser.sphinx_ext.main", "sphinx_design.extension")
 
 

@@ -1,32 +1,28 @@
 """Start the chapters' kernels by forking one process that has already imported what every
 kernel imports, instead of starting a Python interpreter for each.
 
-A kernel started as its own process spends about two seconds of a core before it runs the
+A kernel started as its own process does the same work as every other before it runs the
 chapter's first line: the interpreter starts, then imports ipykernel, numpy, sympy and
-matplotlib (measured on the project's machine).  Forked, each chapter took about a second less
-(``bench/bench_build.py``'s chapter times, before and after; :data:`FORK_ENV` switches it off
-to compare).  A build runs up to eighteen kernels, so the
-build starts one *fork server* (``python -m dmlimits.build.kernel_fork``) that imports those
-third-party modules once and then forks a child for each kernel; the child becomes the kernel
-as ``python -m ipykernel_launcher`` would, with the kernel's own command line, environment and
-working directory.
+matplotlib.  A build runs up to eighteen kernels, so the build starts one *fork server*
+(``python -m dmlimits.build.kernel_fork``) that imports those third-party modules once and then
+forks a child for each kernel; the child becomes the kernel as ``python -m ipykernel_launcher``
+would, with the kernel's own command line, environment and working directory.  :data:`FORK_ENV`
+switches it off, to compare (``bench/bench_machinery.py`` measures what it saves).
 
 The server also imports this library (:data:`LIBRARY_SKIP` aside), with the kernels'
-environment (the formula cache it reads at import), so that no chapter imports it again or
-reads the kept formulas again: about a second of each kernel (``bench/bench_build.py``: 80.5
-s of kernel time for the eighteen chapters before, 60.2 s after).  What a chapter reads of
-the scenario is still recorded from its first line: the child starts recording as the
-library's import would in a fresh kernel (:func:`dmlimits.build.reads.record`, from the
-kernel's own environment), and only scenarios resolved while recording are watched, which
-the server never resolves.  Should the library fail to import in the server (a chapter's
-kernel would then show the error), the server drops it and each chapter imports it itself.
-The child is otherwise a fresh kernel: its own session and process group (jupyter_client's
-``start_new_session``), standard input from ``/dev/null``, standard output and error those of
-the build, default signal handlers, the environment variables the server's imports set.  Three
-differences save time and change no output: what the server imported is frozen out of the
-garbage collector's reach (``gc.freeze``), so the kernel's collections scan only what its
-chapter made; sympy's ``lambdify`` has filled its numpy namespace already, in the server; and
-the kernel ends without the interpreter's teardown (:func:`end_now`).
+environment (the formula cache it reads at import), so that no chapter imports it again or reads
+the kept formulas again.  What a chapter reads of the scenario is still recorded from its first
+line: the child starts recording as the library's import would in a fresh kernel
+(:func:`dmlimits.build.reads.record`, from the kernel's own environment), and only scenarios
+resolved while recording are watched, which the server never resolves.  Should the library fail
+to import in the server (a chapter's kernel would then show the error), the server drops it and
+each chapter imports it itself.  The child is otherwise a fresh kernel: its own session and
+process group (jupyter_client's ``start_new_session``), standard input from ``/dev/null``,
+standard output and error those of the build, default signal handlers, the environment variables
+the server's imports set.  Three differences save time and change no output: what the server
+imported is frozen out of the garbage collector's reach (``gc.freeze``), so the kernel's
+collections scan only what its chapter made; sympy's ``lambdify`` has filled its numpy namespace
+already, in the server; and the kernel ends without the interpreter's teardown (:func:`end_now`).
 
 The protocol is one JSON line per kernel on the server's standard input (the kernel's command,
 environment and working directory), answered by the child's process id on a pipe.  The server
@@ -56,11 +52,11 @@ from typing import Any
 from dmlimits.core.plumbing import switched_on
 
 #: This environment variable set to ``off`` makes the build start each kernel as its own
-#: process (what the tests' nbval does, and a build did before).
+#: process, as the tests' nbval does.
 FORK_ENV = "DMLIMITS_KERNEL_FORK"
 #: What every chapter's kernel imports before its first line runs, imported once by the fork
-#: server (then every module of this library but :data:`LIBRARY_SKIP`).  ipykernel imports
-#: its debugger (and debugpy) as the kernel starts, about a tenth of a second of each kernel.
+#: server (then every module of this library but :data:`LIBRARY_SKIP`).  ipykernel imports its
+#: debugger (and debugpy) as every kernel starts, so the server imports them too.
 PRELOAD = (
     "ipykernel.kernelapp",
     "ipykernel.ipkernel",
@@ -197,8 +193,8 @@ class ForkServer:
 
     def close(self, timeout: float = 5.0) -> None:
         """Let the server exit (its standard input closed), waiting up to ``timeout`` seconds
-        before killing it; a server that forked no kernel is stopped without waiting (it may
-        still be importing: a build with every chapter cached waited about a second for it)."""
+        before killing it; a server that forked no kernel is stopped without waiting: it may
+        still be importing, for a build with every chapter cached that has no kernel to start."""
         with self._lock:
             proc, self._proc = self._proc, None
             if proc is None:
@@ -258,7 +254,7 @@ def _become_kernel(request: dict[str, Any], answers: int) -> None:
 
 
 #: Seconds a kernel asked to shut down waits, once its main loop has stopped, for its control
-#: thread to finish answering the request (milliseconds, as a rule).
+#: thread to finish answering the request (as a rule it has all but finished).
 CONTROL_THREAD_WAIT = 2.0
 
 
@@ -268,9 +264,9 @@ def _answered_shutdown(app_class: Any) -> None:
     run.  The control thread is a daemon, so nothing else waits for it.  It flushes the
     kernel's output after its answer, through the IOPub thread, and ipykernel's ``atexit``
     function stops the IOPub thread and then waits for the control thread: when the main
-    thread got there first, the kernel hung until jupyter_client terminated it 2.5 s later
-    (one to three chapters of every build).  A kernel whose loop stopped for another reason
-    (an interrupt) ends at once, as before."""
+    thread gets there first, the kernel hangs until jupyter_client gives up waiting and
+    terminates it, and without this wait some chapters of every build lose that race.  A
+    kernel whose loop stopped for another reason (an interrupt) ends at once."""
     if not app_class.initialized():
         return
     app = app_class.instance()
@@ -283,9 +279,9 @@ def _answered_shutdown(app_class: Any) -> None:
 
 def end_now(code: int) -> None:
     """End this process with ``code`` once its ``atexit`` functions have run and its output
-    is flushed, without the interpreter's teardown (freeing the heap object by object, which
-    takes seconds in a process that holds sympy, a chapter's results or Sphinx's pages);
-    never returns.  A forked kernel ends so, as does the HTML build's process
+    is flushed, without the interpreter's teardown (freeing the heap object by object, long
+    work in a process that holds sympy, a chapter's results or Sphinx's pages, and of no use
+    once it ends); never returns.  A forked kernel ends so, as does the HTML build's process
     (:mod:`dmlimits.build.jupyter_book_run`)."""
     try:
         atexit._run_exitfuncs()
@@ -310,10 +306,10 @@ def _import_library() -> None:
 
 
 def _lambdify_ready() -> None:
-    """Make sympy's ``lambdify`` ready to write numpy functions: its first call in a process
-    fills its namespace with ``from numpy import *`` (which imports numpy's lazily loaded
-    submodules) and imports its printers, up to a tenth of a second of each chapter that
-    evaluates a formula.  The namespace is the same whichever expression fills it."""
+    """Make sympy's ``lambdify`` ready to write numpy functions, once in the server rather than
+    in each chapter that evaluates a formula: its first call in a process fills its namespace
+    with ``from numpy import *`` (which imports numpy's lazily loaded submodules) and imports
+    its printers.  The namespace is the same whichever expression fills it."""
     try:
         import sympy  # sympy loads only when a formula is built
 

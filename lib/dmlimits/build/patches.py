@@ -112,16 +112,16 @@ def search_index_as_built_afresh() -> None:
 #: Pages read in a process of their own when Sphinx reads in parallel: the API reference's
 #: two pages.  Its autodoc reading (parsing the library's sources for the order of their
 #: members and the ``#:`` comments, generating and parsing the entries) takes longer than all
-#: the other pages together; on one page, it was read by one process while the other waited.
+#: the other pages together; on a single page, one process would read it while the other waited.
 #: Sphinx's own chunks put each with ten other pages.
 READ_ALONE = ("book/api", "book/api_search_and_book")
 
 
 def no_type_comments(app, config) -> None:
     """Disconnect autodoc's reading of type comments (``# type: (int) -> str``): for each
-    function it documents it reads and parses the function's source (two thirds of a second
-    of every build's API page), and the library has no such comment
-    (``tests/test_sphinx_parallel.py`` checks both)."""
+    function it documents it reads and parses the function's source again, in every build of
+    the API page, and the library has no such comment (``tests/test_sphinx_parallel.py``
+    checks both)."""
     for listener in list(app.events.listeners.get("autodoc-before-process-signature", [])):
         if getattr(listener.handler, "__module__", "") == "sphinx.ext.autodoc.type_comment":
             app.disconnect(listener.id)
@@ -154,12 +154,11 @@ def read_alone_in_parallel() -> None:
 def plugins_looked_up_once() -> None:
     """Keep pybtex's lookups of its plugins for the process.  sphinxcontrib-bibtex resolves
     every citation through ``pybtex.plugin.find_plugin``, which reads the entry points of every
-    installed distribution again each time: about a second of each build's writing, in
-    Sphinx's main process, where the pages' references are resolved one after another.  The
-    installed distributions do not change during a build; a plugin registered while it runs
-    (``register_plugin``) is still found first, as pybtex looks there before the entry
-    points.  Every distribution's entry points are read once, whatever the selection, so that
-    :func:`plugins_read_ahead` can read them before the build needs them."""
+    installed distribution again each time, in Sphinx's main process, where the pages' references
+    are resolved one after another.  The installed distributions do not change during a build; a
+    plugin registered while it runs (``register_plugin``) is still found first, as pybtex looks
+    there before the entry points.  Every distribution's entry points are read once, whatever the
+    selection, so that :func:`plugins_read_ahead` can read them before the build needs them."""
     try:
         import pybtex.plugin as plugin  # Sphinx loads only inside its own build
     except ImportError:  # the book cites nothing without it: nothing to look up
@@ -187,8 +186,8 @@ def plugins_looked_up_once() -> None:
 
 def plugins_read_ahead() -> None:
     """Read pybtex's plugins' entry points now (``plugins_looked_up_once``): the HTML
-    process does it while it waits for its command, rather than in Sphinx's first citation
-    (about a third of a second of one core, after the chapters are done)."""
+    process does it while it waits for its command, rather than in Sphinx's first citation,
+    after the chapters are done, when the whole build waits for it."""
     plugins_looked_up_once()
     try:
         import pybtex.plugin as plugin  # Sphinx loads only inside its own build
@@ -203,9 +202,8 @@ def share_doctrees_while_numbering(app) -> None:
     (sphinx_multitoc_numbering walks the numbered ones again), each unpickled from disk, then
     unpickles each page it writes once more to resolve and write it.  The walks only read the
     trees: here they share one per page, which is then handed to the writing as Sphinx hands
-    it the trees of a serial read (its ``_write_doc_doctree_cache``).  Unpickling took about
-    two seconds of the writing's main process, where the pages are resolved one after
-    another."""
+    it the trees of a serial read (its ``_write_doc_doctree_cache``).  The writing's main
+    process, where the pages are resolved one after another, then unpickles no page twice."""
     shared: dict = {}
 
     def start(app, env) -> list:

@@ -11,21 +11,21 @@
   ``const THEBE_JS_URL`` is a JavaScript error in the reader's console.  Identical inline
   scripts are dropped here.
 * **Tables sized to the text column.**  The book's tables hold up to thirteen columns of
-  numbers, and the theme sets them in the body's type with wide padding, so most were wider
-  than the column and scrolled sideways.  A style sheet of the book's own (:data:`STYLE_SHEET`,
+  numbers, and the theme sets them in the body's type with wide padding, so most would be wider
+  than the column and scroll sideways.  A style sheet of the book's own (:data:`STYLE_SHEET`,
   written into the output's ``_static`` when the builder starts, so that every page links it
   with its checksum) sets them a size smaller with narrower padding, and lets a scenario's name
   in a table break after its hyphens: Sphinx keeps inline code on one line, and
-  ``h100-infinite-network-low-latency-sparse`` made its column 364 pixels wide.
+  ``h100-infinite-network-low-latency-sparse`` would make its column 364 pixels wide.
 * **Binder opens the MyST source.**  The build executes each chapter into an ``.ipynb`` beside
   it, so the theme's Binder button would open ``notebooks/NAME.ipynb``, a file the repository
   does not have (it keeps the MyST ``.md``, which Binder opens as a notebook through jupytext).
   The button's path is pointed at the ``.md``.
 * **A numbered reference reads its page once.**  Sphinx 7 resolves every ``{numref}`` by
-  unpickling the whole doctree of the page it points to, once per reference: the book's
-  127 references cost seven seconds of each build's HTML.  The standard domain here reads each
-  page's doctree once per pickled version and shares it between the references, which only
-  look up the target's node.
+  unpickling the whole doctree of the page it points to, once per reference, and many of the
+  book's 127 references point to the same page.  The standard domain here reads each page's
+  doctree once per pickled version and shares it between the references, which only look up
+  the target's node.
 * **An updated search index is the one a build of every page writes.**  Built again from a
   kept state, Sphinx writes only the pages whose sources changed and updates the search index
   it wrote before, with two differences from an index built afresh, both made good here:
@@ -42,8 +42,8 @@
   they can), and each of the API reference's two pages, the longest to read, gets a process
   of its own (:data:`~dmlimits.build.patches.READ_ALONE`).  The pages are the same as read serially,
   byte for byte.
-* **Each page's tree unpickled once for numbering and writing** (two seconds of the writing's
-  main process): the numbering only reads the trees, which the writing then takes over.
+* **Each page's tree unpickled once for numbering and writing**, not once for each, in the
+  writing's main process: the numbering only reads the trees, which the writing then takes over.
 * **Bibliography plugins looked up once.**  pybtex scans every installed distribution's entry
   points for its plugins at each citation it resolves; they are read once for the process
   (the HTML process reads them before its command arrives) and each lookup is kept.
@@ -158,8 +158,8 @@ def _declared_not_built(module, name, *default):
     """autodoc's ``getattr`` for modules: an attribute built on first use
     (:mod:`dmlimits.core.lazy`) is documented as it is declared, its type and ``#:`` comment,
     without being built: building them all (each module's cost formulas, read from the kept
-    formulas or derived, and the summary rows built from them) took seconds of every build's
-    API page, which then showed each value's whole ``repr``."""
+    formulas or derived, and the summary rows built from them) would make every build's API
+    page compute what the chapters compute, and show each value's whole ``repr``."""
     from sphinx.util.inspect import safe_getattr  # Sphinx loads only inside its own build
 
     # the build's parent process imports no more of the library than it runs

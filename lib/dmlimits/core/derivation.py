@@ -156,7 +156,7 @@ def _holds(eq: sp.Basic) -> bool:
 
     The order is for speed only (either proof is accepted): a plain ``simplify`` of the
     difference first, then the logarithms, then the costlier rewrites of the difference, which
-    took seconds to fail on the closed forms' power laws before the logarithms proved them."""
+    fail slowly on the closed forms' power laws that the logarithms prove."""
     if eq is sp.true:
         return True
     if not isinstance(eq, sp.Equality):
@@ -213,12 +213,11 @@ def _unlike(a: sp.Float, b: sp.Float) -> bool:
 
 
 def _differs(prev: sp.Expr, new: sp.Expr, *, scaled: bool) -> bool:
-    """True only when ``new`` is certainly not identically ``prev`` (with ``scaled``: not
-    ``prev`` times any constant): their values at the same point are not so related.  False
-    means nothing either way.  It spares :func:`same` the symbolic attempts that fail slowly
-    (a premise compared with each equation it cites, most of them other relations, took
-    seconds of ``simplify`` a derivation); an equality is still only ever proved
-    symbolically."""
+    """True only when ``new`` is certainly not identically ``prev`` (with ``scaled``: not ``prev``
+    times any constant): their values at the same point are not so related.  False means nothing
+    either way.  It spares :func:`same` the symbolic attempts that fail slowly (a premise is
+    compared with each equation it cites, most of them other relations, and a failed ``simplify``
+    costs far more than evaluating both); an equality is still only ever proved symbolically."""
     found = _values((prev, new))
     if found is None:
         return False
@@ -310,7 +309,7 @@ class Derivation:
 
         A derivation proved against the library's registry is not proved again in the same
         process (the premises' check and the derivation tests both verify every derivation,
-        and a proof takes up to seconds of sympy).  Its steps are immutable sympy objects and
+        and a proof can be long work for sympy).  Its steps are immutable sympy objects and
         the registry only grows, so the proof stands; a changed step is another derivation
         (:meth:`with_step`)."""
         if registry is REGISTRY and self.__dict__.get("_proved"):
@@ -439,8 +438,8 @@ def register(builder):
 
     A derivation is immutable (its steps are sympy objects; :meth:`Derivation.verify` only
     notes that it is proved), and a chapter asks for the same one several times, directly and
-    through the derivations that cite it: the data-parallel chapter built the all-reduce's
-    four times and the compute ratio's three, a second of sympy each time."""
+    through the derivations that cite it: without this, the data-parallel chapter would build
+    the all-reduce's four times and the compute ratio's three."""
     kept = functools.cache(builder)
     _BUILDERS[builder.__module__ + "." + builder.__name__] = kept
     return kept
@@ -481,8 +480,9 @@ def derivation_named(name: str) -> Derivation | None:
     """The derivation called ``name`` (``None`` if the library has none), building no more
     than it must: the builders of the module whose name begins the derivation's
     (``closed_forms`` for ``closed-forms-critical``) first, then the others, each once per
-    process.  Rendering one derivation's premises asks for the few it cites; building all of
-    them (:func:`all_derivations`) took seconds in every chapter's kernel."""
+    process.  Rendering one derivation's premises asks for the few it cites, so that a
+    chapter's kernel does not build every derivation of the library (:func:`all_derivations`)
+    to find them."""
 
     def elsewhere(key: str) -> bool:
         module = key.rsplit(".", 2)[-2].replace("_", "-")

@@ -3,8 +3,8 @@
 Every process that evaluates the book's formulas builds them first: sympy derives the model's
 closed forms and exponents, the matmul model's cost expressions and the parallelisms' cost
 formulas, and ``lambdify`` turns them into numpy functions.  It is the same work in every
-chapter's kernel, every test worker and every command: about a second to three seconds a
-process (``bench/bench_search.py`` and ``bench/bench_build.py`` measure it).
+chapter's kernel, every test worker and every command (``bench/bench_search.py`` and
+``bench/bench_build.py`` measure it).
 
 When the environment variable :data:`CACHE_ENV` names a folder, this module keeps two kinds of
 result there, each addressed by everything it is computed from: the files of the builder's
@@ -105,7 +105,7 @@ def _imported(name: str, path: Path) -> frozenset[str]:
     """The library's modules that the source of module ``name`` imports anywhere (at the top or
     inside a function), read from its syntax tree: ``import dmlimits.x``, ``from .x import y``
     (``y`` too when it is a module), ``from . import y``.  Read once a process: every closure
-    shares it (eight closures parsed the same modules again, 3.5 s of each chapter's kernel)."""
+    shares it, so that the closures of several modules do not parse the same modules again."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -134,8 +134,8 @@ def _data_files() -> tuple[Path, ...]:
 @functools.cache
 def _kept_closures() -> Path | None:
     """Where the closures are kept for the library's code as it is (the address hashes every
-    module's source), or ``None`` when no formula is kept: reading them is a few milliseconds,
-    parsing the modules half a second in each kernel and test process."""
+    module's source), or ``None`` when no formula is kept: reading them is far cheaper than
+    parsing every module again in each kernel and test process."""
     folder = cache_dir()
     if folder is None:
         return None
@@ -420,8 +420,8 @@ def _loaded_globals(code: Any) -> set[str]:
 def _numpy_names(names: set[str]) -> dict[str, Any] | None:
     """What lambdify's namespace for ``"numpy"`` holds under each of ``names`` (``from numpy
     import *`` then ``from numpy.linalg import *``, and ``numpy`` itself), found without
-    building that namespace (a tenth of a second or more, on first use in a process); ``None``
-    when a name is not one of these (lambdify's own few, such as ``I``)."""
+    building that namespace, which imports numpy's lazily loaded submodules; ``None`` when a
+    name is not one of these (lambdify's own few, such as ``I``)."""
     out: dict[str, Any] = {}
     for name in names:
         if name in np.linalg.__all__:

@@ -1,9 +1,9 @@
 """Module attributes built on first use (PEP 562).
 
-A module's cost formulas are built from its derivations with sympy, which takes a good part of
-a second per module.  Built at import, every process that imports the library (each chapter's
-kernel, each test worker) pays for all of them, though most use few.  A module declares them
-instead as::
+A module's cost formulas are built from its derivations with sympy, which is slow next to
+importing the module.  Built at import, every process that imports the library (each chapter's
+kernel, each test worker) would pay for all of them, though most use few.  A module declares
+them instead as::
 
     @cache
     def _cost_formulas(): ...

@@ -215,7 +215,7 @@ def _probability(expr: sp.Expr) -> sp.Expr:
 @formula_cache.expressions
 def _level_probabilities() -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     """The chances of the same node, another node and the token's own GPU, simplified (kept
-    between processes: sympy takes about half a second, at every import)."""
+    between processes, so that each process does not simplify them again with sympy)."""
     return tuple(_probability(e) for e in (_SAME_NODE, _OTHER_NODE, experts_per_gpu / s.n_experts))
 
 

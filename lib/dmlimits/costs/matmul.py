@@ -379,8 +379,8 @@ def cost_expressions(kind: str, multicast: bool) -> dict[str, sp.Expr]:
         "latency": t_kernel,
     }
     # Unevaluated: sympy's evaluation looks for arguments it can drop by comparing each pair of
-    # these long expressions (about 0.05 s a kind); none can be dropped, so the expression is
-    # the same (a test builds it evaluated and compares).
+    # these long expressions, for every kind; none can be dropped, so the expression is the
+    # same (a test builds it evaluated and compares).
     slowest = sp.Max(*(times[k] for k in (*LEVELS, "arithmetic")), evaluate=False)
     times["total"] = slowest + t_kernel
     times["efficiency"] = s.flop_per_mac * d1 * d2 * b / (times["total"] * s.peak_flops)
@@ -619,8 +619,8 @@ _COMBINED = ("total", "efficiency")  # built from the parts in numpy
 @cache
 def _numeric_parts(kind: str, multicast: bool):
     """The parts of :func:`cost_expressions`, lambdified together.  ``total`` and
-    ``efficiency`` are not: sympy's ``Max`` of the long level expressions is slow to build
-    (seconds per kind), so :func:`_numeric_combined` composes them from the parts instead."""
+    ``efficiency`` are not: sympy's ``Max`` of the long level expressions is slow to build for
+    each kind, so :func:`_numeric_combined` composes them from the parts instead."""
 
     def build():
         exprs = cost_expressions(kind, multicast)
@@ -641,8 +641,8 @@ def _numeric_combined(kind: str, multicast: bool):
         stand_ins = {name: sp.Symbol(f"part_{name}", positive=True) for name in _PARTS}
         total = sp.Max(*(stand_ins[k] for k in (*LEVELS, "arithmetic"))) + stand_ins["latency"]
         # The efficiency's own expression with the stand-ins' total put in for its total (a
-        # structural replacement, checked in the tests; simplifying the quotient of the two
-        # totals took 0.04 s a kind).
+        # structural replacement, checked in the tests, which spares each kind a simplification
+        # of the quotient of the two totals).
         efficiency = exprs["efficiency"].xreplace({exprs["total"]: total})
         body = [CONSTANTS.replace(e) for e in (total, efficiency)]
         return (*stand_ins.values(), d1, d2, b, *_HARDWARE), body

@@ -374,7 +374,7 @@ def exponent_values(scn: Scenario, law: str | None = None) -> dict[str, float]:
 
 
 #: The exponents' values by (sparse, law, the laws' values): sympy substitutes them exactly,
-#: which costs about 20 ms, and the chapters ask for the same few scenarios hundreds of times.
+#: which is slow, and the chapters ask for the same few scenarios hundreds of times.
 _EXPONENT_VALUES: dict[tuple, dict[str, float]] = {}
 
 

@@ -788,9 +788,9 @@ def _list_schedule(
     own chunk, then (below the last chunk) the backward pass through chunk ``k + 1``; a weight
     gradient for the backward pass through its own chunk.  A pass starts at the latest of its
     GPU's free time and its inputs' arrivals.  (Written out rather than listed per pass, and
-    the passes kept as plain tuples until they are sorted: the largest schedule of the pipeline
-    chapter has 110,592 passes, and a list of inputs per pass took twice as long;
-    ``tests/test_pipeline.py`` compares this with the rule written that way.)"""
+    the passes kept as plain tuples until they are sorted, so that no list of inputs is built
+    for each pass: the largest schedule of the pipeline chapter has 110,592 passes;
+    ``tests/test_pipeline.py`` compares this with the rule written as such lists.)"""
     lasts = per_chunk or [durations] * n_chunks
     n_pp = len(orders)
     last = n_chunks - 1
@@ -909,8 +909,8 @@ def makespan(
 ) -> float:  # fmt: skip
     """``schedule(...).makespan`` for the same arguments (:func:`schedule`), the same errors
     included, without making the schedule's passes: where only the length of a flush is wanted
-    (:func:`dmlimits.measured.operations.pipeline_stretch` asks for many), listing and sorting
-    its passes took more than half of laying it out."""
+    (:func:`dmlimits.measured.operations.pipeline_stretch` asks for many), the passes are
+    neither listed nor sorted, which is most of the work of laying a flush out."""
     return _laid_out(n_pp, m, v, order, backward, latency, collective, head, work, listed=False)[3]
 
 

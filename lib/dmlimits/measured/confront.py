@@ -608,7 +608,7 @@ def operation_cases() -> dict[str, runs.Config]:
 
 #: The two ways of timing a step :func:`operations_compared` sets side by side: operation by
 #: operation (:mod:`dmlimits.measured.operations`, the calibrated mode's) and as the step's FLOP
-#: at one matmul efficiency (the calibrated mode's before).
+#: at one matmul efficiency (the simpler step model).
 STEP_MODELS = {"operations": True, "flop": False}
 
 

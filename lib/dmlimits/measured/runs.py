@@ -1515,8 +1515,8 @@ def calibrate(
     (:data:`FITTED` by default); the collective efficiency is otherwise
     :func:`measured_collective_efficiency` and the overlap :data:`FIXED_OVERLAP`.
     ``operations``: the step timed operation by operation (:mod:`dmlimits.measured.operations`,
-    the calibrated mode's way) or, ``False``, as its FLOP at one matmul efficiency (the
-    calibrated mode before it timed operations; the chapter *Real runs* compares the two).
+    the calibrated mode's way) or, ``False``, as its FLOP at one matmul efficiency (the simpler
+    step model; the chapter *Real runs* compares the two).
     ``windows``: each collective hidden behind its own window of compute
     (:data:`OVERLAP_WINDOWS`) rather than behind the overlap factor's share of the step."""
     unknown = set(fitted) - set(CALIBRATION_GRID)

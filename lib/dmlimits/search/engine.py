@@ -354,8 +354,8 @@ def _evaluate(
     """Every candidate (rows) on every placement (columns): the step time and its parts.
 
     Worked out with the placements on the first axis: each table's value on every placement
-    is then a copy of whole rows of the transposed table (``take`` along its first axis), about
-    twice as fast as a column gather; the results are returned transposed back (views)."""
+    is then a copy of whole rows of the transposed table (``take`` along its first axis), read
+    in memory order, unlike a column gather; the results are returned transposed back (views)."""
 
     def pick(name: str, attr: str) -> np.ndarray:
         """The table's value on every placement (rows) for every candidate (columns)."""
@@ -428,9 +428,9 @@ def _placement_columns(
 
 
 #: Candidates times placements evaluated at once in the search's last pass: numpy's passes
-#: over arrays this size, which stay in the processor's cache, took half the time of passes
-#: over every candidate at once (the sixteen presets' last passes, 0.35 s against 0.76-0.95 s;
-#: blocks of 8,000 to 64,000 elements did about as well).
+#: over arrays this size stay in the processor's cache, where passes over every candidate at
+#: once would go to memory for every operation (``docs/performance.md`` gives the times
+#: measured, for this size and others).
 BLOCK = 32768
 
 

@@ -107,9 +107,8 @@ def sweep(scn: Scenario) -> list[dict[str, Any]]:
 
 def _formula_family(scn: Scenario) -> tuple[Any, ...]:
     """The values of a scenario that decide which formulas its sweep builds beyond those every
-    sweep builds: the matmul model's, with or without multicast
-    (:func:`dmlimits.costs.matmul.cost_expressions` and the functions lambdified from them, about
-    three seconds of CPU to build on the project's machine in a slow hour)."""
+    sweep builds: the matmul model's, with or without multicast, which are slow to build
+    (:func:`dmlimits.costs.matmul.cost_expressions` and the functions lambdified from them)."""
     return (bool(scn["hardware.distributed_shared_memory"]),)
 
 
@@ -119,8 +118,8 @@ def _families_first(first: Scenario, rest: list[Scenario]) -> list[Scenario]:
     is not of, so that one worker builds that family's formulas and keeps them on disk while
     the others sweep; then the scenarios of ``first``'s family; then the others, whose
     formulas are kept on disk by then for every worker to read.  Taken in the order given,
-    both workers of the book's build built the same formulas without multicast at once (about
-    three seconds each, measured on the project's machine).  The order changes no result."""
+    both workers of the book's build would build the same formulas without multicast at once.
+    The order changes no result."""
     own = _formula_family(first)
     leads: list[Scenario] = []
     alike: list[Scenario] = []
