@@ -63,7 +63,7 @@ def _seed(cache: Path) -> set[str]:
     seeded = set()
     for name in build.toc_notebooks(ROOT):
         key = build.source_key(ROOT, name)
-        entries = chapter_reads._entries(project, key)
+        entries = chapter_reads.kept_entries(project, key)
         free = [e for e in entries if e["reads"] == {}]
         if free:
             seeded.add(name)

@@ -186,14 +186,14 @@ def test_the_cache_gives_back_what_it_stored_and_can_be_switched_off(tmp_path, m
     executed = tmp_path / "executed.ipynb"
     executed.write_bytes(b'{"cells": []}')
     target = tmp_path / "stage" / "notebooks" / "a.ipynb"
-    assert not build._cached_copy(cache, "k", target)
-    build._cache_store(cache, "k", executed)
-    assert build._cached_copy(cache, "k", target)
+    assert not build.cached_copy(cache, "k", target)
+    build.cache_store(cache, "k", executed)
+    assert build.cached_copy(cache, "k", target)
     assert target.read_bytes() == executed.read_bytes()
     assert not list(cache.glob(".tmp-*"))
     monkeypatch.setenv(build.NOTEBOOK_CACHE_ENV, "off")
     assert build.notebook_cache_dir(work) is None
-    assert not build._cached_copy(None, "k", target)
+    assert not build.cached_copy(None, "k", target)
 
 
 def test_a_chapters_parse_is_kept_until_its_source_changes(tmp_path, monkeypatch):
@@ -209,7 +209,7 @@ def test_a_chapters_parse_is_kept_until_its_source_changes(tmp_path, monkeypatch
     header = "---\njupytext:\n  text_representation:\n    format_name: myst\n---\n"
     source.write_text(header + "# A\n\n```{code-cell} ipython3\nx = 1\n```\n")
     monkeypatch.setenv(build.NOTEBOOK_CACHE_ENV, str(tmp_path / "cache"))
-    first = build._read_source(root, "notebooks/a")
+    first = build.read_source(root, "notebooks/a")
     assert [c.cell_type for c in first.cells] == ["markdown", "code"]
     kept = list((tmp_path / "cache" / build.SOURCES).glob("*.json"))
     assert len(kept) == 1
@@ -218,13 +218,13 @@ def test_a_chapters_parse_is_kept_until_its_source_changes(tmp_path, monkeypatch
         raise AssertionError("parsed again")
 
     monkeypatch.setattr(jupytext, "reads", unparsed)
-    assert build._read_source(root, "notebooks/a") == first  # cell ids included
+    assert build.read_source(root, "notebooks/a") == first  # cell ids included
     source.write_text(source.read_text().replace("x = 1", "x = 2"))
     with pytest.raises(AssertionError, match="parsed again"):
-        build._read_source(root, "notebooks/a")
+        build.read_source(root, "notebooks/a")
     monkeypatch.undo()
     monkeypatch.setenv(build.NOTEBOOK_CACHE_ENV, "off")
-    assert build._read_source(root, "notebooks/a").cells[1].source == "x = 2"
+    assert build.read_source(root, "notebooks/a").cells[1].source == "x = 2"
     assert len(list((tmp_path / "cache" / build.SOURCES).glob("*"))) == 1
     # Kept parses are pruned with the executions, to a hundredth of their size.
     assert build.prune_notebook_cache(tmp_path / "cache", limit=100) == 0
@@ -241,7 +241,7 @@ def test_the_cache_keeps_the_executions_used_last_under_its_size(tmp_path):
         os.utime(cache / f"{name}.ipynb", ns=(10**18 + i * 10**9,) * 2)
     assert build.prune_notebook_cache(cache, limit=300) == 0
     # Reading "used" makes it the most recently used: "old" and then "new" go first.
-    assert build._cached_copy(cache, "used", tmp_path / "stage" / "a.ipynb")
+    assert build.cached_copy(cache, "used", tmp_path / "stage" / "a.ipynb")
     assert build.prune_notebook_cache(cache, limit=250) == 1
     assert sorted(p.stem for p in cache.iterdir()) == ["new", "used"]
     assert build.prune_notebook_cache(cache, limit=100) == 1
@@ -310,7 +310,7 @@ def test_an_interrupted_build_starts_no_kernel_and_stops_late_children(tmp_path)
         assert build.stop_children(grace=0.5, settle=0.4) == 2
         timer.join()
         assert early.poll() is not None and late and late[0].poll() is not None
-        manager = build._ipc_kernel_manager(tmp_path)()
+        manager = build.ipc_kernel_manager(tmp_path)()
         with pytest.raises(RuntimeError, match="interrupted"):
             asyncio.run(manager._launch_kernel(["true"]))
     finally:
@@ -338,7 +338,7 @@ def test_sync_writes_only_what_differs_and_removes_what_is_gone(tmp_path):
     old = 1_000_000_000_000_000_000
     for p in src.rglob("*"):
         os.utime(p, ns=(old, old))
-    assert build._sync(stage, src) == (2, [])  # a changed, b new; _toc.yml the same bytes
+    assert build.sync_tree(stage, src) == (2, [])  # a changed, b new; _toc.yml the same bytes
     assert (src / "notebooks" / "a.ipynb").read_text() == "new a"
     assert (src / "notebooks" / "a.ipynb").stat().st_mtime_ns > old  # Sphinx sees it changed
     assert (src / "_toc.yml").stat().st_mtime_ns == old  # ...and not this one
@@ -346,7 +346,7 @@ def test_sync_writes_only_what_differs_and_removes_what_is_gone(tmp_path):
     assert (src / "_build" / ".doctrees" / "a.doctree").is_file()
     assert (src / ".jupyter_cache" / "x").is_file()
     assert not (src / "_build" / "html").exists() and not (src / "_executed").exists()
-    assert build._sync(stage, src) == (0, [])
+    assert build.sync_tree(stage, src) == (0, [])
 
 
 def _execution(params: dict, *, shown: bool = False, output: str = "2.0e28") -> str:
@@ -396,7 +396,7 @@ def test_sync_leaves_a_chapter_that_makes_the_same_page_unread(tmp_path):
     old = 1_000_000_000_000_000_000
     for p in src.rglob("*"):
         os.utime(p, ns=(old, old))
-    assert build._sync(stage, src) == (1, [Path("notebooks/a.ipynb")])
+    assert build.sync_tree(stage, src) == (1, [Path("notebooks/a.ipynb")])
     assert (src / "notebooks" / "a.ipynb").stat().st_mtime_ns == old
     assert (src / "notebooks" / "b.ipynb").read_bytes() == (
         stage / "notebooks/b.ipynb"
@@ -428,13 +428,13 @@ def test_a_state_is_used_only_as_a_successful_build_left_it(tmp_path, monkeypatc
     cache = tmp_path / "sphinx"
     with build.sphinx_state(cache, "k1") as folder:
         _tree(folder / "src", {"_build/html/index.html": "built"})
-        (folder / build._OK).touch()
+        (folder / build.SUCCEEDED).touch()
     with build.sphinx_state(cache, "k1") as folder:  # succeeded: kept as it was
         assert (folder / "src" / "_build" / "html" / "index.html").is_file()
-        assert not (folder / build._OK).exists()  # until this build succeeds too; it fails
+        assert not (folder / build.SUCCEEDED).exists()  # until this build succeeds too; it fails
     with build.sphinx_state(cache, "k1") as folder:  # ...so nothing of it is used
         assert not (folder / "src" / "_build").exists()
-        (folder / build._OK).touch()
+        (folder / build.SUCCEEDED).touch()
     with (cache / ".k1.lock").open("a+") as held:  # another build holds it
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with build.sphinx_state(cache, "k1") as folder:
@@ -444,7 +444,7 @@ def test_a_state_is_used_only_as_a_successful_build_left_it(tmp_path, monkeypatc
     for key in ("k2", "k3"):
         time.sleep(0.01)
         with build.sphinx_state(cache, key) as folder:
-            (folder / build._OK).touch()
+            (folder / build.SUCCEEDED).touch()
     with build.sphinx_state(cache, "failed"):
         pass  # no ok: removed when the states are pruned
     assert sorted(p.name for p in cache.iterdir() if p.is_dir()) == ["k2", "k3"]
@@ -454,7 +454,7 @@ def test_pages_leave_out_images_no_page_shows(tmp_path):
     html, out = tmp_path / "html", tmp_path / "out"
     _tree(html, {"notebooks/a.html": '<img src="../_images/new.png">', "index.html": "x"})
     _tree(html, {"_images/new.png": "n", "_images/old.png": "o", "_static/s.css": "s"})
-    build._copy_pages(html, out)
+    build.copy_pages(html, out)
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
         "_images/new.png", "_static/s.css", "index.html", "notebooks/a.html"
     ]  # fmt: skip
@@ -549,7 +549,7 @@ def test_the_api_reference_is_preloaded_for_exactly_the_builds_that_read_every_p
     assert build.reads_every_page(tmp_path, tmp_path, [])
     (tmp_path / "states" / "k" / "src" / "_build" / "html").mkdir(parents=True)
     assert build.reads_every_page(tmp_path, tmp_path, [])  # a build that did not succeed
-    (tmp_path / "states" / "k" / build._OK).touch()
+    (tmp_path / "states" / "k" / build.SUCCEEDED).touch()
     assert not build.reads_every_page(tmp_path, tmp_path, [])
     monkeypatch.setenv(build.SPHINX_CACHE_ENV, "off")
     assert build.reads_every_page(tmp_path, tmp_path, [])
@@ -638,14 +638,14 @@ def test_an_executed_notebook_is_checked_whole_and_strictly(tmp_path):
                 cell]  # fmt: skip
     path = tmp_path / "chapter.ipynb"
     nbformat.write(nb, path)
-    build._hide_injected_parameters(path)
+    build.hide_injected_parameters(path)
     assert nbformat.read(path, as_version=4).cells[0].metadata.tags == [
         "injected-parameters", "remove-cell"
     ]  # fmt: skip
     cell.outputs[0]["output_type"] = "display"  # no such output in the schema
     nbformat.write(nb, path)
     with pytest.raises(build.BuildError, match=r"chapter\.ipynb is not a valid notebook"):
-        build._hide_injected_parameters(path)
+        build.hide_injected_parameters(path)
 
 
 def test_a_chapter_that_writes_to_stderr_is_named_in_the_progress(tmp_path):
@@ -662,7 +662,7 @@ def test_a_chapter_that_writes_to_stderr_is_named_in_the_progress(tmp_path):
     nb.cells = [warned]
     path = tmp_path / "chapter.ipynb"
     nbformat.write(nb, path)
-    found = build._hide_injected_parameters(path)
+    found = build.hide_injected_parameters(path)
     assert found == ("x.py:3: RuntimeWarning: invalid\n",)
     line = build.Timing("notebooks/x", 1.24, stderr=(*found, "y" * 500)).finished_line(3, 7)
     head, first, second = line.split("\n")
@@ -684,11 +684,11 @@ def test_the_chapters_run_with_each_output_unchecked_until_the_notebook_is_whole
     seen: list[bool] = []
 
     def execute(root, stage, name, *args, **kwargs):
-        seen.append(nbbase.validate is build._not_checked_yet)
+        seen.append(nbbase.validate is build.not_checked_yet)
         return build.Timing(name, 0.0)
 
-    monkeypatch.setattr(build, "_execute_one", execute)
+    monkeypatch.setattr(build, "execute_one", execute)
     monkeypatch.setenv(build.NOTEBOOK_CACHE_ENV, "off")
     build.execute_notebooks(tmp_path, tmp_path / "stage", ["chapter"], {}, 1, forks=None)
     assert seen == [True]
-    assert nbbase.validate is not build._not_checked_yet
+    assert nbbase.validate is not build.not_checked_yet

@@ -126,7 +126,7 @@ def test_an_execution_serves_only_scenarios_that_agree_on_what_it_read(tmp_path)
     ):
         assert chapter_reads.reusable(cache, "src", differs) is None
     # A value of another type is another value (6 is not 6.0 on a page).
-    assert chapter_reads._value(h100, "hardware.sms") != json.dumps(float(h100["hardware.sms"]))
+    assert chapter_reads.read_value(h100, "hardware.sms") != json.dumps(float(h100["hardware.sms"]))
     # Nothing is remembered of an execution that read everything or did not record, and an
     # execution no longer in the cache is not offered.
     assert not chapter_reads.remember(cache, "src2", "k1", h100, {ALL_READ, "gpu"})
@@ -139,7 +139,7 @@ def test_an_execution_serves_only_scenarios_that_agree_on_what_it_read(tmp_path)
     assert chapter_reads.reusable(cache, "src", same) is None
     for i in range(chapter_reads.KEEP + 3):
         chapter_reads.remember(cache, "src", f"k{i}", h100, {"gpu"})
-    assert len(chapter_reads._entries(cache, "src")) == chapter_reads.KEEP
+    assert len(chapter_reads.kept_entries(cache, "src")) == chapter_reads.KEEP
 
 
 TOY = """\
@@ -241,7 +241,7 @@ def test_a_copied_chapter_is_what_executing_it_gives(tmp_path):
     try:
         for n, copied in copies.items():
             source = jupytext.read(ROOT / f"{n}.md", fmt="md:myst")
-            build._execute_one(ROOT, tmp_path, n, build.parameters_for(source, params), sockets)
+            build.execute_one(ROOT, tmp_path, n, build.parameters_for(source, params), sockets)
             fresh = tmp_path / f"{n}.ipynb"
             assert read_glued(fresh) == read_glued(copied), n
             assert _images(fresh) == _images(copied), n

@@ -85,7 +85,7 @@ def _small_points() -> list[tuple[sc.Scenario, search.Point, int]]:
 def test_the_search_tries_the_pipeline_chapters_microbatches(scn, pt, n_gpu):
     """1F1B: the four smallest divisors of the tokens per pipeline of at least N_PP; zero bubble:
     the smallest of at least 2 N_PP (tokens, because the model has no attention)."""
-    c = candidates._base(scn, pt, n_gpu, search.Choices.of(scn))
+    c = candidates.base(scn, pt, n_gpu, search.Choices.of(scn))
     assert c is not None
     for pp, dp, m, zb in {
         (int(a), int(b), int(x), int(z))
@@ -101,7 +101,7 @@ def test_the_search_tries_the_pipeline_chapters_microbatches(scn, pt, n_gpu):
 
 @pytest.mark.parametrize(("scn", "pt", "n_gpu"), _small_points())
 def test_the_search_splits_tensor_parallelism_by_the_chapters_rule(scn, pt, n_gpu):
-    c = candidates._base(scn, pt, n_gpu, search.Choices.of(scn))
+    c = candidates.base(scn, pt, n_gpu, search.Choices.of(scn))
     pairs = {(int(m), int(f)) for m, f in zip(c["tp_model"], c["tp_ff"], strict=True)}
     for tp in {m * f for m, f in pairs}:
         root = math.isqrt(tp)
@@ -123,7 +123,7 @@ def test_the_search_pays_expert_latency_at_the_highest_level():
     c.update(d_model=np.array([pt.d_model]), batch=np.array([pt.batch]))
     c.update(layers=np.array([pt.layers]), n_gpu=np.array([64.0 * 8]))
     factors = np.array([1, 2, 4, 8])
-    ok, t = engine._pp_ep_distinct(scn, c, factors, ch)
+    ok, t = engine.pp_ep_distinct(scn, c, factors, ch)
     j = list(factors).index(8)
     assert ok[0, 0, j]
     want = (pt.layers - 1) * 2 * scn["network.latency"]
@@ -136,7 +136,7 @@ def test_the_network_time_is_the_search_chapters_derivation():
     d = step.network_time_derivation().verify()
     rng = np.random.default_rng(1)
     tp_m, tp_f, pe = rng.uniform(0, 1, (3, 2, 5))
-    got = engine._network_time(
+    got = engine.network_time(
         {"tp_model": (tp_m[0], tp_m[1]), "tp_ff": (tp_f[0], tp_f[1]), "pp_ep": (pe[0], pe[1])},
         sc.SCHEMA["search.level_times"].default,
     )
@@ -149,7 +149,7 @@ def test_the_network_time_is_the_search_chapters_derivation():
         assert got[k] == pytest.approx(float(d.result.rhs.subs(values)))
     # The gradient all-reduce alone: the larger of its two levels, the data-parallel chapter's
     # default.
-    alone = engine._network_time({"dp": (tp_m[0], tp_m[1])}, "links")
+    alone = engine.network_time({"dp": (tp_m[0], tp_m[1])}, "links")
     assert np.allclose(alone, np.maximum(tp_m[0], tp_m[1]))
 
 
@@ -160,7 +160,7 @@ def test_the_search_rules_differ_from_their_alternatives():
     assert ppm.least_microbatches(4, True, "2n") != ppm.least_microbatches(4, True, "2n-1")
     assert ppm.unit_tokens("token", 2048) != ppm.unit_tokens("sequence", 2048)
     parts = {"tp_model": (1.0, 2.0), "pp_ep": (2.0, 1.0)}
-    values = {rule: float(engine._network_time(parts, rule)) for rule in sc.SCHEMA[
+    values = {rule: float(engine.network_time(parts, rule)) for rule in sc.SCHEMA[
         "search.level_times"].choices}  # fmt: skip
     assert len(set(values.values())) == len(values), values
     # The symbolic rule is a maximum, not a sum.

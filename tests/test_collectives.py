@@ -238,7 +238,7 @@ def test_p2p_time():
     assert co.p2p_time(H100, words, 1, seq=seq, par=par, n_gpu=8).bandwidth == pytest.approx(
         2 * t.bandwidth
     )
-    f = sp.lambdify(co._ONE_LEVEL_ARGS, co.p2p_derivation().result.rhs)
+    f = sp.lambdify(co.ONE_LEVEL_ARGS, co.p2p_derivation().result.rhs)
     assert t.total == pytest.approx(
         f(words, 1, seq, par, par, 2, co.level_bandwidth(H100, 1), H100["network.latency"])
     )

@@ -103,29 +103,29 @@ def test_scaled_equations_are_the_same_relation():
 
 
 def test_the_numeric_precheck_rejects_only_what_is_not_the_same():
-    """derivation._differs spares the symbolic attempts that would fail: it says two
+    """derivation.differs spares the symbolic attempts that would fail: it says two
     expressions differ only where they do (every step of every derivation is the same as the
     one before, by the symbolic proof, and the pre-check never says otherwise), and says
     nothing of what it cannot evaluate."""
-    from dmlimits.core.derivation import _differs, _residual
+    from dmlimits.core.derivation import differs, residual_of
 
     for d in every_derivation():
         for prev, step in zip(d.steps, d.steps[1:], strict=False):
             if step.solve_for is not None:
                 continue
             before = step.using.apply(prev.expr) if step.using else prev.expr
-            a, b = _residual(before), _residual(step.expr)
-            assert not _differs(a, b, scaled=isinstance(step.expr, sp.Equality)), (d.name, step)
+            a, b = residual_of(before), residual_of(step.expr)
+            assert not differs(a, b, scaled=isinstance(step.expr, sp.Equality)), (d.name, step)
     # Different relations, and equal ones written otherwise, at the same points.
-    assert _differs(6 * s.n_params, 6 * s.n_params + s.d_model, scaled=False)
-    assert _differs(s.compute - 6 * s.n_params, s.compute - 2 * s.n_params, scaled=True)
-    assert not _differs(s.compute - 6 * s.n_params, 12 * s.n_params - 2 * s.compute, scaled=True)
-    assert not _differs(
+    assert differs(6 * s.n_params, 6 * s.n_params + s.d_model, scaled=False)
+    assert differs(s.compute - 6 * s.n_params, s.compute - 2 * s.n_params, scaled=True)
+    assert not differs(s.compute - 6 * s.n_params, 12 * s.n_params - 2 * s.compute, scaled=True)
+    assert not differs(
         sp.log(s.d_model * s.d_ff), sp.log(s.d_model) + sp.log(s.d_ff), scaled=False
     )
     # A function it cannot evaluate: no verdict, the symbolic proof decides.
     f = sp.Function("f")
-    assert not _differs(f(s.d_model), f(s.d_model) + 1, scaled=False)
+    assert not differs(f(s.d_model), f(s.d_model) + 1, scaled=False)
 
 
 def test_markdown_has_one_numbered_equation_per_step():

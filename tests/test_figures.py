@@ -193,9 +193,9 @@ def _laid_out_tight() -> plt.Figure:
 
 def _png(fig: plt.Figure) -> bytes:
     """The PNG that glue() stores for ``fig``."""
-    from dmlimits.book.glue import _Png
+    from dmlimits.book.glue import PngOutput
 
-    return _Png(fig).png
+    return PngOutput(fig).png
 
 
 TIDIED = [_good, _legend_in_the_middle, _two_panels_with_a_legend_beside_the_left,

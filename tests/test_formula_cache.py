@@ -74,13 +74,13 @@ def first_fast(cases: list) -> list:
 def test_a_kept_result_reads_back_as_built(folder, name, args):
     kept = kept_builders()[name]
     fresh = kept(*args)  # built (the folder is empty) and written
-    assert formula_cache._path(
+    assert formula_cache.entry_path(
         f"expressions {kept.key}{args!r}", kept.build.__module__
     ).is_file(), "not kept"
     before = formula_cache.COUNTS["read"]
     read = kept(*args)  # read back
     assert formula_cache.COUNTS["read"] == before + 1
-    assert formula_cache._same(fresh, read)
+    assert formula_cache.same_value(fresh, read)
 
     def printed(value):
         if isinstance(value, dict):
@@ -100,9 +100,9 @@ def test_a_kept_lambdified_function_computes_as_built(folder, what, kind, multic
     """The matmul model's numeric functions (the search's hot path), kept and run again, give
     the same floats, bit for bit, on shapes spanning the book's sweeps."""
     builder = {
-        "parts": matmul._numeric_parts,
-        "combined": matmul._numeric_combined,
-        "traffic": matmul._traffic_function,
+        "parts": matmul.numeric_parts,
+        "combined": matmul.numeric_combined,
+        "traffic": matmul.traffic_function,
     }[what].__wrapped__
     written = builder(kind, multicast)
     before = formula_cache.COUNTS["read"]
@@ -167,7 +167,7 @@ def test_an_unevaluated_tree_keeps_its_order_and_form(folder):
 def test_a_changed_library_gives_new_addresses(folder, monkeypatch):
     formula_cache.keep_result("probe", sp.Integer(3))
     assert formula_cache.read_result("probe") == (True, sp.Integer(3))
-    monkeypatch.setattr(formula_cache, "_environment_key", lambda module=None: "another library")
+    monkeypatch.setattr(formula_cache, "environment_key", lambda module=None: "another library")
     assert formula_cache.read_result("probe") == (False, None)
 
 
@@ -224,9 +224,9 @@ def test_the_closure_follows_imports_anywhere_and_the_fingerprint_what_it_reads(
 def _forget_closures() -> None:
     """What a process reads once (the modules' imports, the data files, the closures and their
     fingerprints), forgotten: as in a new process."""
-    for memo in (formula_cache._imported, formula_cache._data_files, formula_cache._kept_closures,
+    for memo in (formula_cache.imported, formula_cache.data_files, formula_cache.kept_closures,
                  formula_cache.import_closure, formula_cache.closure_fingerprint,
-                 formula_cache._file_digest):  # fmt: skip
+                 formula_cache.file_digest):  # fmt: skip
         memo.cache_clear()
 
 
@@ -235,12 +235,12 @@ def _closure_checks(pkg) -> None:
             "dmlimits.sub.e")  # fmt: skip
     assert formula_cache.import_closure("dmlimits.a") == want
     # Kept with the formulas, read back by the next process, for the same sources only.
-    kept = formula_cache._kept_closures()
+    kept = formula_cache.kept_closures()
     assert kept is not None and json.loads(kept.read_text())["dmlimits.a"] == list(want)
     _forget_closures()
     assert (
         formula_cache.import_closure("dmlimits.a") == want
-        and formula_cache._kept_closures() == kept
+        and formula_cache.kept_closures() == kept
     )
 
     def fingerprint() -> str:
@@ -301,13 +301,13 @@ def test_a_kept_formula_is_addressed_by_its_modules_closure(folder, monkeypatch)
         )
 
     for changed, kept in (("dmlimits.measured.runs", True), ("dmlimits.core.units", False)):
-        formula_cache._environment_key.cache_clear()
+        formula_cache.environment_key.cache_clear()
         monkeypatch.setattr(formula_cache, "closure_fingerprint", fingerprint(changed))
         assert formula_cache.read_result("probe", "dmlimits.costs.matmul")[0] is kept, changed
-    formula_cache._environment_key.cache_clear()
+    formula_cache.environment_key.cache_clear()
     monkeypatch.setattr(formula_cache, "closure_fingerprint", real)
-    assert formula_cache._path("probe", "tests.elsewhere") == formula_cache._path("probe")
-    formula_cache._environment_key.cache_clear()
+    assert formula_cache.entry_path("probe", "tests.elsewhere") == formula_cache.entry_path("probe")
+    formula_cache.environment_key.cache_clear()
 
 
 @pytest.mark.slow
@@ -317,7 +317,7 @@ def test_a_kept_builder_imports_nothing_outside_its_modules_closure():
     library outside its own module's closure while it runs (a dynamic import would)."""
     code = (
         "import importlib, json, sys\n"
-        "from dmlimits.core import formula_cache as fc\n"
+        "from dmlimits.core import formula_cache\n"
         f"kept = {sorted(KEPT.items())!r}\n"
         "fns = {}\n"
         "for name, _ in kept:\n"
@@ -392,9 +392,9 @@ def test_a_kept_numeric_function_computes_as_built(folder, module, what):
 
 
 def test_the_models_kept_definitions_compute_as_built(folder):
-    written = model._numeric_defs.__wrapped__()
+    written = model.numeric_defs.__wrapped__()
     before = formula_cache.COUNTS["read"]
-    read = model._numeric_defs.__wrapped__()
+    read = model.numeric_defs.__wrapped__()
     kept = len(read) - 1 + len(read["batch"])  # each definition, and each batch law
     assert formula_cache.COUNTS["read"] == before + kept, "not all read back"
     for name, fn in written.items():
@@ -405,17 +405,17 @@ def test_the_models_kept_definitions_compute_as_built(folder):
 
 def test_a_kept_source_reads_numpys_names_without_lambdifys_namespace():
     """A kept source for numpy finds its global names in numpy and numpy.linalg
-    (:func:`dmlimits.core.formula_cache._numpy_names`), as lambdify's namespace holds them, the same
+    (:func:`dmlimits.core.formula_cache.numpy_names`), as lambdify's namespace holds them, the same
     objects; names lambdify adds of its own send it to that namespace."""
-    full = formula_cache._namespace("numpy")
+    full = formula_cache.lambdify_namespace("numpy")
     names = {*np.__all__, *np.linalg.__all__, "numpy"}
-    found = formula_cache._numpy_names(names)
+    found = formula_cache.numpy_names(names)
     assert found is not None
     differ = sorted(n for n in names if n in full and found[n] is not full[n])
     assert not differ, differ
-    assert formula_cache._numpy_names({"sqrt", "I"}) is None  # lambdify's own 1j
+    assert formula_cache.numpy_names({"sqrt", "I"}) is None  # lambdify's own 1j
     source = "def _lambdifygenerated(x):\n    return select([less(x, 1), True], [nan, sqrt(x)])\n"
     code = compile(source, "<test>", "exec")
-    assert formula_cache._loaded_globals(code) == {"select", "less", "nan", "sqrt"}
+    assert formula_cache.loaded_globals(code) == {"select", "less", "nan", "sqrt"}
     code = compile("def f(x):\n    return logical_and.reduce((x, x))\n", "<test>", "exec")
-    assert formula_cache._loaded_globals(code) == {"logical_and"}  # not the attribute
+    assert formula_cache.loaded_globals(code) == {"logical_and"}  # not the attribute

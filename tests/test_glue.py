@@ -39,7 +39,7 @@ def test_non_numbers_are_refused(value):
 
 def test_glue_pastes_numbers_math_and_text(monkeypatch):
     pasted = {}
-    monkeypatch.setattr(g, "_paste", lambda key, obj: pasted.__setitem__(key, obj))
+    monkeypatch.setattr(g, "paste", lambda key, obj: pasted.__setitem__(key, obj))
     g.glue("n", np.float64(2.05e28))
     g.glue("eq", sp.Eq(s.compute, 6 * s.n_params))
     g.glue("t", "hello")
@@ -66,7 +66,7 @@ def test_paste_gives_what_myst_nbs_glue_gives(monkeypatch):
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])
     objects = {
-        "n": 2.05e28, "t": g._Text("hello"), "m": g._Math("x^2"), "f": g._Png(fig),
+        "n": 2.05e28, "t": g.TextOutput("hello"), "m": g.MathOutput("x^2"), "f": g.PngOutput(fig),
     }  # fmt: skip
     plt.close(fig)
     import myst_nb.ext.glue
@@ -76,7 +76,7 @@ def test_paste_gives_what_myst_nbs_glue_gives(monkeypatch):
     monkeypatch.setattr(IPython.display, "display", record)  # what ours calls
     monkeypatch.setattr(myst_nb.ext.glue, "ipy_display", record)  # what myst_nb's calls
     for key, obj in objects.items():
-        g._paste(key, obj)
+        g.paste(key, obj)
         ours = sent.pop()
         myst_nb.glue(key, obj, display=False)
         assert sent.pop() == ours, key
@@ -128,7 +128,7 @@ def test_glued_text_reaches_the_page_as_it_is(text):
     from IPython.core.formatters import format_display_data
     from myst_nb.core.variables import format_plain_text
 
-    bundle, _ = format_display_data(g._Text(text))
+    bundle, _ = format_display_data(g.TextOutput(text))
     assert format_plain_text(bundle["text/plain"], "") == text
     assert format_plain_text(bundle["text/plain"], "s") == text
 

@@ -88,8 +88,8 @@ def forks():
 def test_a_forked_kernel_is_the_kernel_a_build_would_start(tmp_path, forks):
     sockets = tmp_path / "s"
     sockets.mkdir()
-    forked = build._ipc_kernel_manager(sockets, None, forks)
-    alone = build._ipc_kernel_manager(sockets, None, None)
+    forked = build.ipc_kernel_manager(sockets, None, forks)
+    alone = build.ipc_kernel_manager(sockets, None, None)
     a, err_a, pid_a, gone_a = asyncio.run(_run(forked, PROBE, str(tmp_path)))
     b, err_b, pid_b, gone_b = asyncio.run(_run(alone, PROBE, str(tmp_path)))
     assert err_a is None and err_b is None
@@ -134,7 +134,7 @@ def test_a_forked_kernel_records_what_its_chapter_reads(tmp_path, forks):
     lists = {}
     for name, server in (("forked", forks), ("alone", None)):
         reads = tmp_path / f"{name}.reads"
-        manager = build._ipc_kernel_manager(sockets, reads, server)
+        manager = build.ipc_kernel_manager(sockets, reads, server)
         out, err, _pid, _gone = asyncio.run(_run(manager, code, str(tmp_path)))
         assert err is None
         assert [float(x) for x in out.split()] == [6.0, sc.resolve("h100")["network.latency"]]
@@ -147,7 +147,7 @@ def test_a_forked_kernel_records_what_its_chapter_reads(tmp_path, forks):
 def test_a_forked_kernel_can_be_interrupted(tmp_path, forks):
     sockets = tmp_path / "s"
     sockets.mkdir()
-    forked = build._ipc_kernel_manager(sockets, None, forks)
+    forked = build.ipc_kernel_manager(sockets, None, forks)
     started = time.monotonic()
     _, error, _, gone = asyncio.run(
         _run(forked, "import time\ntime.sleep(60)", str(tmp_path), interrupt_after=1.0)
@@ -182,7 +182,7 @@ def test_only_this_interpreters_ipykernel_is_forked(argv):
 def test_the_fork_can_be_switched_off(monkeypatch):
     monkeypatch.setenv(kernel_fork.FORK_ENV, "off")
     assert not kernel_fork.enabled()
-    assert build._fork_server() is None
+    assert build.fork_server() is None
     monkeypatch.setenv(kernel_fork.FORK_ENV, "on")
     assert kernel_fork.enabled()
 
@@ -211,7 +211,7 @@ def test_a_forked_kernel_ends_once_its_answer_to_shutdown_is_sent(tmp_path, fork
     sockets.mkdir()
     seen = tmp_path / "control_alive_at_exit"
     code = f"PATH = {str(seen)!r}\n" + CONTROL_STILL_ANSWERING
-    forked = build._ipc_kernel_manager(sockets, None, forks)
+    forked = build.ipc_kernel_manager(sockets, None, forks)
     _, error, _, gone = asyncio.run(_run(forked, code, str(tmp_path)))
     assert error is None and gone
     assert seen.read_text() == "False"

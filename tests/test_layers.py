@@ -187,7 +187,8 @@ def bound_names() -> dict[str, dict[str, list[str]]]:
 
     found: dict[str, dict[str, list[str]]] = {}
     known = set(modules())
-    cell = re.compile(r"```\{code-cell\}[^\n]*\n(?:(?::\w+:[^\n]*\n)+)?(.*?)\n```", re.S)
+    # The chapters' code cells and the Python blocks of their exercises' solutions.
+    cell = re.compile(r"```(?:\{code-cell\}[^\n]*|python)\n(?:(?::\w+:[^\n]*\n)+)?(.*?)\n```", re.S)
     sources = [
         (p, p.read_text()) for d in ("lib", "tests", "bench") for p in (ROOT / d).rglob("*.py")
     ]

@@ -373,13 +373,13 @@ def test_fast_numeric_path_equals_the_full_expressions(kind, multicast):
     import sympy as sp
 
     exprs = matmul.cost_expressions(kind, multicast)
-    args = (matmul.d1, matmul.d2, matmul.b, *matmul._HARDWARE)
+    args = (matmul.d1, matmul.d2, matmul.b, *matmul.HARDWARE)
     full = sp.lambdify(args, [matmul.CONSTANTS.replace(exprs[k]) for k in ("total", "efficiency")])
     rng = np.random.default_rng(1)
     x1, x2, nb = (2.0 ** rng.integers(4, 17, size=40) for _ in range(3))
     scn = sc.resolve("gtx580" if multicast is False else "h100")
-    hw = matmul._hardware_values(scn)
-    fast = matmul._numeric(kind, multicast, ("total", "efficiency"))(x1, x2, nb, *hw)
+    hw = matmul.hardware_values(scn)
+    fast = matmul.numeric(kind, multicast, ("total", "efficiency"))(x1, x2, nb, *hw)
     for got, want in zip(fast, full(x1, x2, nb, *hw), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
@@ -395,7 +395,7 @@ def test_the_numeric_paths_shortcuts_leave_the_expressions_as_they_are(kind, mul
     exprs = matmul.cost_expressions(kind, multicast)
     slowest = sp.Max(*(exprs[k] for k in (*matmul.LEVELS, "arithmetic")))
     assert exprs["total"] == slowest + matmul.t_kernel
-    for part in matmul._PARTS:
+    for part in matmul.PARTS:
         fast = matmul.CONSTANTS.replace(exprs[part], compare_min_max=False)
         assert fast == matmul.CONSTANTS.replace(exprs[part]), part
     assert exprs["efficiency"].has(exprs["total"])

@@ -201,7 +201,7 @@ def test_the_matmul_model_is_the_books():
     d1, d2, nano, count = operations.block_matmuls(cfg, b)[0]
     assert (nano, count) == (b, 1.0)
     want = sum(float(matmul.matmul_time(scn, d1, round(d2), b, k)) for k in matmul.KINDS)
-    got = operations._passes_time(scn, [(d1, d2, b, 1.0)], [0])[0]
+    got = operations.passes_time(scn, [(d1, d2, b, 1.0)], [0])[0]
     assert got == pytest.approx(want)
 
 
@@ -277,8 +277,8 @@ def test_the_pipeline_stretch_by_hand():
     times = operations.stage_times(cfg, "layers")
     assert times.argmax() not in (0, 7)  # the stages between carry whole chunks
     assert operations.pipeline_stretch(cfg) > 1 + 7 / (8 * 16)
-    assert operations._stretch(4, 8, 2, (1.0,) * 8) == pytest.approx(1 + 3 / 16)
-    assert operations._stretch(4, 8, 1, (1.0,) * 4) == pytest.approx(1 + 3 / 8)
+    assert operations.stretch(4, 8, 2, (1.0,) * 8) == pytest.approx(1 + 3 / 16)
+    assert operations.stretch(4, 8, 1, (1.0,) * 4) == pytest.approx(1 + 3 / 8)
     odd = dataclasses.replace(cfg, global_batch_tokens=8.5 * 8192.0)
     with pytest.raises(ValueError, match="micro-batches a step; expected a whole number"):
         operations.pipeline_stretch(odd)
@@ -481,10 +481,11 @@ def test_fp8_all_gathers_keep_the_embedding_and_output_layer_in_16_bit():
     plain = dataclasses.replace(cfg, fp8_allgather=False)
     saved = runs.components(plain)["dp_bw"] - runs.components(cfg)["dp_bw"]
     g = cfg.dp * cfg.cp
-    bw, _ = runs._group_bandwidth(cfg, g, cfg.tp)
+    bw, _ = runs.group_bandwidth(cfg, g, cfg.tp)
     nag, _ = runs.ZERO_COUNTS[runs.SHARDING[cfg.sharding]]
     w = runs.WORD_BYTES
-    gather = float(runs._fns()["dp"](nag, 0, g, cfg.params_held, cfg.tp, cfg.pp, w)) / bw
+    dp_time = runs.numeric_functions()["dp"]
+    gather = float(dp_time(nag, 0, g, cfg.params_held, cfg.tp, cfg.pp, w)) / bw
     blocks = cfg.shape.block_params / cfg.params_held
     assert 0 < blocks < 1
     assert saved == pytest.approx(gather * (w - runs.FP8_BYTES) / w * blocks)
@@ -498,9 +499,9 @@ def test_kept_matmul_times_are_per_scenario_not_per_name():
     scn = operations.device(cfg.cluster.name)
     matmuls = operations.block_matmuls(cfg, 8192.0)
     rb = [0.0] * len(matmuls)
-    fast = operations._passes_time(scn, matmuls, rb)
+    fast = operations.passes_time(scn, matmuls, rb)
     slow_values = {**scn.values, "hardware.hbm_bandwidth": scn["hardware.hbm_bandwidth"] / 100}
     slow = dataclasses.replace(scn, values=slow_values)
     assert slow.name == scn.name
-    assert operations._passes_time(slow, matmuls, rb).sum() > 1.5 * fast.sum()
-    assert np.array_equal(operations._passes_time(scn, matmuls, rb), fast)
+    assert operations.passes_time(slow, matmuls, rb).sum() > 1.5 * fast.sum()
+    assert np.array_equal(operations.passes_time(scn, matmuls, rb), fast)

@@ -594,7 +594,7 @@ def test_library_schedules_are_the_simulated_ones(backward):
 
 
 def _list_schedule_as_first_written(orders, n_chunks, durations, latency=0, per_chunk=None):
-    """ppm._list_schedule's rule as it was first written, one list of inputs per pass."""
+    """ppm.list_schedule's rule as it was first written, one list of inputs per pass."""
 
     def inputs(kind, chunk, micro):
         if kind == "F":
@@ -635,10 +635,10 @@ def test_the_list_scheduler_places_every_pass_as_the_rule_first_written(latency)
     deadlock with it: every order, with latency, uneven chunks and a weight-gradient pass."""
     cases = []
     for n_pp, m, v in product((1, 2, 3, 4), (1, 2, 3, 5, 8), (1, 2, 3)):
-        cases.append((ppm._order_breadth_first(n_pp, v, m), v * n_pp))
-        cases.append((ppm._order_interleaved(n_pp, v, m), v * n_pp))
+        cases.append((ppm.order_breadth_first(n_pp, v, m), v * n_pp))
+        cases.append((ppm.order_interleaved(n_pp, v, m), v * n_pp))
         if v == 1:
-            cases.append((ppm._order_1f1b(n_pp, m), n_pp))
+            cases.append((ppm.order_1f1b(n_pp, m), n_pp))
     cases.append(([[("F", 0, 0), ("B", 0, 0), ("W", 0, 0), ("F", 0, 1), ("B", 0, 1), ("W", 0, 1)]],
                   1))  # fmt: skip
     for orders, n_chunks in cases:
@@ -650,9 +650,9 @@ def test_the_list_scheduler_places_every_pass_as_the_rule_first_written(latency)
                 want = _list_schedule_as_first_written(*args)
             except ppm.ScheduleDeadlock:
                 with pytest.raises(ppm.ScheduleDeadlock):
-                    ppm._list_schedule(*args)
+                    ppm.list_schedule(*args)
                 continue
-            got = ppm._list_schedule(*args)
+            got = ppm.list_schedule(*args)
             assert got == want
             assert [type(x) for p in got for x in (p.start, p.end)] == [
                 type(x) for p in want for x in (p.start, p.end)

@@ -126,17 +126,17 @@ def test_fsdp_moves_three_halves_of_zero1():
 def test_fsdp_bytes_match_the_ring_count():
     cfg = _cfg(sharding="fsdp")
     g = cfg.dp
-    bw, _ = runs._group_bandwidth(cfg, g, 1)
+    bw, _ = runs.group_bandwidth(cfg, g, 1)
     expected = 3 * (g - 1) / g * cfg.shape.params * 2 / bw
     assert runs.components(cfg)["dp_bw"] == pytest.approx(expected)
 
 
 def test_a_group_inside_a_node_uses_nvlink_and_across_nodes_the_nics():
     cfg = _cfg()
-    assert runs._group_bandwidth(cfg, 8, 1) == (cfg.cluster.nvlink, 1.0)
-    bw, nodes = runs._group_bandwidth(cfg, 64, 1)
+    assert runs.group_bandwidth(cfg, 8, 1) == (cfg.cluster.nvlink, 1.0)
+    bw, nodes = runs.group_bandwidth(cfg, 64, 1)
     assert bw == 8 * cfg.cluster.nic and nodes == 8
-    bw, nodes = runs._group_bandwidth(cfg, 16, 8)  # one member a node (TP 8 inside)
+    bw, nodes = runs.group_bandwidth(cfg, 16, 8)  # one member a node (TP 8 inside)
     assert bw == cfg.cluster.nic and nodes == 16
 
 
@@ -665,7 +665,7 @@ def test_model_names_match_whatever_their_case_and_separators(name, preset):
     """Issue #14: a row's model name finds its preset regardless of case, dashes, dots and
     underscores (the issue met a measured set that writes LLAMA2-7B; the Playbook's benchmark
     file names its models 1B, 3B, 8B and 80B)."""
-    assert runs._shape({"model": name}, []) is transformer.SHAPES[preset]
+    assert runs.row_shape({"model": name}, []) is transformer.SHAPES[preset]
 
 
 @pytest.mark.parametrize(
@@ -687,15 +687,15 @@ def test_gpt3_presets_have_their_published_parameter_counts(name, published_b):
 def test_a_gpt3_row_without_layers_finds_its_preset(name, preset):
     """Issue #14: a row naming a GPT-3 size (or Table 2.1's label) without layers and d_model is
     modelled as that GPT-3; a row that gives them keeps Megatron-LM's GPT shape."""
-    assert runs._shape({"model": name}, []) is transformer.SHAPES[preset]
-    given = runs._shape({"model": name, "layers": "96", "d_model": "12288"}, [])
+    assert runs.row_shape({"model": name}, []) is transformer.SHAPES[preset]
+    given = runs.row_shape({"model": name, "layers": "96", "d_model": "12288"}, [])
     assert given.vocab == transformer.GPT_VOCAB and given.layers == 96
 
 
 def test_a_name_that_is_not_a_modelled_gpt3_says_why():
     for name in ("GPT-3", "GPT-3.5 Turbo"):
         with pytest.raises(ValueError, match="cannot infer the shape"):
-            runs._shape({"model": name}, [])
+            runs.row_shape({"model": name}, [])
 
 
 @pytest.mark.parametrize(
@@ -707,7 +707,7 @@ def test_blackwell_rows_are_modelled_from_the_books_presets(text, name, preset):
     peak, HBM, node size and links (one way: half the preset's both-ways bandwidth)."""
     from dmlimits.core import hardware
 
-    assert runs._gpu(text) == name
+    assert runs.gpu_name(text) == name
     cl, v = runs.cluster(name), hardware.gpu_values(preset)
     assert cl.peak("bf16") == configuration.preset_peak_flops(preset)
     assert cl.peak("fp8") == 2 * cl.peak("bf16")

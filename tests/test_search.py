@@ -326,13 +326,13 @@ def test_workers_take_one_scenario_of_each_other_formula_family_first():
     not of (its formulas are then built once, by one worker), then the first's family, then
     the rest; the same scenarios, each once, whatever the order."""
     h100, a100, v100, b200 = (sc.resolve(n) for n in ("h100", "a100", "v100", "b200"))
-    assert sweeps._formula_family(h100) == sweeps._formula_family(b200)
-    assert sweeps._formula_family(a100) == sweeps._formula_family(v100)
-    assert sweeps._formula_family(h100) != sweeps._formula_family(a100)
+    assert sweeps.formula_family(h100) == sweeps.formula_family(b200)
+    assert sweeps.formula_family(a100) == sweeps.formula_family(v100)
+    assert sweeps.formula_family(h100) != sweeps.formula_family(a100)
     rest = [b200, a100, v100, sc.resolve("h100-sparse")]
-    ordered = sweeps._families_first(h100, rest)
+    ordered = sweeps.families_first(h100, rest)
     assert [x.name for x in ordered] == ["a100", "b200", "h100-sparse", "v100"]
-    assert sweeps._families_first(h100, [b200]) == [b200]
+    assert sweeps.families_first(h100, [b200]) == [b200]
 
 
 # --- Which parallelism when (the decision chart) -------------------------------------------------

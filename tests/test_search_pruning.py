@@ -109,8 +109,8 @@ def test_looking_ahead_and_kept_layouts_change_no_result(preset, monkeypatch):
     search.optimal_many(scn, pts, ch)
     ahead = search.optimal_many(scn, pts, ch)
     monkeypatch.setattr(engine, "LOOKAHEAD", 1)
-    candidates._layouts.cache_clear()
-    monkeypatch.setattr(candidates, "_layouts", candidates._layouts.__wrapped__)
+    candidates.cluster_layouts.cache_clear()
+    monkeypatch.setattr(candidates, "cluster_layouts", candidates.cluster_layouts.__wrapped__)
     one_by_one = search.optimal_many(scn, pts, ch)
     differ = [
         (pt.compute, k)
@@ -132,12 +132,12 @@ def test_kept_layouts_are_read_only_and_shared_only_where_they_agree():
     found = [r for r in search.sweep(big) if r["feasible"]][-1]  # its largest feasible model
     pt = next(p for p in search.points(big) if p.compute == found["training_flop"])
     n_gpu = int(found["n_gpu"])
-    a, b = candidates._base(big, pt, n_gpu, ch), candidates._base(small, pt, n_gpu, ch)
+    a, b = candidates.base(big, pt, n_gpu, ch), candidates.base(small, pt, n_gpu, ch)
     assert a is not None and b is not None
     with pytest.raises(ValueError, match="read-only"):
         a["dp"][0] = 1
     assert a["dp"].max() > b["dp"].max()
-    assert candidates._base(big, pt, n_gpu, ch) is a
+    assert candidates.base(big, pt, n_gpu, ch) is a
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +154,8 @@ def h100():
     ],
 )
 def test_the_bound_never_exceeds_a_candidates_best_placement(preset):
-    """The pruning's lower bounds (:func:`dmlimits.search.engine._compute_bound`, then
-    :func:`dmlimits.search.engine._lower_bound`) are at most each candidate's fastest step over its
+    """The pruning's lower bounds (:func:`dmlimits.search.engine.compute_bound`, then
+    :func:`dmlimits.search.engine.lower_bound`) are at most each candidate's fastest step over its
     placements, for every candidate of clusters from a few
     GPUs to the ones the sweep chose; on a network of one level, where each candidate has one
     placement, it is that step, to the last bit (a family the bound left out would show)."""
@@ -166,20 +166,20 @@ def test_the_bound_never_exceeds_a_candidates_best_placement(preset):
     checked = 0
     for pt in pts:
         for n_gpu in {pt.experts * 8, int(chosen[pt.compute])}:
-            batch = engine._candidates(scn, [(pt, n_gpu)], ch, None)
+            batch = engine.list_candidates(scn, [(pt, n_gpu)], ch, None)
             if batch is None:
                 continue
             c = batch[0]
-            factors, columns = engine._placement_columns(scn, n_gpu)
+            factors, columns = engine.placement_columns(scn, n_gpu)
             t_mm, bubble = candidates.compute_times(scn, c)
-            costs = engine._costs(scn, c, factors, ch)
-            bound = engine._lower_bound(ch, c, costs, t_mm, bubble)
+            costs = engine.family_costs(scn, c, factors, ch)
+            bound = engine.lower_bound(ch, c, costs, t_mm, bubble)
             rows = np.arange(len(t_mm))
-            best = engine._evaluate(ch, c, engine._rows(costs, rows), columns, t_mm, bubble)
+            best = engine.evaluate(ch, c, engine.gather_rows(costs, rows), columns, t_mm, bubble)
             fastest = best["t"].min(axis=1)
             assert (bound <= fastest).all(), (pt.compute, n_gpu)
             # The first, coarser bound (compute alone) is below the second.
-            compute = engine._compute_bound(ch, c, t_mm, bubble)
+            compute = engine.compute_bound(ch, c, t_mm, bubble)
             assert (compute <= bound).all(), (pt.compute, n_gpu)
             assert (compute < bound).any(), (pt.compute, n_gpu)  # the network counts somewhere
             if factors is None:
@@ -199,7 +199,7 @@ def test_clusters_beyond_64_bits_are_listed(exponent):
     ch = search.Choices.of(scn)
     pt = max(search.points(scn), key=lambda p: p.compute)
     n_gpu = 2**exponent
-    c = candidates._base(scn, pt, n_gpu, ch)
+    c = candidates.base(scn, pt, n_gpu, ch)
     if exponent >= 63:
         assert c is None, exponent
     else:
@@ -249,7 +249,7 @@ def test_only_the_search_trusts_its_arguments():
 
 @pytest.mark.parametrize("preset", ["h100", "h100-sparse"])
 def test_equal_codes_stand_for_equal_columns(preset):
-    """Each cost is computed once per code of its group (:data:`dmlimits.search.candidates._GROUPS`)
+    """Each cost is computed once per code of its group (:data:`dmlimits.search.candidates.GROUPS`)
     and gathered back to every candidate of that code: so every candidate of a code must have the
     same pair and the same values of the group's columns.  The codes are given as the configurations
     are listed (``_layouts``) and offset pair by pair (``_candidates``); the distinct codes are
@@ -259,9 +259,9 @@ def test_equal_codes_stand_for_equal_columns(preset):
     chosen = {r["training_flop"]: r["n_gpu"] for r in search.sweep(scn) if r["feasible"]}
     pts = [pt for pt in search.points(scn) if pt.compute in chosen][::4]
     items = [(pt, n) for pt in pts for n in {pt.experts * 8, int(chosen[pt.compute])}]
-    c, _, _ = engine._candidates(scn, items, ch, None)
+    c, _, _ = engine.list_candidates(scn, items, ch, None)
     distinct = {}
-    for group, columns in candidates._GROUPS.items():
+    for group, columns in candidates.GROUPS.items():
         codes = c["code_" + group]
         first, back = candidates.distinct_codes(codes)
         uniq, inverse = np.unique(codes, return_inverse=True)

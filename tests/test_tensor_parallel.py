@@ -243,16 +243,16 @@ def test_crossover_balances_compute_and_communication(level):
 
 def test_exact_crossover_balances_at_finite_degree():
     fn = sp.lambdify(
-        tpm._CROSS_ARGS, tpm.COST_FORMULAS["crossover_2d_exact"][0].subs(s.flop_per_mac, 2)
+        tpm.CROSS_ARGS, tpm.COST_FORMULAS["crossover_2d_exact"][0].subs(s.flop_per_mac, 2)
     )
     m, f = 4, 16
     side = float(fn(2.0, 0.7, FLAT.peak_flops, FLAT["network.intra_node.bandwidth"], m, f))
     # A real shard of that side: widths side * degree (tokens cancel, so any tokens will do).
     dm, dff = side * m, side * f
-    args = (tpm._TIME_ARGS, tpm.COST_FORMULAS["tp_bandwidth"][0])
+    args = (tpm.TIME_ARGS, tpm.COST_FORMULAS["tp_bandwidth"][0])
     bw = sp.lambdify(*args)(dm, dff, 7.0, m, f, 2.0, FLAT["network.intra_node.bandwidth"], 0.0)
     comp = sp.lambdify(
-        tpm._COMPUTE_ARGS, tpm.COST_FORMULAS["tp_compute"][0].subs(s.flop_per_mac, 2)
+        tpm.COMPUTE_ARGS, tpm.COST_FORMULAS["tp_compute"][0].subs(s.flop_per_mac, 2)
     )
     assert bw == pytest.approx(comp(dm, dff, 7.0, m, f, 0.7, FLAT.peak_flops), rel=1e-12)
 

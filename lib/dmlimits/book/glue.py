@@ -91,7 +91,7 @@ def sci(value: float, digits: int = 3) -> str:
     return f"{text} × 10{str(exponent).translate(SUPERSCRIPT)}"
 
 
-class _Text:
+class TextOutput:
     """A glued string.  Its ``text/plain`` is the string's repr: MyST-NB's ``{glue:text}``
     reads that with ``ast.literal_eval`` and gets the string back, so it pastes it as it is.
     (The bare text would not survive: ``4,194,304`` evaluates to the tuple ``(4, 194, 304)``.)"""
@@ -103,7 +103,7 @@ class _Text:
         return repr(self.text)
 
 
-class _Math:
+class MathOutput:
     """Displays as LaTeX only: ``{glue}`key``` pastes it as inline math (MyST-NB turns inline
     text/latex into a math node) and ``{glue:math}`` as display math.  (Pasted Markdown is not
     parsed for $...$ or roles, so Markdown is not offered.)"""
@@ -118,7 +118,7 @@ class _Math:
         return self.latex
 
 
-class _Png:
+class PngOutput:
     """A figure rendered once to PNG bytes with fixed metadata (byte-identical across builds)."""
 
     def __init__(self, fig: Any) -> None:
@@ -139,7 +139,7 @@ class _Png:
 GLUE_PREFIX = "application/papermill.record/"
 
 
-def _paste(key: str, obj: Any) -> None:
+def paste(key: str, obj: Any) -> None:
     from IPython.core.formatters import format_display_data  # IPython loads only inside a kernel
     from IPython.display import display  # IPython loads only inside a kernel
 
@@ -196,7 +196,7 @@ def glue(key: str, value: Any, *, digits: int = 3) -> Any:
     if not isinstance(key, str) or not key or ":" in key:
         raise GlueError(f"glue key {key!r}: expected a non-empty name without ':'")
     if isinstance(value, str):
-        _paste(key, _Text(value))
+        paste(key, TextOutput(value))
         return value
     if type(value).__name__ == "Figure" and hasattr(value, "savefig"):
 
@@ -206,15 +206,15 @@ def glue(key: str, value: Any, *, digits: int = 3) -> Any:
         if problems:
             plt.close(value)
             raise GlueError(f"glue {key!r}: the figure is not fit to read: " + "; ".join(problems))
-        _paste(key, _Png(value))
+        paste(key, PngOutput(value))
         plt.close(value)
         return None
     if isinstance(value, sp.Basic) and not value.is_number:
-        _paste(key, _Math(REGISTRY.latex(value)))
+        paste(key, MathOutput(REGISTRY.latex(value)))
         return value
     number = as_number(key, value)
-    _paste(key, number)
-    _paste(key + ".sci", _Text(sci(float(number), digits)))
+    paste(key, number)
+    paste(key + ".sci", TextOutput(sci(float(number), digits)))
     return number
 
 
@@ -225,7 +225,7 @@ def glue_latex(key: str, latex: str) -> str:
         raise GlueError(f"glue key {key!r}: expected a non-empty name without ':'")
     if not isinstance(latex, str) or not latex.strip():
         raise GlueError(f"glue {key!r}: got {latex!r}; expected a non-empty LaTeX string")
-    _paste(key, _Math(latex))
+    paste(key, MathOutput(latex))
     return latex
 
 

@@ -88,7 +88,7 @@ def reads_only_through_the_scenario(cells: list[Any]) -> str | None:
     return None
 
 
-def _value(scn: Scenario, key: str) -> str:
+def read_value(scn: Scenario, key: str) -> str:
     """What ``key`` (an assumption, or ``@name`` and the like) is in ``scn``, as canonical
     JSON: equal strings for equal values, of the same type."""
     if key.startswith("@"):
@@ -104,7 +104,7 @@ def _path(cache: Path, source_key: str) -> Path:
     return cache / FOLDER / f"{source_key}.json"
 
 
-def _entries(cache: Path, source_key: str) -> list[dict[str, Any]]:
+def kept_entries(cache: Path, source_key: str) -> list[dict[str, Any]]:
     entries = read_json(_path(cache, source_key))
     return entries if isinstance(entries, list) else []
 
@@ -116,8 +116,8 @@ def remember(cache: Path, source_key: str, key: str, scn: Scenario, reads: set[s
     (``None``)."""
     if reads is None or ALL_READ in reads or reads & set(NOT_COMPARED):
         return False
-    entries = [e for e in _entries(cache, source_key) if e.get("key") != key]
-    entries.append({"key": key, "reads": {k: _value(scn, k) for k in sorted(reads)}})
+    entries = [e for e in kept_entries(cache, source_key) if e.get("key") != key]
+    entries.append({"key": key, "reads": {k: read_value(scn, k) for k in sorted(reads)}})
     write_json(_path(cache, source_key), entries[-KEEP:])  # atomically: two builds may race
     return True
 
@@ -125,14 +125,14 @@ def remember(cache: Path, source_key: str, key: str, scn: Scenario, reads: set[s
 def reusable(cache: Path, source_key: str, scn: Scenario) -> tuple[str, list[str]] | None:
     """An execution of the chapter, kept in ``cache``, that read only values ``scn`` shares:
     its key and the assumptions it read; ``None`` when there is none."""
-    for entry in reversed(_entries(cache, source_key)):
+    for entry in reversed(kept_entries(cache, source_key)):
         reads = entry.get("reads")
         key = entry.get("key")
         if not isinstance(reads, dict) or not isinstance(key, str):
             continue
         if not (cache / f"{key}.ipynb").is_file():
             continue
-        if all(_value(scn, k) == v for k, v in reads.items()):
+        if all(read_value(scn, k) == v for k, v in reads.items()):
             return key, sorted(reads)
     return None
 

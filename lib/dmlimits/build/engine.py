@@ -368,7 +368,7 @@ class Progress:
             self._write(f"  {bar(self.finished / len(self.cells))} {line}")
 
 
-def _ipc_kernel_manager(socket_dir: Path, reads: Path | None = None, forks: Any = None):
+def ipc_kernel_manager(socket_dir: Path, reads: Path | None = None, forks: Any = None):
     """Kernels talk to papermill over local IPC sockets (in ``socket_dir``, a short path under
     the system's temporary folder: socket paths are limited in length) rather than TCP.  With
     ``reads``, the kernel lists there the assumptions it reads
@@ -520,7 +520,7 @@ def notebook_cache_dir(work: Path) -> Path | None:
 SOURCES = "sources"
 
 
-def _read_source(root: Path, name: str) -> Any:
+def read_source(root: Path, name: str) -> Any:
     """The chapter ``name`` as a notebook: jupytext's parse of its MyST source (MyST whatever
     the header says).  With the notebook cache on, the parse is kept in it, addressed by the
     source's bytes, the pinned environment (jupytext's version) and the Python: a build that
@@ -589,7 +589,7 @@ def _environment(root: Path) -> tuple[bytes, ...]:
     )
 
 
-def _cached_copy(cache: Path | None, key: str, target: Path) -> bool:
+def cached_copy(cache: Path | None, key: str, target: Path) -> bool:
     """Copy the cached execution ``key`` to ``target`` and mark it used now (what
     :func:`prune_notebook_cache` keeps); False when there is none."""
     if cache is None:
@@ -659,26 +659,26 @@ def prune_sweep_cache(folder: Path | None, limit: int = SWEEP_CACHE_BYTES) -> in
     return _prune_oldest(folder, "*.json", limit)
 
 
-def _cache_store(cache: Path | None, key: str, executed: Path) -> None:
+def cache_store(cache: Path | None, key: str, executed: Path) -> None:
     """Add an execution to the cache atomically (a reader sees the whole notebook or none)."""
     if cache is None:
         return
     atomic_copy(executed, cache / f"{key}.ipynb")
 
 
-def _execute_one(
+def execute_one(
     root: Path, stage: Path, name: str, params: dict, socket_dir: Path,
     progress: Progress | None = None, reads: Path | None = None, forks: Any = None,
     source: Any = None,
 ) -> Timing:  # fmt: skip
     """Execute the chapter ``name`` into ``stage``; ``source``: its source as
-    :func:`_read_source` gave it, when the caller has read it already (a copy is executed)."""
+    :func:`read_source` gave it, when the caller has read it already (a copy is executed)."""
     import nbformat  # the build's notebook tools load only when building
     import papermill as pm  # the build's notebook tools load only when building
 
     target = stage / f"{name}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    nb = _read_source(root, name) if source is None else copy.deepcopy(source)
+    nb = read_source(root, name) if source is None else copy.deepcopy(source)
     nb.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3",
@@ -710,12 +710,12 @@ def _execute_one(
             # The notebook is written once, when it ends or fails, not after every cell as
             # well: one write a chapter rather than one a cell.
             request_save_on_cell_execute=False,
-            kernel_manager_class=_ipc_kernel_manager(socket_dir, reads, forks),
+            kernel_manager_class=ipc_kernel_manager(socket_dir, reads, forks),
             **hooks,
         )
     finally:
         unexecuted.unlink(missing_ok=True)
-    stderr = _hide_injected_parameters(target)
+    stderr = hide_injected_parameters(target)
     return Timing(name, time.perf_counter() - start, stderr=stderr)
 
 
@@ -723,7 +723,7 @@ def _execute_one(
 def outputs_checked_whole():
     """While the chapters run, nbformat does not check each output against the notebook
     schema as the kernel sends it: each executed notebook is checked whole instead, strictly,
-    once it is written (``_hide_injected_parameters``).
+    once it is written (``hide_injected_parameters``).
 
     nbformat checks every output it builds from a kernel's message with jsonschema, a slow
     check repeated for each of the book's 2,800 or so outputs, in the build's own process and
@@ -734,18 +734,18 @@ def outputs_checked_whole():
     from nbformat.v4 import nbbase  # the build's notebook tools load only when building
 
     checked = nbbase.validate
-    nbbase.validate = _not_checked_yet
+    nbbase.validate = not_checked_yet
     try:
         yield
     finally:
         nbbase.validate = checked
 
 
-def _not_checked_yet(node: Any, ref: str | None = None) -> None:
+def not_checked_yet(node: Any, ref: str | None = None) -> None:
     """In place of ``nbformat.v4.nbbase.validate`` (:func:`outputs_checked_whole`)."""
 
 
-def _hide_injected_parameters(path: Path) -> tuple[str, ...]:
+def hide_injected_parameters(path: Path) -> tuple[str, ...]:
     """Keep papermill's injected-parameters cell (for re-execution) but out of the page.
     The notebook is checked whole against the notebook schema on the way: a notebook that
     fails the check raises :class:`BuildError` (:func:`outputs_checked_whole`).  Returns what
@@ -865,12 +865,12 @@ def execute_notebooks(
 
     total = len(names)
     cache = notebook_cache_dir(root / "_build")
-    sources = {n: _read_source(root, n) for n in names}
+    sources = {n: read_source(root, n) for n in names}
     keys = {n: notebook_key(root, n, parameters_for(sources[n], params)) for n in names}
     timings = [
         Timing(n, 0.0, cached=True)
         for n in names
-        if _cached_copy(cache, keys[n], stage / f"{n}.ipynb")
+        if cached_copy(cache, keys[n], stage / f"{n}.ipynb")
     ]
     hits = {t.notebook for t in timings}
     # Chapters whose reads can be listed: their executions may serve other scenarios.
@@ -883,7 +883,7 @@ def execute_notebooks(
     copied: list[tuple[str, list[str]]] = []  # chapters copied and what they read
     for n in sorted(watched - hits, key=names.index):
         found = chapter_reads.reusable(cache, source_keys[n], scn)
-        if found is None or not _cached_copy(cache, found[0], stage / f"{n}.ipynb"):
+        if found is None or not cached_copy(cache, found[0], stage / f"{n}.ipynb"):
             continue
         copied.append((n, found[1]))
         timings.append(Timing(n, 0.0, cached=True))
@@ -896,7 +896,7 @@ def execute_notebooks(
         for n, read in copied:
             path = stage / f"{n}.ipynb"
             chapter_reads.reparameterize(path, parameters_for(sources[n], params), read)
-            _cache_store(cache, keys[n], path)
+            cache_store(cache, keys[n], path)
 
     todo = [n for n in schedule(names, root / "_build") if n not in hits]
     failures: list[str] = []
@@ -915,7 +915,7 @@ def execute_notebooks(
     progress = Progress({n: code_cells(root / f"{n}.md") for n in todo})
     own_server = isinstance(forks, str) and forks == "own"
     if own_server:
-        forks = _fork_server()
+        forks = fork_server()
     # papermill enters each notebook's folder for its run (os.chdir, for the whole process) and
     # goes back to the folder it found; two runs at once can leave the process in a staged
     # folder (one goes back to where the other had gone). Every chapter has the same folder, so
@@ -925,7 +925,7 @@ def execute_notebooks(
     with outputs_checked_whole():  # each notebook is checked whole once it is written
         try:
             futures = {
-                pool.submit(_execute_one, root, stage, n, params, socket_dir, progress,
+                pool.submit(execute_one, root, stage, n, params, socket_dir, progress,
                             reads.get(n), forks, source=sources[n]): n
                 for n in todo
             }  # fmt: skip
@@ -939,7 +939,7 @@ def execute_notebooks(
                     progress.finish(name, f"[{done}/{len(todo)}] FAILED {name}.md")
                     continue
                 timings.append(t)
-                _cache_store(cache, keys[name], stage / f"{name}.ipynb")
+                cache_store(cache, keys[name], stage / f"{name}.ipynb")
                 if name in reads:
                     chapter_reads.remember(
                         cache, source_keys[name], keys[name], scn, read_keys(reads[name])
@@ -961,7 +961,7 @@ def execute_notebooks(
     return sorted(timings, key=lambda t: names.index(t.notebook))
 
 
-def _fork_server() -> Any:
+def fork_server() -> Any:
     """A started fork server for the chapters' kernels (:mod:`dmlimits.build.kernel_fork`), or
     ``None`` when it is switched off or cannot be started (each kernel is then started as its
     own process)."""
@@ -1198,7 +1198,7 @@ def _jupyter_book(
 #: build uses ``_build/cache/sphinx`` unless it is set.
 SPHINX_CACHE_ENV = "DMLIMITS_SPHINX_CACHE"
 SPHINX_KEEP = 3  # states kept: the most recently used
-_OK = "ok"  # written in a state's folder once a build from it has succeeded
+SUCCEEDED = "ok"  # written in a state's folder once a build from it has succeeded
 
 
 def sphinx_cache_dir(work: Path) -> Path | None:
@@ -1235,7 +1235,7 @@ def sphinx_key(root: Path, stage: Path, names: list[str]) -> str:
 
 
 #: What a chapter's execution holds that its page does not show: papermill's injected cell
-#: (hidden from the page, :func:`_hide_injected_parameters`) and, in the notebook's metadata,
+#: (hidden from the page, :func:`hide_injected_parameters`) and, in the notebook's metadata,
 #: the parameters and what a copied execution read
 #: (:func:`dmlimits.build.chapter_reads.reparameterize`).
 _NOT_ON_THE_PAGE = ("papermill", "dmlimits")
@@ -1267,7 +1267,7 @@ def same_page(old: bytes, new: bytes) -> bool:
     return page is not None and page == _page_of(new)
 
 
-def _sync(stage: Path, src: Path) -> tuple[int, list[Path]]:
+def sync_tree(stage: Path, src: Path) -> tuple[int, list[Path]]:
     """Make ``src`` hold the staged sources: write the files whose bytes differ (Sphinx sees
     them as changed by their new modification time), remove those the stage does not have
     (not what a build wrote: ``_build`` and hidden folders); return how many were written, and
@@ -1319,10 +1319,10 @@ def sphinx_state(cache: Path, key: str):
         return
     try:
         folder = cache / key
-        if folder.exists() and not (folder / _OK).is_file():
+        if folder.exists() and not (folder / SUCCEEDED).is_file():
             shutil.rmtree(folder)
         (folder / "src").mkdir(parents=True, exist_ok=True)
-        (folder / _OK).unlink(missing_ok=True)  # written again only if this build succeeds
+        (folder / SUCCEEDED).unlink(missing_ok=True)  # written again only if this build succeeds
         yield folder
     finally:
         fcntl.flock(handle, fcntl.LOCK_UN)
@@ -1335,8 +1335,8 @@ def _prune_states(cache: Path) -> None:
     build left (skipping those another build holds)."""
     folders = [p for p in cache.iterdir() if p.is_dir()]
     kept = sorted(
-        (p for p in folders if (p / _OK).is_file()),
-        key=lambda p: (p / _OK).stat().st_mtime_ns,
+        (p for p in folders if (p / SUCCEEDED).is_file()),
+        key=lambda p: (p / SUCCEEDED).stat().st_mtime_ns,
         reverse=True,
     )[:SPHINX_KEEP]
     for old in (p for p in folders if p not in kept):
@@ -1352,7 +1352,7 @@ def _prune_states(cache: Path) -> None:
 _IMAGE_REF = re.compile(r"_images/([^\"'\s)>]+)")
 
 
-def _copy_pages(html: Path, target: Path) -> None:
+def copy_pages(html: Path, target: Path) -> None:
     """Copy a kept state's pages to ``target``, leaving out the images of earlier builds that
     no page shows any more (Sphinx never removes them), so the book holds the files a build of
     every page would."""
@@ -1407,7 +1407,7 @@ def build_html(
             return
         src = folder / "src"
         fresh = not (src / "_build" / "html").is_dir()
-        written, unread = _sync(stage, src)
+        written, unread = sync_tree(stage, src)
         same = (f" ({len(unread)} chapter(s) copied for this scenario make the same page: "
                 "not read again)" if unread else "")  # fmt: skip
         if fresh:
@@ -1419,11 +1419,11 @@ def build_html(
             _say(f"Sphinx's kept state: no source changed, no page to write{same}")
         _jupyter_book(src, every_page=False, jobs=jobs, started=started)
         html = stage / "_build" / "html"
-        _copy_pages(src / "_build" / "html", html)
+        copy_pages(src / "_build" / "html", html)
         for rel in unread:  # the page Sphinx kept, with this build's source beside it
             if (html / "_sources" / rel).is_file():
                 shutil.copyfile(stage / rel, html / "_sources" / rel)
-        (folder / _OK).touch()
+        (folder / SUCCEEDED).touch()
 
 
 def reads_every_page(root: Path, stage: Path, names: list[str]) -> bool:
@@ -1434,7 +1434,7 @@ def reads_every_page(root: Path, stage: Path, names: list[str]) -> bool:
     if cache is None:
         return True
     folder = cache / sphinx_key(root, stage, names)
-    return not ((folder / _OK).is_file() and (folder / "src" / "_build" / "html").is_dir())
+    return not ((folder / SUCCEEDED).is_file() and (folder / "src" / "_build" / "html").is_dir())
 
 
 def _swap(new: Path, final: Path) -> None:
@@ -1487,7 +1487,7 @@ def _build(
         keep_sweeps(work)
         # Started before the sweeps, in the environment the kernels get, so that its imports
         # are done by the time the first chapter runs.
-        forks = _fork_server()
+        forks = fork_server()
         try:
             sweep_up_front(scn, work, jobs)
             # Started now, its imports share the cores with the chapters rather than wait for

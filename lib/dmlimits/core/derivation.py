@@ -128,7 +128,7 @@ class Step:
         return registry.display(self.expr)
 
 
-def _residual(expr: sp.Basic) -> sp.Expr:
+def residual_of(expr: sp.Basic) -> sp.Expr:
     return expr.lhs - expr.rhs if isinstance(expr, sp.Equality) else expr
 
 
@@ -161,7 +161,7 @@ def _holds(eq: sp.Basic) -> bool:
         return True
     if not isinstance(eq, sp.Equality):
         return False
-    residual = _residual(eq)
+    residual = residual_of(eq)
     if _is_zero(residual, _ZERO_TRANSFORMS[:1]):
         return True
     if all(x.is_positive for x in eq.free_symbols):  # products of powers of them are, too
@@ -212,7 +212,7 @@ def _unlike(a: sp.Float, b: sp.Float) -> bool:
     return abs(a - b) > sp.Float(10) ** (10 - _DIGITS) * (abs(a) + abs(b) + 1)
 
 
-def _differs(prev: sp.Expr, new: sp.Expr, *, scaled: bool) -> bool:
+def differs(prev: sp.Expr, new: sp.Expr, *, scaled: bool) -> bool:
     """True only when ``new`` is certainly not identically ``prev`` (with ``scaled``: not ``prev``
     times any constant): their values at the same point are not so related.  False means nothing
     either way.  It spares :func:`same` the symbolic attempts that fail slowly (a premise is
@@ -233,11 +233,11 @@ def same(prev: sp.Basic, new: sp.Basic) -> bool:
     if isinstance(prev, sp.Equality) != isinstance(new, sp.Equality):
         return False
     if not isinstance(new, sp.Equality):
-        if _differs(prev, new, scaled=False):
+        if differs(prev, new, scaled=False):
             return False
         return _is_zero(new - prev)
-    rp, rn = _residual(prev), _residual(new)
-    if _differs(rp, rn, scaled=True):  # neither equal, nor opposite, nor proportional
+    rp, rn = residual_of(prev), residual_of(new)
+    if differs(rp, rn, scaled=True):  # neither equal, nor opposite, nor proportional
         return False
     if _is_zero(rn - rp) or _is_zero(rn + rp):
         return True

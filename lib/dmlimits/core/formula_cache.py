@@ -71,11 +71,11 @@ _FINGERPRINTED = (".py", ".csv", ".yaml", ".md")
 
 def _fingerprint(paths: list[Path]) -> str:
     return digest(*(part for path in sorted(paths)
-                    for part in (str(path.relative_to(_ROOT)), _file_digest(path))))  # fmt: skip
+                    for part in (str(path.relative_to(_ROOT)), file_digest(path))))  # fmt: skip
 
 
 @functools.cache
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
     """The hash of one file of the library, read once a process (the closures of several
     modules share most of their files, and every one holds the data files)."""
     return digest(path.read_bytes())
@@ -101,7 +101,7 @@ def _module_file(name: str) -> Path | None:
 
 
 @functools.cache
-def _imported(name: str, path: Path) -> frozenset[str]:
+def imported(name: str, path: Path) -> frozenset[str]:
     """The library's modules that the source of module ``name`` imports anywhere (at the top or
     inside a function), read from its syntax tree: ``import dmlimits.x``, ``from .x import y``
     (``y`` too when it is a module), ``from . import y``.  Read once a process: every closure
@@ -126,13 +126,13 @@ def _imported(name: str, path: Path) -> frozenset[str]:
 
 
 @functools.cache
-def _data_files() -> tuple[Path, ...]:
+def data_files() -> tuple[Path, ...]:
     """The library's data files and presets (what every fingerprint reads besides code)."""
     return tuple(p for p in _ROOT.rglob("*") if p.is_file() and p.suffix in _FINGERPRINTED[1:])
 
 
 @functools.cache
-def _kept_closures() -> Path | None:
+def kept_closures() -> Path | None:
     """Where the closures are kept for the library's code as it is (the address hashes every
     module's source), or ``None`` when no formula is kept: reading them is far cheaper than
     parsing every module again in each kernel and test process."""
@@ -146,8 +146,8 @@ def _kept_closures() -> Path | None:
 def import_closure(name: str) -> tuple[str, ...]:
     """Every module of the library that importing ``name`` can run: the modules its source
     imports anywhere (read from its syntax tree), theirs in turn, and every package above
-    each.  Kept with the formulas (``_kept_closures``)."""
-    path = _kept_closures()
+    each.  Kept with the formulas (``kept_closures``)."""
+    path = kept_closures()
     kept = read_json(path)
     if isinstance(kept, dict) and isinstance(kept.get(name), list):
         return tuple(kept[name])
@@ -172,7 +172,7 @@ def _closure(name: str) -> tuple[str, ...]:
         todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
         path = _module_file(module)
         if path is not None:
-            todo.extend(_imported(module, path) - seen)
+            todo.extend(imported(module, path) - seen)
     return tuple(sorted(m for m in seen if _module_file(m) is not None))
 
 
@@ -183,11 +183,11 @@ def closure_fingerprint(name: str) -> str:
     to a module it never imports (for the search, the model of measured runs) leaves it alone.
     Taken once a process."""
     code = [_module_file(m) for m in import_closure(name)]
-    return _fingerprint([*code, *_data_files()])
+    return _fingerprint([*code, *data_files()])
 
 
 @functools.cache
-def _environment_key(module: str | None = None) -> str:
+def environment_key(module: str | None = None) -> str:
     """The fingerprint of what a result of ``module`` can depend on (:func:`closure_fingerprint`;
     the whole library's when ``module`` is ``None`` or not the library's) and the versions that
     build and print formulas, taken once a process (see the module's note on a library edited
@@ -202,11 +202,11 @@ def cache_dir() -> Path | None:
     return cache_folder(CACHE_ENV)
 
 
-def _path(key: str, module: str | None = None) -> Path | None:
+def entry_path(key: str, module: str | None = None) -> Path | None:
     folder = cache_dir()
     if folder is None:
         return None
-    return folder / f"{digest(_environment_key(module), key)}.json"
+    return folder / f"{digest(environment_key(module), key)}.json"
 
 
 def _store(path: Path, data: dict) -> bool:
@@ -291,7 +291,7 @@ def _decode(data: Any) -> Any:
     raise ValueError(f"unknown kind {kind!r}")
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
     """The same structure, and every expression with the same ``srepr`` and equal."""
     if isinstance(a, sp.Basic):
         return isinstance(b, sp.Basic) and sp.srepr(a) == sp.srepr(b) and a == b
@@ -299,13 +299,16 @@ def _same(a: Any, b: Any) -> bool:
         return (
             isinstance(b, dict)
             and len(a) == len(b)
-            and all(_same(ka, kb) and _same(a[ka], b[kb]) for ka, kb in zip(a, b, strict=True))
+            and all(
+                same_value(ka, kb) and same_value(a[ka], b[kb])
+                for ka, kb in zip(a, b, strict=True)
+            )
         )
     if isinstance(a, tuple | list):
         return (
             type(a) is type(b)
             and len(a) == len(b)
-            and all(_same(x, y) for x, y in zip(a, b, strict=True))
+            and all(same_value(x, y) for x, y in zip(a, b, strict=True))
         )
     return type(a) is type(b) and a == b
 
@@ -314,12 +317,12 @@ def keep_result(key: str, value: Any, module: str | None = None) -> bool:
     """Write ``value`` under ``key`` if it reads back the same; whether it was written.
     ``module``: the library's module that computed it (its address then depends on that
     module's imports only; on the whole library when ``None``)."""
-    path = _path(key, module)
+    path = entry_path(key, module)
     if path is None:
         return False
     try:
         data = _encode(value)
-        kept = _same(value, _decode(json.loads(json.dumps(data))))
+        kept = same_value(value, _decode(json.loads(json.dumps(data))))
     except (_NotKept, SyntaxError, NameError, TypeError, ValueError):
         kept = False
     if not kept:
@@ -331,7 +334,7 @@ def keep_result(key: str, value: Any, module: str | None = None) -> bool:
 def read_result(key: str, module: str | None = None) -> tuple[bool, Any]:
     """``(True, value)`` when a result is kept under ``key`` (and ``module``, as
     :func:`keep_result`), else ``(False, None)``."""
-    data = read_json(_path(key, module))
+    data = read_json(entry_path(key, module))
     if data is None or data.get("key") != key:
         return False, None
     try:
@@ -367,7 +370,7 @@ def is_kept(kept: Callable[..., Any], *args: Any) -> bool:
     """Whether what the builder ``kept`` (wrapped by :func:`expressions`, under
     ``functools.cache`` or not) returns for ``args`` is kept on disk."""
     inner = getattr(kept, "__wrapped__", kept)
-    path = _path(f"expressions {inner.key}{args!r}", inner.build.__module__)
+    path = entry_path(f"expressions {inner.key}{args!r}", inner.build.__module__)
     return path is not None and path.is_file()
 
 
@@ -379,7 +382,7 @@ def _modules_key(modules: Any) -> str:
 _NAMESPACES: dict[str, dict[str, Any]] = {}
 
 
-def _namespace(modules: Any) -> dict[str, Any]:
+def lambdify_namespace(modules: Any) -> dict[str, Any]:
     """The globals ``lambdify`` gives a function of ``modules`` (those of a trivial one)."""
     key = _modules_key(modules)
     if key not in _NAMESPACES:
@@ -407,17 +410,17 @@ def _importable(obj: Any) -> list[str] | None:
     return [module, name] if found is obj else None
 
 
-def _loaded_globals(code: Any) -> set[str]:
+def loaded_globals(code: Any) -> set[str]:
     """The global names ``code`` and the functions it defines read (not the attributes they
     look up, which ``co_names`` holds too)."""
     names = {i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"}
     for const in code.co_consts:
         if inspect.iscode(const):
-            names |= _loaded_globals(const)
+            names |= loaded_globals(const)
     return names
 
 
-def _numpy_names(names: set[str]) -> dict[str, Any] | None:
+def numpy_names(names: set[str]) -> dict[str, Any] | None:
     """What lambdify's namespace for ``"numpy"`` holds under each of ``names`` (``from numpy
     import *`` then ``from numpy.linalg import *``, and ``numpy`` itself), found without
     building that namespace, which imports numpy's lazily loaded submodules; ``None`` when a
@@ -441,9 +444,9 @@ def _from_source(
     code = compile(source, f"<kept formula {name}>", "exec")
     namespace = None
     if modules == "numpy":
-        namespace = _numpy_names(_loaded_globals(code) - set(imports))
+        namespace = numpy_names(loaded_globals(code) - set(imports))
     if namespace is None:
-        namespace = dict(_namespace(modules))
+        namespace = dict(lambdify_namespace(modules))
     for global_name, (module, attribute) in imports.items():
         namespace[global_name] = getattr(importlib.import_module(module), attribute)
     exec(code, namespace)
@@ -459,7 +462,7 @@ def lambdified(
     """``sympy.lambdify(*build(), modules, **options)``, its source kept under ``key`` (with
     the modules and options): a kept source is executed again and ``build`` is not called."""
     full = f"lambdified {key} {_modules_key(modules)} {sorted(options.items())!r}"
-    data = read_json(_path(full, build.__module__))
+    data = read_json(entry_path(full, build.__module__))
     if data is not None and data.get("key") == full:
         try:
             fn = _from_source(data["source"], modules, key, data["imports"])
@@ -470,7 +473,7 @@ def lambdified(
             return fn
     args, expr = build()
     fn = sp.lambdify(args, expr, modules, **options)
-    path = _path(full, build.__module__)
+    path = entry_path(full, build.__module__)
     if path is not None:
         imports = {n: _importable(fn.__globals__[n]) for n in foreign_names(fn, modules)}
         if None in imports.values():
@@ -485,7 +488,7 @@ def foreign_names(fn: Callable[..., Any], modules: Any = "numpy") -> list[str]:
     as the same object: lambdify added them (``functools.reduce`` for a ``Max``, say).  Each
     is kept as the module and name that import it; a function with one that cannot be
     imported so is not kept."""
-    namespace, own = _namespace(modules), fn.__globals__
+    namespace, own = lambdify_namespace(modules), fn.__globals__
     return sorted(
         n
         for n in _global_names(fn.__code__)

@@ -757,7 +757,7 @@ class LevelTimes(NamedTuple):
     latency: Any
 
 
-_ONE_LEVEL_ARGS = (n_words, parts, rep_seq, rep_par, N, word, bw_level, lat_level)
+ONE_LEVEL_ARGS = (n_words, parts, rep_seq, rep_par, N, word, bw_level, lat_level)
 _TWO_LEVEL_ARGS = (n_words, parts0, parts1, rep_seq, rep_par, N, word, bw0, bw1, lat0, lat1)
 
 
@@ -770,7 +770,7 @@ def _numeric(name: str):
 
 def _numeric_build(name: str) -> tuple[tuple, sp.Expr]:
     expr, _ = _cost_formulas()[name]
-    args = _TWO_LEVEL_ARGS if name.startswith("allreduce_two_level") else _ONE_LEVEL_ARGS
+    args = _TWO_LEVEL_ARGS if name.startswith("allreduce_two_level") else ONE_LEVEL_ARGS
     return args, expr
 
 

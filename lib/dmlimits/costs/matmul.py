@@ -226,7 +226,7 @@ _SCENARIO_KEYS: dict[sp.Symbol, str] = {
     s.eff_util: "hardware.effective_utilization",
     t_kernel: "hardware.kernel_latency",
 }
-_HARDWARE = (*_SCENARIO_KEYS, s.peak_flops)  # lambdify arguments after d1, d2, b
+HARDWARE = (*_SCENARIO_KEYS, s.peak_flops)  # lambdify arguments after d1, d2, b
 
 
 # --- Building blocks, symbolic ---------------------------------------------------------------
@@ -599,7 +599,7 @@ def check_kind(kind: Any) -> str:
     return kind
 
 
-def _hardware_values(scn: Scenario) -> tuple[float, ...]:
+def hardware_values(scn: Scenario) -> tuple[float, ...]:
     values = [float(scn[key]) for key in _SCENARIO_KEYS.values()]
     return (*values, float(scn.peak_flops))
 
@@ -608,50 +608,50 @@ def hardware_key(scn: Scenario) -> tuple:
     """Every value of ``scn`` that a matmul's time reads: two scenarios with the same key give
     every matmul the same time (the search keeps its matmul times under it)."""
     scn = require_scenario(scn)
-    return (bool(scn["hardware.distributed_shared_memory"]), *_hardware_values(scn))
+    return (bool(scn["hardware.distributed_shared_memory"]), *hardware_values(scn))
 
 
 # --- Numeric functions, lambdified from the expressions above -----------------------------
-_PARTS = (*LEVELS, "arithmetic", "latency")  # lambdified one by one
+PARTS = (*LEVELS, "arithmetic", "latency")  # lambdified one by one
 _COMBINED = ("total", "efficiency")  # built from the parts in numpy
 
 
 @cache
-def _numeric_parts(kind: str, multicast: bool):
+def numeric_parts(kind: str, multicast: bool):
     """The parts of :func:`cost_expressions`, lambdified together.  ``total`` and
     ``efficiency`` are not: sympy's ``Max`` of the long level expressions is slow to build for
-    each kind, so :func:`_numeric_combined` composes them from the parts instead."""
+    each kind, so :func:`numeric_combined` composes them from the parts instead."""
 
     def build():
         exprs = cost_expressions(kind, multicast)
-        body = [CONSTANTS.replace(exprs[k], compare_min_max=False) for k in _PARTS]
-        return (d1, d2, b, *_HARDWARE), body
+        body = [CONSTANTS.replace(exprs[k], compare_min_max=False) for k in PARTS]
+        return (d1, d2, b, *HARDWARE), body
 
     return formula_cache.lambdified(f"matmul.parts {kind} {multicast}", build, cse=True)
 
 
 @cache
-def _numeric_combined(kind: str, multicast: bool):
+def numeric_combined(kind: str, multicast: bool):
     """``total`` and ``efficiency`` as functions of the parts: the expressions of
     :func:`cost_expressions` with each part replaced by a plain symbol (checked in the tests
     against the full expressions)."""
 
     def build():
         exprs = cost_expressions(kind, multicast)
-        stand_ins = {name: sp.Symbol(f"part_{name}", positive=True) for name in _PARTS}
+        stand_ins = {name: sp.Symbol(f"part_{name}", positive=True) for name in PARTS}
         total = sp.Max(*(stand_ins[k] for k in (*LEVELS, "arithmetic"))) + stand_ins["latency"]
         # The efficiency's own expression with the stand-ins' total put in for its total (a
         # structural replacement, checked in the tests, which spares each kind a simplification
         # of the quotient of the two totals).
         efficiency = exprs["efficiency"].xreplace({exprs["total"]: total})
         body = [CONSTANTS.replace(e) for e in (total, efficiency)]
-        return (*stand_ins.values(), d1, d2, b, *_HARDWARE), body
+        return (*stand_ins.values(), d1, d2, b, *HARDWARE), body
 
     return formula_cache.lambdified(f"matmul.combined {kind} {multicast}", build)
 
 
-def _numeric(kind: str, multicast: bool, what: tuple[str, ...]):
-    parts_fn = _numeric_parts(kind, multicast)
+def numeric(kind: str, multicast: bool, what: tuple[str, ...]):
+    parts_fn = numeric_parts(kind, multicast)
 
     def evaluate(x1: Any, x2: Any, nb: Any, *hardware: float) -> list[Any]:
         shape = np.broadcast_shapes(np.shape(x1), np.shape(x2), np.shape(nb))
@@ -659,9 +659,9 @@ def _numeric(kind: str, multicast: bool, what: tuple[str, ...]):
             np.broadcast_to(np.asarray(v, dtype=float), shape)
             for v in parts_fn(x1, x2, nb, *hardware)
         ]
-        values = dict(zip(_PARTS, parts, strict=True))
+        values = dict(zip(PARTS, parts, strict=True))
         if any(k in _COMBINED for k in what):
-            combined = _numeric_combined(kind, multicast)(*parts, x1, x2, nb, *hardware)
+            combined = numeric_combined(kind, multicast)(*parts, x1, x2, nb, *hardware)
             values.update(zip(_COMBINED, combined, strict=True))
         return [values[k] for k in what]
 
@@ -678,7 +678,7 @@ def _evaluate(
     ab = numbers("b", nb, strict=True)
     shape = np.broadcast_shapes(a1.shape, a2.shape, ab.shape)
     multicast = bool(scn["hardware.distributed_shared_memory"])
-    out = _numeric(kind, multicast, what)(a1, a2, ab, *_hardware_values(scn))
+    out = numeric(kind, multicast, what)(a1, a2, ab, *hardware_values(scn))
     return [as_output(value, shape) for value in out]
 
 
@@ -744,11 +744,11 @@ def min_nanobatch(scn: Scenario, derated: bool = True) -> float:
 @cache
 def _hardware_function(exprs: tuple[sp.Expr, ...]):
     body = [CONSTANTS.replace(e) for e in exprs]
-    return sp.lambdify((d1, d2, *_HARDWARE), body, "numpy")
+    return sp.lambdify((d1, d2, *HARDWARE), body, "numpy")
 
 
 def _hardware_numbers(scn: Scenario, exprs: tuple[sp.Expr, ...], x1=1.0, x2=1.0) -> list:
-    return _hardware_function(exprs)(x1, x2, *_hardware_values(scn))
+    return _hardware_function(exprs)(x1, x2, *hardware_values(scn))
 
 
 def memory_levels(scn: Scenario) -> dict[str, float]:
@@ -831,10 +831,10 @@ def weights_streamed(scn: Scenario, d1: Any, d2: Any) -> dict[str, bool]:
 
 
 @cache
-def _traffic_function(kind: str, multicast: bool):
+def traffic_function(kind: str, multicast: bool):
     def build():
         q = traffic_expressions(kind, multicast)
-        return (d1, d2, b, *_HARDWARE), [CONSTANTS.replace(q[k]) for k in LEVELS]
+        return (d1, d2, b, *HARDWARE), [CONSTANTS.replace(q[k]) for k in LEVELS]
 
     return formula_cache.lambdified(f"matmul.traffic {kind} {multicast}", build, cse=True)
 
@@ -851,7 +851,7 @@ def level_traffic(
     ab = numbers("b", b, strict=True)
     shape = np.broadcast_shapes(a1.shape, a2.shape, ab.shape)
     multicast = bool(scn["hardware.distributed_shared_memory"])
-    values = _traffic_function(kind, multicast)(a1, a2, ab, *_hardware_values(scn))
+    values = traffic_function(kind, multicast)(a1, a2, ab, *hardware_values(scn))
     out: dict[str, np.ndarray | float] = {}
     for key, value in zip(LEVELS, values, strict=True):
         arr = np.broadcast_to(np.asarray(value, dtype=float), shape)

@@ -501,7 +501,7 @@ def _numeric_build(what: str) -> tuple[list, sp.Expr]:
 
 
 @cache
-def _numeric_defs() -> dict[str, object]:
+def numeric_defs() -> dict[str, object]:
     """Lambdified definitions: parameters, compute and batch laws from the symbolic ones, kept
     between processes (:func:`dmlimits.core.formula_cache.lambdified`: a process that reads them
     derives nothing)."""
@@ -521,7 +521,7 @@ def batch_tokens(
     """The batch law in tokens, held as whole sequences rounded like the other laws."""
     law = law or scn["batch.law"]
     v = scn.values
-    raw = _numeric_defs()["batch"][law](
+    raw = numeric_defs()["batch"][law](
         np.asarray(compute, float),
         np.asarray(experts, float),
         v["batch.anchor_tokens"],
@@ -539,7 +539,7 @@ def batch_tokens(
 
 def shapes(scn: Scenario, law: str | None = None) -> Shapes:
     """Every model of the sweep grid under the scenario's laws, rounded as in the paper."""
-    defs = _numeric_defs()
+    defs = numeric_defs()
     v = scn.values
     d = width_grid(scn)
     dff = v["model.ff_ratio"] * d
@@ -586,7 +586,7 @@ def shapes(scn: Scenario, law: str | None = None) -> Shapes:
 def budget_at(scn: Scenario, compute: float, law: str | None = None) -> dict[str, float]:
     """Smooth-law quantities at one compute value: the time budget of a step and of a layer."""
     forms = along_compute(scn, np.array([compute]), law)
-    defs = _numeric_defs()
+    defs = numeric_defs()
     steps = float(forms["steps"][0])
     layers = float(forms["layers"][0])
     return {
@@ -607,7 +607,7 @@ def depth_unrounded(scn: Scenario, d_model: float | np.ndarray) -> np.ndarray:
     """The depth law before rounding, at the given widths."""
     v = scn.values
     d = np.asarray(d_model, dtype=float)
-    return _numeric_defs()["depth"](
+    return numeric_defs()["depth"](
         d, v["model.ff_ratio"] * d, v["depth.coefficient"], v["depth.exponent"]
     )
 

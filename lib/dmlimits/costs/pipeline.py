@@ -727,7 +727,7 @@ class Schedule:
         return max(p.end for p in mine) - min(p.start for p in mine) - self.busy(gpu)
 
 
-def _order_1f1b(n_pp: int, m: int) -> list[list[tuple[str, int, int]]]:
+def order_1f1b(n_pp: int, m: int) -> list[list[tuple[str, int, int]]]:
     """PipeDream-Flush: stage ``j`` runs ``N_PP - j - 1`` forward passes, then alternates."""
     orders = []
     for stage in range(n_pp):
@@ -739,7 +739,7 @@ def _order_1f1b(n_pp: int, m: int) -> list[list[tuple[str, int, int]]]:
     return orders
 
 
-def _order_interleaved(n_pp: int, v: int, m: int) -> list[list[tuple[str, int, int]]]:
+def order_interleaved(n_pp: int, v: int, m: int) -> list[list[tuple[str, int, int]]]:
     """Megatron-LM's interleaved 1F1B: microbatches in groups of ``N_PP`` (one group of ``m``
     when ``m < N_PP``), each group through chunk 0, then chunk 1, ...; backward passes in the same
     groups, chunks reversed; ``2 (N_PP - j - 1) + (v - 1) g`` forward passes of warm-up on GPU
@@ -762,7 +762,7 @@ def _order_interleaved(n_pp: int, v: int, m: int) -> list[list[tuple[str, int, i
     return orders
 
 
-def _order_breadth_first(n_pp: int, v: int, m: int) -> list[list[tuple[str, int, int]]]:
+def order_breadth_first(n_pp: int, v: int, m: int) -> list[list[tuple[str, int, int]]]:
     """Breadth-first interleaving (Lamy-Poirier 2023): every forward pass chunk by chunk, then
     every backward pass, chunks reversed."""
     return [
@@ -772,7 +772,7 @@ def _order_breadth_first(n_pp: int, v: int, m: int) -> list[list[tuple[str, int,
     ]
 
 
-def _list_schedule(
+def list_schedule(
     orders: list[list[tuple[str, int, int]]], n_chunks: int, durations: dict[str, float],
     latency: float = 0, per_chunk: list[dict[str, float]] | None = None, listed: bool = True,
 ) -> tuple[ScheduledPass, ...] | float:  # fmt: skip
@@ -951,9 +951,9 @@ def _laid_out(
             f"v: got {vv} with order='1f1b'; expected 1 (use 'interleaved' or 'breadth-first')"
         )
     build = {
-        "1f1b": lambda: _order_1f1b(p, mm),
-        "interleaved": lambda: _order_interleaved(p, vv, mm),
-        "breadth-first": lambda: _order_breadth_first(p, vv, mm),
+        "1f1b": lambda: order_1f1b(p, mm),
+        "interleaved": lambda: order_interleaved(p, vv, mm),
+        "breadth-first": lambda: order_breadth_first(p, vv, mm),
     }[order]
     try:
         # Whole slots stay whole where the chunks are alike.
@@ -963,7 +963,7 @@ def _laid_out(
             scale[-1] *= 1 + head
             per_chunk = [{"F": x + coll, "B": b * x + coll} for x in scale]
         durations = {"F": 1 + coll, "B": b + coll}
-        laid = _list_schedule(build(), vv * p, durations, lat, per_chunk, listed)
+        laid = list_schedule(build(), vv * p, durations, lat, per_chunk, listed)
     except ScheduleDeadlock as err:
         raise ScheduleDeadlock(
             f"order={order!r} with n_pp={p}, m={mm}, v={vv}: {err}; Megatron-LM's interleaved "

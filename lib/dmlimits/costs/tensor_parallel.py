@@ -722,20 +722,20 @@ def _splits(n: int, rule: str) -> tuple[tuple[int, int], ...]:
 
 
 # --- Numeric functions, lambdified from COST_FORMULAS ------------------------------------------
-_TIME_ARGS = (s.d_model, s.d_ff, b, tp_m, tp_f, word, W, LAM)
-_COMPUTE_ARGS = (s.d_model, s.d_ff, b, tp_m, tp_f, s.eff_util, s.peak_flops)
-_CROSS_ARGS = (word, s.eff_util, s.peak_flops, W, tp_m, tp_f)
+TIME_ARGS = (s.d_model, s.d_ff, b, tp_m, tp_f, word, W, LAM)
+COMPUTE_ARGS = (s.d_model, s.d_ff, b, tp_m, tp_f, s.eff_util, s.peak_flops)
+CROSS_ARGS = (word, s.eff_util, s.peak_flops, W, tp_m, tp_f)
 
 
 @cache
 def _numeric(name: str):
     expr, _ = _cost_formulas()[name]
     if name.startswith("crossover"):
-        args = _CROSS_ARGS
+        args = CROSS_ARGS
     elif name == "tp_compute":
-        args = _COMPUTE_ARGS
+        args = COMPUTE_ARGS
     else:
-        args = _TIME_ARGS
+        args = TIME_ARGS
     return sp.lambdify(args, matmul.CONSTANTS.apply(expr), "numpy")
 
 

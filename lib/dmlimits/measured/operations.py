@@ -415,7 +415,7 @@ def block_matmuls(cfg: Config, b: float) -> list[tuple[float, float, float, floa
     return [m for m in out if m[3] > 0]
 
 
-#: What :func:`_passes_time` gave, per GPU's scenario, matmuls and recomputation: the real-runs
+#: What :func:`passes_time` gave, per GPU's scenario, matmuls and recomputation: the real-runs
 #: chapter asks about 1,300 times for about a hundred of them.  Each entry holds the scenario
 #: it was computed with (by identity: :func:`device` keeps one per cluster until its values
 #: change, as :func:`device_values` changes them for a while).
@@ -424,10 +424,10 @@ _PASSES_TIMED: dict[tuple, tuple[sc.Scenario, np.ndarray]] = {}
 PASSES_TIMED_KEPT = 4096
 
 
-def _passes_time(scn, matmuls: list[tuple[float, float, float, float]], rb) -> np.ndarray:
+def passes_time(scn, matmuls: list[tuple[float, float, float, float]], rb) -> np.ndarray:
     """Each matmul's forward (``1 + rb`` times), activation-gradient and weight-gradient time,
     times its count, for matmuls ``(d1, d2, nanobatch, count)`` (read-only; kept per process,
-    :data:`_PASSES_TIMED`)."""
+    ``_PASSES_TIMED``)."""
     key = (scn.name, tuple(matmuls), tuple(rb))
     kept = _PASSES_TIMED.get(key)
     if kept is not None and kept[0] is scn:
@@ -470,7 +470,7 @@ def parts(cfg: Config) -> dict[str, float]:
     b = cfg.mbs * cfg.seq_len / cfg.cp
     m = cfg.micro_batches
     matmuls = [*block_matmuls(cfg, b), (sh.d_model, sh.vocab / cfg.tp, b, 1.0)]
-    times = _passes_time(scn, matmuls, [rb] * (len(matmuls) - 1) + [0])
+    times = passes_time(scn, matmuls, [rb] * (len(matmuls) - 1) + [0])
     per_block, head = float(times[:-1].sum()), float(times[-1])
     # The matmul model runs at the 16-bit peak; the blocks' FP8 matmuls at the FP8 peak, the
     # output layer's in 16-bit (the module's docstring says which frameworks keep it so).
@@ -662,11 +662,11 @@ def pipeline_stretch(cfg: Config) -> float:
     if m < 1 or abs(cfg.micro_batches - m) > 1e-9:
         raise ValueError(f"pipeline_stretch: got {cfg.micro_batches!r} micro-batches a step; "
                          "expected a whole number to lay the schedule out")  # fmt: skip
-    return _stretch(cfg.pp, m, cfg.vpp, tuple(round(float(x), 6) for x in shares))
+    return stretch(cfg.pp, m, cfg.vpp, tuple(round(float(x), 6) for x in shares))
 
 
 @cache
-def _stretch(n_pp: int, m: int, v: int, shares: tuple[float, ...]) -> float:
+def stretch(n_pp: int, m: int, v: int, shares: tuple[float, ...]) -> float:
     order = "interleaved" if v > 1 else "1f1b"
     return float(
         ppm.makespan(n_pp, m, v, order=order, work=shares) / (v * m * (1 + ppm.BACKWARD_SLOTS))

@@ -454,7 +454,7 @@ COST_FORMULAS = {
 
 
 @cache
-def _fns() -> dict[str, Any]:
+def numeric_functions() -> dict[str, Any]:
     f = {}
     f["dp"] = sp.lambdify(
         (n_ag, n_rs, g_shard, s.n_params, tpm.n_tp, ppm.n_pp, word),
@@ -491,7 +491,7 @@ def _fns() -> dict[str, Any]:
     return f
 
 
-def _group_bandwidth(cfg: Config, degree: int, stride: int) -> tuple[float, float]:
+def group_bandwidth(cfg: Config, degree: int, stride: int) -> tuple[float, float]:
     """(byte/s a member gets at full efficiency, nodes the group spans) for a group of
     ``degree`` ranks spaced ``stride`` apart."""
     c = cfg.cluster
@@ -583,7 +583,7 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
     rb, _ = transformer.RECOMPUTE[cfg.recompute]
     B = cfg.global_batch_tokens
     m = cfg.micro_batches
-    fns = _fns()
+    fns = numeric_functions()
     layers = sh.layers
     stage_layers = layers / cfg.pp
     out = dict.fromkeys(PARTS, 0.0)
@@ -623,8 +623,8 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
     if g > 1 and cfg.sharding == "hsdp":
         h = cfg.shard_group
         r = g // h
-        bw_h, nodes_h = _group_bandwidth(cfg, h, cfg.tp)
-        bw_r, nodes_r = _group_bandwidth(cfg, r, cfg.tp * h)
+        bw_h, nodes_h = group_bandwidth(cfg, h, cfg.tp)
+        bw_r, nodes_r = group_bandwidth(cfg, r, cfg.tp * h)
         shard = float(fns["dp"](nag, 0, h, params, cfg.tp, cfg.pp, w_ag)) + float(
             fns["dp"](0, nrs, h, params, cfg.tp, cfg.pp, w)
         )
@@ -634,7 +634,7 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
             nodes_r, stage_layers
         )
     elif g > 1:
-        bw, nodes = _group_bandwidth(cfg, g, cfg.tp)
+        bw, nodes = group_bandwidth(cfg, g, cfg.tp)
         ag = float(fns["dp"](nag, 0, g, params, cfg.tp, cfg.pp, w_ag))
         rs = float(fns["dp"](0, nrs, g, params, cfg.tp, cfg.pp, w))
         out["dp_bw"] = (ag + rs) / bw
@@ -644,20 +644,20 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
             out["dp_lat"] = _calls_latency(nodes, stage_layers)
     # Tensor parallelism, innermost.
     if cfg.tp > 1:
-        bw, nodes = _group_bandwidth(cfg, cfg.tp, 1)
+        bw, nodes = group_bandwidth(cfg, cfg.tp, 1)
         vol = float(fns["tp"](rb, cfg.tp, B, cfg.dp, cfg.cp, sh.d_model, w, layers, cfg.pp))
         out["tp_bw"] = vol / bw
         out["tp_lat"] = _calls_latency(nodes, (4 + 2 * rb) * stage_layers * m)
     # Context parallelism, inside data parallelism.
     if cfg.cp > 1:
-        bw, _ = _group_bandwidth(cfg, cfg.cp, cfg.tp)
+        bw, _ = group_bandwidth(cfg, cfg.cp, cfg.tp)
         vol = float(
             fns["cp"](cfg.cp, sh.d_model, sh.kv_heads, sh.heads, B, cfg.dp, w, layers, cfg.pp)
         )
         out["cp_bw"] = vol / bw
     # Expert parallelism, over data-parallel ranks next to the tensor-parallel group.
     if cfg.ep > 1:
-        bw, nodes = _group_bandwidth(cfg, cfg.ep, cfg.tp)
+        bw, nodes = group_bandwidth(cfg, cfg.ep, cfg.tp)
         vol = float(fns["ep"](rb, cfg.ep, B, cfg.dp, cfg.cp, cfg.tp, sh.top_k, sh.d_model, w,
                               sh.moe_layers, cfg.pp))  # fmt: skip
         out["ep_bw"] = vol / bw
@@ -665,7 +665,7 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
         out["ep_lat"] = _calls_latency(nodes, calls * sh.moe_layers / cfg.pp * m)
     # Pipeline boundaries, outermost: activations forward, gradients backward.
     if cfg.pp > 1:
-        bw, _ = _group_bandwidth(cfg, cfg.pp, cfg.tp * cfg.cp * cfg.dp)
+        bw, _ = group_bandwidth(cfg, cfg.pp, cfg.tp * cfg.cp * cfg.dp)
         out["pp_bw"] = ppm.BOUNDARY_PASSES * B / (cfg.dp * cfg.cp) * sh.d_model * w / cfg.tp / bw
     return out
 
@@ -865,7 +865,7 @@ def _int(row: dict, key: str, default: int | None = None) -> int | None:
     return int(value)
 
 
-def _gpu(text: str) -> str:
+def gpu_name(text: str) -> str:
     t = text.upper()
     if t.startswith("A100"):
         return "a100"
@@ -882,7 +882,7 @@ def _gpu(text: str) -> str:
     raise ValueError(f"GPU {text!r} is not one of the modelled clusters ({', '.join(CLUSTERS)})")
 
 
-def _shape(row: dict, assumed: list[str]) -> transformer.Shape:
+def row_shape(row: dict, assumed: list[str]) -> transformer.Shape:
     name = row.get("model", "")
     layers, width = _int(row, "layers"), _int(row, "d_model")
     params = float(row["params_b"]) * 1e9 if (row.get("params_b") or "").strip() else None
@@ -1149,8 +1149,8 @@ def _interpret(row: dict) -> Interpretation:
     does where the row does not say, then its measured value in the model's counting."""
     row, assumed = normalize(row)
     framework = _choice(row, "framework", FRAMEWORKS)
-    shape = _shape(row, assumed)
-    cl = cluster(_gpu(row.get("gpu", "")))
+    shape = row_shape(row, assumed)
+    cl = cluster(gpu_name(row.get("gpu", "")))
     if _flag(row, "fabric_stated") is False:
         assumed.append(f"the fabric of the book's {cl.name} cluster: {cl.label}")
     n = _int(row, "n_gpus")

@@ -155,7 +155,7 @@ def _schedules(pp: int, units: int, count: int, zero_bubble: bool, zb_min: str) 
     return found
 
 
-def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.ndarray] | None:
+def base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.ndarray] | None:
     """Every configuration of ``n_gpu`` GPUs before placement on the network levels (arrays
     shared with other callers: read, never written)."""
     return bases(scn, [(pt, n_gpu)], ch)[0]
@@ -164,10 +164,10 @@ def _base(scn: Scenario, pt: Point, n_gpu: int, ch: Choices) -> dict[str, np.nda
 def bases(
     scn: Scenario, items: list[tuple[Point, int]], ch: Choices
 ) -> list[dict[str, np.ndarray] | None]:  # fmt: skip
-    """``_base`` of several (model, cluster) pairs, whose memory is checked at once.
+    """``base`` of several (model, cluster) pairs, whose memory is checked at once.
 
     The scenario decides which data-parallel degrees fit in memory; the configurations follow
-    from those degrees, the model, the cluster and the choices alone (``_layouts``), so
+    from those degrees, the model, the cluster and the choices alone (``cluster_layouts``), so
     scenarios that differ in anything else (the network, most often) share them."""
     unit = ppm.unit_tokens(ch.microbatch_unit, scn["model.sequence_length"])
     listed: list[tuple[int, int, tuple[int, ...]]] = []  # (item, per_pipe, degrees)
@@ -190,7 +190,7 @@ def bases(
         fitting = tuple(degrees[at : at + size][fits[at : at + size]].tolist())
         at += size
         if fitting:
-            out[k] = _layouts(items[k][0], items[k][1], ch, per_pipe, fitting)
+            out[k] = cluster_layouts(items[k][0], items[k][1], ch, per_pipe, fitting)
     return out
 
 
@@ -202,16 +202,16 @@ def _degrees(rest: int, per_pipe: int) -> tuple[int, ...]:
     return tuple(d for d in divisors(rest) if per_pipe % d == 0)
 
 
-#: Configurations kept per process by ``_layouts`` (a sweep of the sixteen presets makes
+#: Configurations kept per process by ``cluster_layouts`` (a sweep of the sixteen presets makes
 #: about 1,200; each holds at most a few thousand rows).
 LAYOUTS_KEPT = 4096
 
 
 @lru_cache(LAYOUTS_KEPT)
-def _layouts(
+def cluster_layouts(
     pt: Point, n_gpu: int, ch: Choices, per_pipe: int, fitting: tuple[int, ...]
 ) -> dict[str, np.ndarray] | None:
-    """The configurations of ``_base``, from the data-parallel degrees that fit.
+    """The configurations of ``base``, from the data-parallel degrees that fit.
 
     The (tensor, data) degree pairs are listed in Python (a few hundred at most); each pair's
     2D splits times its schedules are then laid out with array operations, in the order of a
@@ -283,7 +283,7 @@ def _layouts(
     }  # fmt: skip
     out["v"] = np.where((out["zero_bubble"] == 0) & (out["pp"] > 1), pt.layers // out["pp"], 1)
     out["nanobatch"] = pt.batch / (out["dp"] * out["m"] * pt.experts)
-    # The codes of _GROUPS, from the pairs, their splits and their schedules (a few hundred
+    # The codes of GROUPS, from the pairs, their splits and their schedules (a few hundred
     # each): the candidates' codes are gathered from them.
     of_split = np.repeat(np.arange(n_pairs), n_split)
     _, split_code = np.unique(
@@ -310,7 +310,7 @@ def _layouts(
 #: layers of a stage; the pipeline and expert transfers on the stages and each stage's chunks.
 #: Each is computed once per distinct combination and gathered back.
 #:
-#: The codes come from how the configurations are listed (``_layouts``): small
+#: The codes come from how the configurations are listed (``cluster_layouts``): small
 #: non-negative integers per (model, cluster) pair, equal where the group's columns are equal
 #: (two codes may also stand for the same values: they are then costed twice, alike).  A
 #: (tensor, data, pipeline) degree triple and one of its 2D splits fix the tensor-parallel
@@ -319,21 +319,21 @@ def _layouts(
 #: split and the data-parallel degree times the microbatches (the tokens of a microbatch).  A
 #: search then finds the distinct combinations of many pairs' codes without sorting
 #: (:func:`distinct_codes`).
-_GROUPS = {
+GROUPS = {
     "mm": ("tp_model", "tp_ff", "nanobatch"),
     "dp": ("dp",),
     "tp": ("dp", "tp_model", "tp_ff", "pp"),
     "pp_ep": ("pp", "v"),
 }
 #: The code columns of a configuration, one per group.
-CODES = tuple(f"code_{g}" for g in _GROUPS)
+CODES = tuple(f"code_{g}" for g in GROUPS)
 
 
 def distinct_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A row of each distinct code and each row's index among those rows: the ``first`` and
     ``inverse`` of ``numpy.unique`` (in the same ascending order of code), found in time
     linear in the rows and the largest code, without sorting.  Any row of a code stands for
-    it, as every row of a code has the same values (``_GROUPS``)."""
+    it, as every row of a code has the same values (``GROUPS``)."""
     n = len(codes)
     space = int(codes.max()) + 1 if n else 0
     present = np.zeros(space, dtype=bool)
@@ -419,7 +419,7 @@ class CandidateRows:
     after them.  The columns of the candidates' (model, cluster) pairs
     (:data:`POINT_COLUMNS`, ``params``, ``n_gpu``) are kept once per pair (``pairs``) and
     gathered through ``segment``.  ``layouts``: each pair's configurations as
-    ``_layouts`` listed them, when the rows are all of them, pair after pair (the key of
+    ``cluster_layouts`` listed them, when the rows are all of them, pair after pair (the key of
     their kept matmul times), else ``None``."""
 
     __slots__ = ("_columns", "_rows", "_taken", "layouts", "pairs")
@@ -431,7 +431,7 @@ class CandidateRows:
         self._rows = rows  # None: every row; else an index array or a slice
         self._taken: dict[str, np.ndarray] = {}
         self.pairs = pairs
-        # Each pair's configurations (_layouts), when these are all of them, in order.
+        # Each pair's configurations (cluster_layouts), when these are all of them, in order.
         self.layouts: list[dict[str, np.ndarray]] | None = None
 
     def __getitem__(self, key: str) -> np.ndarray:

@@ -81,7 +81,7 @@ def _family_times(
         t = dpm.dp_level_times(scn, u["params"][:, None], i, o, u["n_gpu"][:, None])
         return {"dp": (ok, _broadcast_levels(t, flat))}
     if family == "pp_ep":
-        ok, t = _pp_ep_distinct(scn, u, factors, ch)
+        ok, t = pp_ep_distinct(scn, u, factors, ch)
         t = _broadcast_levels(t, flat)
         return {"pp_ep": (np.broadcast_to(ok, t.level0.shape), t)}
     out = {}
@@ -110,7 +110,7 @@ def _broadcast_levels(t: co.LevelTimes, flat: bool) -> co.LevelTimes:
     return co.LevelTimes(*np.broadcast_arrays(*t))
 
 
-def _pp_ep_distinct(
+def pp_ep_distinct(
     scn: Scenario, c: CandidateRows, factors: np.ndarray | None, ch: Choices
 ) -> tuple[np.ndarray, co.LevelTimes]:
     """Pipeline and expert traffic at layer interfaces, each level's bandwidth time apart."""
@@ -134,11 +134,11 @@ def _pp_ep_distinct(
     return ok, co.LevelTimes(*(cross[0][k] + cross[1][k] + only[k] for k in range(3)))
 
 
-def _costs(
+def family_costs(
     scn: Scenario, c: CandidateRows, factors: np.ndarray | None, ch: Choices
 ) -> dict[str, tuple[_Table, np.ndarray]]:
     """Each parallelism's table, one row per distinct combination of what it depends on
-    (:data:`~dmlimits.search.candidates._GROUPS`), and each candidate's row in it."""
+    (:data:`~dmlimits.search.candidates.GROUPS`), and each candidate's row in it."""
     out = {}
     for family in ("dp", "tp", "pp_ep"):
         first, back = distinct_codes(c["code_" + family])
@@ -148,8 +148,8 @@ def _costs(
     return out
 
 
-def _rows(costs: dict[str, tuple[_Table, np.ndarray]], rows: np.ndarray) -> dict[str, _Table]:
-    """The tables of ``_costs`` at candidates ``rows``, one row each."""
+def gather_rows(costs: dict[str, tuple[_Table, np.ndarray]], rows: np.ndarray) -> dict[str, _Table]:
+    """The tables of ``family_costs`` at candidates ``rows``, one row each."""
     out = {}
     for name, (t, back) in costs.items():
         at = back[rows]
@@ -157,7 +157,7 @@ def _rows(costs: dict[str, tuple[_Table, np.ndarray]], rows: np.ndarray) -> dict
     return out
 
 
-def _network_time(parts: dict[str, tuple[np.ndarray, np.ndarray]], rule: str) -> np.ndarray:
+def network_time(parts: dict[str, tuple[np.ndarray, np.ndarray]], rule: str) -> np.ndarray:
     """Bandwidth time of several parallelisms' traffic, given each one's time on the level-0
     and level-1 links (keys among ``dp``, ``tp_model``, ``tp_ff`` and ``pp_ep``).
 
@@ -207,7 +207,7 @@ def _placement_table(scn: Scenario, n_gpu: int) -> np.ndarray | None:
 
 
 #: The search prunes, before costing their placements, the candidates whose lower bound on the
-#: step time (``_compute_bound``, then ``_lower_bound``) exceeds a step time another candidate
+#: step time (``compute_bound``, then ``lower_bound``) exceeds a step time another candidate
 #: of the same cluster achieves; this environment variable set to ``off`` makes it cost every
 #: candidate.  Pruning changes no result (tests/test_search_pruning.py compares every preset's
 #: sweep both ways).
@@ -223,12 +223,12 @@ def pruning() -> bool:
     return switched_on(PRUNE_ENV)
 
 
-def _candidates(
+def list_candidates(
     scn: Scenario, items: list[tuple[Point, int]], ch: Choices, only: dict[str, int] | None
 ) -> tuple[CandidateRows, list[int], np.ndarray] | None:
     """Every candidate of every (model, cluster) pair, concatenated, with the pairs' columns
-    (:class:`CandidateRows`); the pairs that have candidates, and the first row of each one's
-    segment."""
+    (:class:`~dmlimits.search.candidates.CandidateRows`); the pairs that have candidates, and the
+    first row of each one's segment."""
     parts: list[dict[str, np.ndarray]] = []
     owners: list[int] = []
     kept: list[tuple[Point, int]] = []
@@ -284,8 +284,8 @@ def _step(
         hidden["dp"] = levels["dp"]
         t_dp_after = np.zeros_like(levels["dp"][0])
     else:
-        t_dp_after = _network_time({"dp": levels["dp"]}, ch.level_times)
-    t_net = _network_time(hidden, ch.level_times)
+        t_dp_after = network_time({"dp": levels["dp"]}, ch.level_times)
+    t_net = network_time(hidden, ch.level_times)
     two = np.ndim(t_net) == 2
     col = (lambda a: a[None, :]) if two else (lambda a: a)
     with np.errstate(invalid="ignore"):  # inf * 0 where a level is unusable; masked by callers
@@ -295,7 +295,7 @@ def _step(
     return t, t_net
 
 
-def _lower_bound(
+def lower_bound(
     ch: Choices, c: CandidateRows, costs: dict[str, tuple[_Table, np.ndarray]],
     t_mm: np.ndarray, bubble: np.ndarray,
 ) -> np.ndarray:  # fmt: skip
@@ -316,7 +316,7 @@ def _lower_bound(
     return np.where(np.isnan(t), np.inf, t)
 
 
-def _compute_bound(
+def compute_bound(
     ch: Choices, c: CandidateRows, t_mm: np.ndarray, bubble: np.ndarray
 ) -> np.ndarray:  # fmt: skip
     """A lower bound on each candidate's step time: the step time with no time on the
@@ -347,7 +347,7 @@ def _achieve(achieved: np.ndarray, segments: np.ndarray, ev: dict[str, Any]) -> 
     np.minimum.at(achieved, segments, ev["t"].min(axis=1))
 
 
-def _evaluate(
+def evaluate(
     ch: Choices, c: CandidateRows, tables: dict[str, _Table],
     columns: dict[str, np.ndarray], t_mm: np.ndarray, bubble: np.ndarray,
 ) -> dict[str, Any]:  # fmt: skip
@@ -412,7 +412,7 @@ def best_on_many(
     return out
 
 
-def _placement_columns(
+def placement_columns(
     scn: Scenario, n_gpu: int
 ) -> tuple[np.ndarray | None, dict[str, np.ndarray]] | None:
     """The level-0 options of the placements (``None``: one level) and, for each degree, the
@@ -439,14 +439,14 @@ def _evaluate_in_blocks(
     kept: np.ndarray, columns: dict[str, np.ndarray], t_mm: np.ndarray, bubble: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """The step time and the total network time of every candidate on every placement
-    (``_evaluate``'s ``t`` and ``total``), a block of candidates at a time
+    (``evaluate``'s ``t`` and ``total``), a block of candidates at a time
     (:data:`BLOCK`); ``kept``: each candidate's row in the cost tables."""
     n, width = len(t_mm), len(columns["dp"])
-    t, total = np.empty((width, n)), np.empty((width, n))  # placements first, as _evaluate
+    t, total = np.empty((width, n)), np.empty((width, n))  # placements first, as evaluate
     size = max(1, BLOCK // width)
     for start in range(0, n, size):
         r = slice(start, min(start + size, n))
-        ev = _evaluate(ch, take(c, r), _rows(costs, kept[r]), columns, t_mm[r], bubble[r])
+        ev = evaluate(ch, take(c, r), gather_rows(costs, kept[r]), columns, t_mm[r], bubble[r])
         t[:, r], total[:, r] = ev["t"].T, ev["total"].T
     return t.T, total.T
 
@@ -455,11 +455,11 @@ def _best_in_group(
     scn: Scenario, items: list[tuple[Point, int]], ch: Choices, only: dict[str, int] | None
 ) -> list[dict[str, float] | None]:
     out: list[dict[str, float] | None] = [None] * len(items)
-    batch = _candidates(scn, items, ch, only)
+    batch = list_candidates(scn, items, ch, only)
     if batch is None:
         return out
     c, owners, starts = batch
-    placed = _placement_columns(scn, items[0][1])
+    placed = placement_columns(scn, items[0][1])
     if placed is None:
         return out
     factors, columns = placed
@@ -471,30 +471,31 @@ def _best_in_group(
         # the test by the candidates of least bound in each segment, costed first on every
         # placement: no candidate whose bound exceeds a step time they achieve can be the
         # fastest, nor tie with it.  First the compute alone (no time on the network,
-        # ``_compute_bound``), which needs no parallelism's cost, so that the costs are
+        # ``compute_bound``), which needs no parallelism's cost, so that the costs are
         # computed for the candidates it leaves; then each family's least time on each level
-        # (``_lower_bound``).
+        # (``lower_bound``).
         achieved = np.full(n_pairs, np.inf)
-        bound = _compute_bound(ch, c, t_mm, bubble)
+        bound = compute_bound(ch, c, t_mm, bubble)
         seeds = _least_per_segment(bound, segment, n_pairs)
         sub = take(c, seeds)
-        _achieve(achieved, segment[seeds], _evaluate(
-            ch, sub, _rows(_costs(scn, sub, factors, ch), np.arange(len(seeds))), columns,
+        _achieve(achieved, segment[seeds], evaluate(
+            ch, sub, gather_rows(family_costs(scn, sub, factors, ch), np.arange(len(seeds))),
+            columns,
             t_mm[seeds], bubble[seeds],
         ))  # fmt: skip
         keep = np.flatnonzero(bound <= achieved[segment])
         c, t_mm, bubble, segment = take(c, keep), t_mm[keep], bubble[keep], segment[keep]
-        costs = _costs(scn, c, factors, ch)  # every family's cost on every level-0 option
-        bound = _lower_bound(ch, c, costs, t_mm, bubble)
+        costs = family_costs(scn, c, factors, ch)  # every family's cost on every level-0 option
+        bound = lower_bound(ch, c, costs, t_mm, bubble)
         seeds = _least_per_segment(bound, segment, n_pairs)
-        _achieve(achieved, segment[seeds], _evaluate(
-            ch, take(c, seeds), _rows(costs, seeds), columns, t_mm[seeds], bubble[seeds],
+        _achieve(achieved, segment[seeds], evaluate(
+            ch, take(c, seeds), gather_rows(costs, seeds), columns, t_mm[seeds], bubble[seeds],
         ))  # fmt: skip
         kept = np.flatnonzero(bound <= achieved[segment])
         c, t_mm, bubble, segment = take(c, kept), t_mm[kept], bubble[kept], segment[kept]
         starts = np.searchsorted(segment, np.arange(n_pairs))
     else:
-        costs = _costs(scn, c, factors, ch)
+        costs = family_costs(scn, c, factors, ch)
         kept = np.arange(len(t_mm))
     t, total = _evaluate_in_blocks(ch, c, costs, kept, columns, t_mm, bubble)
     # Each pair's fastest; among equally fast ones the least network time, then the first.
@@ -511,7 +512,7 @@ def _best_in_group(
     segs, first = np.unique(tied_segment[rows], return_index=True)
     # The winners' times, part by part, evaluated again for them alone.
     won = tied[rows[first]]
-    ev = _evaluate(ch, take(c, won), _rows(costs, kept[won]), columns, t_mm[won], bubble[won])
+    ev = evaluate(ch, take(c, won), gather_rows(costs, kept[won]), columns, t_mm[won], bubble[won])
     levels = ev["levels"]
     parts = {
         "t_dp": levels["dp"], "t_tp": tuple(

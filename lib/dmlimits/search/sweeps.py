@@ -105,14 +105,14 @@ def sweep(scn: Scenario) -> list[dict[str, Any]]:
     return [dict(r) for r in _SWEEPS[key]]
 
 
-def _formula_family(scn: Scenario) -> tuple[Any, ...]:
+def formula_family(scn: Scenario) -> tuple[Any, ...]:
     """The values of a scenario that decide which formulas its sweep builds beyond those every
     sweep builds: the matmul model's, with or without multicast, which are slow to build
     (:func:`dmlimits.costs.matmul.cost_expressions` and the functions lambdified from them)."""
     return (bool(scn["hardware.distributed_shared_memory"]),)
 
 
-def _families_first(first: Scenario, rest: list[Scenario]) -> list[Scenario]:
+def families_first(first: Scenario, rest: list[Scenario]) -> list[Scenario]:
     """``rest`` in the order :func:`sweep_many`'s workers take them: first one scenario of each
     formula family that ``first`` (swept before the workers were forked, its formulas theirs)
     is not of, so that one worker builds that family's formulas and keeps them on disk while
@@ -120,13 +120,13 @@ def _families_first(first: Scenario, rest: list[Scenario]) -> list[Scenario]:
     formulas are kept on disk by then for every worker to read.  Taken in the order given,
     both workers of the book's build would build the same formulas without multicast at once.
     The order changes no result."""
-    own = _formula_family(first)
+    own = formula_family(first)
     leads: list[Scenario] = []
     alike: list[Scenario] = []
     later: list[Scenario] = []
     seen = {own}
     for scn in rest:
-        family = _formula_family(scn)
+        family = formula_family(scn)
         if family == own:
             alike.append(scn)
         elif family in seen:
@@ -170,7 +170,7 @@ def sweep_many(
         done(todo[0], start)
         rest = [x for x in todo[1:] if scenario_key(x) not in _SWEEPS]
         if jobs > 1 and len(rest) > 1:
-            rest = _families_first(todo[0], rest)
+            rest = families_first(todo[0], rest)
 
             ctx = multiprocessing.get_context("fork")
             pool = ProcessPoolExecutor(max_workers=min(jobs, len(rest)), mp_context=ctx)
