@@ -99,7 +99,7 @@ def test_a_batch_answers_each_pair_as_it_would_alone(h100):
 )
 def test_looking_ahead_and_kept_layouts_change_no_result(preset, monkeypatch):
     """optimal_many tries several clusters of each model at once when few models are left
-    (:data:`dmlimits.search.candidates.LOOKAHEAD`), _base keeps each cluster's configurations for
+    (:data:`dmlimits.search.candidates.LOOKAHEAD`), base keeps each cluster's configurations for
     every scenario that fits the same data-parallel degrees, and the matmul times and bubbles of
     each are kept per hardware (``_COMPUTE_KEPT``; the second sweep reads every one of them): the
     sweep one cluster at a time, every configuration listed and costed afresh, is the same to the
@@ -252,8 +252,8 @@ def test_equal_codes_stand_for_equal_columns(preset):
     """Each cost is computed once per code of its group (:data:`dmlimits.search.candidates.GROUPS`)
     and gathered back to every candidate of that code: so every candidate of a code must have the
     same pair and the same values of the group's columns.  The codes are given as the configurations
-    are listed (``_layouts``) and offset pair by pair (``_candidates``); the distinct codes are
-    found without sorting (``_distinct_codes``), in np.unique's order."""
+    are listed (``cluster_layouts``) and offset pair by pair (``list_candidates``); the distinct
+    codes are found without sorting (``distinct_codes``), in np.unique's order."""
     scn = sc.resolve(preset)
     ch = search.Choices.of(scn)
     chosen = {r["training_flop"]: r["n_gpu"] for r in search.sweep(scn) if r["feasible"]}

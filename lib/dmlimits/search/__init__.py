@@ -27,13 +27,13 @@ Five things make it fast without changing a result (tests/test_search_pruning.py
   per doubling of the clusters (:func:`~dmlimits.search.engine.optimal_many`,
   :func:`~dmlimits.search.engine.best_on_many`);
 * each parallelism's cost, and the matmuls', is computed once per distinct combination of the
-  degrees it depends on (``_GROUPS``), found without sorting from codes given as the
-  configurations are listed;
+  degrees it depends on (:data:`~dmlimits.search.candidates.GROUPS`), found without sorting from
+  codes given as the configurations are listed;
 * two lower bounds on each candidate's step time over its placements prune the candidates that
   cannot beat what those of least bound achieve (:data:`~dmlimits.search.engine.PRUNE_ENV`): first
-  its compute alone (``_compute_bound``), before any parallelism is costed, so that the costs are
-  computed for fewer candidates; then each parallelism's least time on each level
-  (``_lower_bound``);
+  its compute alone (:func:`~dmlimits.search.engine.compute_bound`), before any parallelism is
+  costed, so that the costs are computed for fewer candidates; then each parallelism's least time on
+  each level (:func:`~dmlimits.search.engine.lower_bound`);
 * the cost modules take the arrays the search built as given, without checking each element
   again (:func:`dmlimits.core.checks.trusted_arguments`);
 * a cluster's configurations, and their matmul times and bubbles under the same hardware

@@ -247,7 +247,7 @@ def list_candidates(
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
     columns["segment"] = np.repeat(np.arange(len(parts)), sizes)  # which pair
-    # Each pair's codes (_GROUPS) after those of the pairs before it: distinct across pairs.
+    # Each pair's codes (GROUPS) after those of the pairs before it: distinct across pairs.
     for name in CODES:
         spans = np.array([int(p[name].max()) + 1 for p in parts])
         columns[name] += np.repeat(np.cumsum(spans) - spans, sizes)
@@ -258,7 +258,7 @@ def list_candidates(
     pairs["params"] = np.array([pt.params for pt, _ in kept])
     pairs["n_gpu"] = np.array([float(n) for _, n in kept])
     rows = CandidateRows(columns, pairs)
-    if not only:  # each pair's rows are its configurations, as _layouts listed them
+    if not only:  # each pair's rows are its configurations, as cluster_layouts listed them
         rows.layouts = parts
     return rows, owners, starts
 
