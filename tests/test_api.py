@@ -27,11 +27,14 @@ def test_importing_the_package_imports_no_layer():
     assert out.stdout.strip() == "['dmlimits']"
 
 
-def test_the_readme_example_runs():
-    scn = dmlimits.resolve("h100")
-    d = dmlimits.derivation_named("collectives-ring-allreduce")
-    d.verify()
-    assert dmlimits.headline(scn) == dmlimits.headline(scn)
+def test_the_docstrings_example_runs():
+    """The example of the package's docstring: a longer run moves the limits out, and a
+    derivation the library has verifies (an unknown name gives none)."""
+    base = dmlimits.headline(dmlimits.resolve("h100"))
+    longer = dmlimits.headline(dmlimits.resolve("h100", overrides={"training.months": 6}))
+    assert longer["t_limit_flop"] > base["t_limit_flop"] > base["t_crit_flop"] > 0
+    dmlimits.derivation_named("collectives-ring-allreduce").verify()
+    assert dmlimits.derivation_named("no-such-derivation") is None
 
 
 def test_cache_folder_reads_its_variable(monkeypatch, tmp_path):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -55,15 +54,7 @@ def atomic_write(path: Path, data: bytes | str) -> None:
 
 def atomic_copy(source: Path, path: Path) -> None:
     """Copy the file ``source`` to ``path`` as :func:`atomic_write` writes."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
-    os.close(fd)
-    try:
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    atomic_write(path, Path(source).read_bytes())
 
 
 def write_json(path: Path, data: Any) -> None:
