@@ -54,6 +54,7 @@ $(STAMP): requirements.txt pyproject.toml
 	  echo "installed requirements.txt with uv $(UV_VERSION)"; \
 	fi
 	$(PIP) --no-deps --no-build-isolation -e .
+	$(PY) -m dmlimits.build.vendor
 	@touch $@
 
 book: $(STAMP)

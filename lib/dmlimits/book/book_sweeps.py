@@ -9,6 +9,7 @@ matplotlib.
 from __future__ import annotations
 
 from dmlimits import search
+from dmlimits.book import explorer
 from dmlimits.core.scenario import PAPER_PRESETS, Scenario, compared, resolve_overrides
 from dmlimits.search import whatif
 
@@ -74,9 +75,11 @@ def scenarios_swept_next(scn: Scenario) -> list[Scenario]:
 def scenarios_swept(scn: Scenario) -> list[Scenario]:
     """The scenarios whose sweeps the chapters of a book built for ``scn`` read, each once:
     the scenario, its dense counterpart (closed forms), the paper's settings and the GPU
-    generations as the chapters compare them, the search chapter's alternatives and the what-if
-    chapter's variants.  A build sweeps them up front on every core; a sweep a chapter needs
-    beyond these is computed when it is first asked for, and cached alike."""
+    generations as the chapters compare them, the search chapter's alternatives, the what-if
+    chapter's variants and the explorer's settings
+    (:func:`dmlimits.book.explorer.settings`).  A build sweeps them up front on every core; a
+    sweep a chapter needs beyond these is computed when it is first asked for, and cached
+    alike."""
     out = [scn]
     if scn["model.sparse"]:
         out.append(resolve_overrides(scn, {"model.sparse": False}))
@@ -85,6 +88,7 @@ def scenarios_swept(scn: Scenario) -> list[Scenario]:
     out += [resolve_overrides(scn, changes) for changes in CHOICE_ALTERNATIVES.values()]
     out += whatif.tornado_variants(scn).values()
     out += whatif.uncertainty_variants(scn)
+    out += explorer.settings(scn).values()
     seen: dict[str, Scenario] = {}
     for s in out:
         seen.setdefault(search.scenario_key(s), s)

@@ -9,6 +9,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
+from dmlimits.book import interactive
 from dmlimits.book.figures import PALETTE, apply_style, shared_line_styles, shared_marker_sizes
 from dmlimits.book.glue import sci
 from dmlimits.core.checks import counts, require_scenario
@@ -176,3 +177,38 @@ def figure_allreduce_participants(scn: Scenario, words: float, max_nodes: int) -
     fig.suptitle(f"All-reduce of a vector of {sci(vector)} bytes ({scn.name})", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+# --- Interactive -------------------------------------------------------------------------------
+def allreduce_widget(scn: Scenario, max_nodes: int, points: int = 37) -> Any:
+    """The all-reduce time of :func:`figure_allreduce_time` with a reader's controls: the number
+    of nodes (powers of two up to ``max_nodes``) and the vector's size (``points`` sizes from a
+    kilobyte to a terabyte, a mark on the curves), each time from
+    :func:`~dmlimits.costs.collectives.allreduce_time` and
+    :func:`~dmlimits.costs.collectives.allreduce_time_split` (bandwidth and latency time
+    together)."""
+    scn = require_scenario(scn)
+    node = int(scn["network.node_size"])
+    word_bytes = float(scn["model.word_bytes"])
+    nodes = [2**i for i in range(int(math.log2(int(counts("max_nodes", max_nodes)))) + 1)]
+    size = np.geomspace(1e3, 1e12, points)
+    inside = allreduce_time(scn, size / word_bytes, node, 0).total
+    series = {}
+    for i, n in enumerate(nodes):
+        lines = [{"name": f"one node ({node} GPUs)", "x": size, "y": inside}]
+        if n > 1:
+            lines.append({"name": f"{n} nodes ({n * node:,} GPUs), two levels", "x": size,
+                          "y": allreduce_time_split(scn, size / word_bytes, node, n).total})  # fmt: skip
+        series[(i,)] = lines
+    controls = [
+        {"name": "nodes", "label": "nodes", "values": nodes,
+         "labels": [f"{n:,} ({n * node:,} GPUs)" for n in nodes], "initial": len(nodes) // 2},
+        {"name": "bytes", "label": "vector size", "values": list(size),
+         "labels": [sci(float(b)) + " bytes" for b in size], "initial": points // 2},
+    ]  # fmt: skip
+    return interactive.curves(
+        "allreduce-time", "One all-reduce: move the nodes and the vector's size",
+        controls, "bytes", "size of the vector (bytes)", "time of one all-reduce (s)", series,
+        x_log=True, y_log=True,
+        summary="An interactive version of the figure above (needs JavaScript).",
+    )

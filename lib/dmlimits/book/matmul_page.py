@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from dmlimits.book import interactive
 from dmlimits.book.figures import PALETTE
 from dmlimits.core.scenario import Scenario
 from dmlimits.costs.matmul import (
@@ -93,3 +94,33 @@ def figure_level_times(scn: Scenario, d1: Any, d2: Any, kind: str) -> Figure:
     fig.suptitle(f"{d1:g} × {d2:g} shard, {kind}, {scn.gpu_label}", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+# --- Interactive -------------------------------------------------------------------------------
+def efficiency_widget(scenarios: list[Scenario], aspect: float) -> Any:
+    """The efficiency of :func:`figure_efficiency_map` as curves a reader picks: the GPU and
+    the shard side ``d`` (powers of two), and a mark at a nanobatch (powers of two from the
+    padding multiple to 16,384 tokens), each value from
+    :func:`~dmlimits.costs.matmul.pass_efficiency`."""
+    nb = [2**i for i in range(int(np.log2(PAD_MULTIPLE)), 15)]
+    sides = [2**i for i in range(8, 17)]
+    series = {}
+    for i, scn in enumerate(scenarios):
+        for j, d in enumerate(sides):
+            eff = pass_efficiency(scn, float(d), aspect * d, np.array(nb, dtype=float))
+            series[(i, j)] = [{"name": f"{scn.gpu_label}, d = {d:,}", "x": nb,
+                               "y": np.broadcast_to(eff, (len(nb),))}]  # fmt: skip
+    controls = [
+        {"name": "gpu", "label": "GPU", "values": list(range(len(scenarios))),
+         "labels": [s.gpu_label for s in scenarios], "initial": len(scenarios) - 1},
+        {"name": "d", "label": "shard side d", "values": sides,
+         "labels": [f"{d:,}" for d in sides], "initial": 4},
+        {"name": "b", "label": "nanobatch b (tokens)", "values": nb,
+         "labels": [f"{b:,}" for b in nb], "initial": len(nb) // 2},
+    ]  # fmt: skip
+    return interactive.curves(
+        "matmul-efficiency", "Matmul efficiency: move the GPU, the shard and the nanobatch",
+        controls, "b", "nanobatch b (tokens)", "efficiency (fraction of peak)", series,
+        x_log=True, y_percent=True,
+        summary="An interactive version of the figure above (needs JavaScript).",
+    )

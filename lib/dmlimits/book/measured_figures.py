@@ -5,9 +5,12 @@ Each function returns a matplotlib figure for the chapter to glue; none computes
 
 from __future__ import annotations
 
+from typing import Any
+
 import matplotlib.pyplot as plt
 import numpy as np
 
+from dmlimits.book import interactive
 from dmlimits.book.figures import PALETTE
 from dmlimits.core import published
 from dmlimits.measured import confront, runs, transformer
@@ -142,3 +145,34 @@ def operations_figure(cases: dict):
     fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=8,
                frameon=False)  # fmt: skip
     return fig
+
+
+# --- Interactive -------------------------------------------------------------------------------
+def scaling_widget(curves_by_gpu: dict) -> Any:
+    """The strong-scaling curves of :func:`scaling_figure` for a GPU and a model a reader picks,
+    with a mark at a GPU count: tokens per second per GPU of each strategy, as
+    :func:`~dmlimits.measured.runs.strong_scaling` gives them (a gap where a configuration does
+    not fit the GPUs' memory)."""
+    gpus = list(curves_by_gpu)
+    counts = [int(n) for n in runs.GPU_COUNTS]
+    series = {}
+    for i, gpu in enumerate(gpus):
+        for j, shape in enumerate(confront.SHAPES):
+            series[(i, j)] = [
+                {"name": strategy, "x": counts,
+                 "y": curves_by_gpu[gpu][(shape, strategy)]["tokens_per_s_per_gpu"]}
+                for strategy in runs.STRATEGIES
+            ]  # fmt: skip
+    controls = [
+        {"name": "gpu", "label": "GPU", "values": list(range(len(gpus))),
+         "labels": [g.upper() for g in gpus], "initial": 0},
+        {"name": "shape", "label": "model", "values": list(range(len(confront.SHAPES))),
+         "labels": [transformer.shape(s).name for s in confront.SHAPES], "initial": 0},
+        {"name": "gpus", "label": "GPUs", "values": counts,
+         "labels": [f"{n:,}" for n in counts], "initial": len(counts) - 1},
+    ]  # fmt: skip
+    return interactive.curves(
+        "strong-scaling", "Strong scaling at a fixed batch: move the GPU, the model and the count",
+        controls, "gpus", "GPUs", "tokens per second per GPU", series, x_log=True,
+        summary="An interactive version of the figure above (needs JavaScript).",
+    )

@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Patch
 
+from dmlimits.book import interactive
 from dmlimits.book.figures import PALETTE
 from dmlimits.core import checks
 from dmlimits.costs.pipeline import (
@@ -132,3 +133,37 @@ def figure_schedule(n_pp: Any, m: Any, v: Any, steps: Any = 2, backward: Any = B
     fig.legend(handles=handles, loc="upper center", fontsize=8, ncol=4)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig
+
+
+# --- Interactive -------------------------------------------------------------------------------
+def bubble_widget(n_pp_values: Any, v_values: Any, m_max: Any) -> Any:
+    """The bubble of :func:`figure_bubble` with a reader's controls: the stages, the
+    interleaving factor and the microbatches (a mark on the curve), each curve from
+    :func:`~dmlimits.costs.pipeline.bubble_fraction` at every whole ``m`` up to ``m_max``."""
+    stages = [checks.whole("n_pp_values", p) for p in n_pp_values]
+    factors = [checks.whole("v_values", x) for x in v_values]
+    top = checks.whole("m_max", m_max)
+    m = list(range(1, top + 1))
+    series = {}
+    for i, p in enumerate(stages):
+        for j, vv in enumerate(factors):
+            lines = [{"name": f"v = {vv}", "x": m, "y": bubble_fraction(p, np.array(m), vv)}]
+            if vv != 1:
+                lines.append({"name": "v = 1 (not interleaved)", "x": m,
+                              "y": bubble_fraction(p, np.array(m), 1)})  # fmt: skip
+            series[(i, j)] = lines
+    controls = [
+        {"name": "n_pp", "label": "pipeline stages", "values": stages,
+         "labels": [str(p) for p in stages], "initial": len(stages) // 2},
+        {"name": "v", "label": "interleaving factor v", "values": factors,
+         "labels": [str(x) for x in factors], "initial": min(1, len(factors) - 1)},
+        {"name": "m", "label": "microbatches per step", "values": m,
+         "labels": [str(x) for x in m], "initial": min(top, 2 * stages[len(stages) // 2]) - 1},
+    ]  # fmt: skip
+    return interactive.curves(
+        "pipeline-bubble",
+        "The 1F1B bubble: move the stages, the interleaving and the microbatches",
+        controls, "m", "microbatches per step, m", "bubble fraction f", series,
+        x_log=True, y_percent=True,
+        summary="An interactive version of the figure above (needs JavaScript).",
+    )

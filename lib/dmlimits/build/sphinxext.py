@@ -5,6 +5,10 @@
   points there), so equations typeset offline and in the browser test, with no CDN.  They are
   copied into the *output*, not the source ``_static``: Jupyter Book would add every script it
   finds there to every page.
+* **The interactive figures' scripts from the book itself.**  plotly.js, pinned and fetched from
+  the npm registry (:mod:`dmlimits.build.vendor`), and the widgets' own scripts
+  (:mod:`dmlimits.book.interactive`) are copied into the output's ``_static`` the same way; only
+  the pages that hold a widget link them.
 * **No duplicate inline scripts.**  Under Sphinx 7, extensions that register inline scripts when
   the builder starts (sphinx-thebe, sphinx-togglebutton) get them on every page twice; Sphinx
   removes duplicate script *files* but not duplicate inline bodies, and the second
@@ -59,7 +63,8 @@ import shutil
 import types
 from pathlib import Path
 
-from dmlimits.build import patches
+from dmlimits.book import interactive
+from dmlimits.build import patches, vendor
 
 MATHJAX_PARTS = ("tex-chtml.js", "output", "ui", "a11y", "input")
 
@@ -68,6 +73,21 @@ def mathjax_source() -> Path:
     import mathjax  # Sphinx loads only inside its own build
 
     return Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
+
+
+def _copy_widgets(app, exception) -> None:
+    """The interactive figures' files into the output's ``_static``: the pinned plotly.js
+    (:mod:`dmlimits.build.vendor`) under ``vendor/`` and the widgets' scripts and style sheet
+    under ``dmlimits/``.  Copied into the output, like MathJax, so that only the pages that
+    hold a widget load them."""
+    if exception is not None or app.builder.format != "html":
+        return
+    static = Path(app.outdir) / "_static"
+    (static / "vendor").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(vendor.plotly_file(), static / "vendor" / interactive.PLOTLY.file_name)
+    (static / "dmlimits").mkdir(parents=True, exist_ok=True)
+    for name in interactive.STATIC_FILES:
+        shutil.copy2(interactive.STATIC / name, static / "dmlimits" / name)
 
 
 def _copy_mathjax(app, exception) -> None:
@@ -183,6 +203,7 @@ def setup(app):
     app.connect("config-inited", patches.no_type_comments)
     app.add_domain(patches.numref_sharing_domain(), override=True)
     app.connect("build-finished", _copy_mathjax)
+    app.connect("build-finished", _copy_widgets)
     app.add_css_file(STYLE_SHEET)
     app.connect("builder-inited", _write_style_sheet)
     # Early: html-page-context stops at the first handler that returns a template name.

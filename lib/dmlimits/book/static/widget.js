@@ -1,0 +1,125 @@
+/* dmlimits: a family of curves and a mark that a reader moves (dmlimits.book.interactive.curves).
+   Every number drawn or shown is read from the page's data, computed by the library when the
+   chapter executed; this script only looks values up by the controls' positions and formats
+   them.  It draws each widget once, however often it is loaded. */
+(function () {
+  "use strict";
+  const SUP = { "-": "\u207b", 0: "\u2070", 1: "\u00b9", 2: "\u00b2", 3: "\u00b3", 4: "\u2074",
+                5: "\u2075", 6: "\u2076", 7: "\u2077", 8: "\u2078", 9: "\u2079" };
+
+  /* A number with three significant figures, as the book prints it: a whole number below ten
+     million as a count, 2.05 × 10²⁸ beyond ten thousand or below a thousandth, a plain figure
+     otherwise. */
+  function fmt(v, digits) {
+    if (v === null || v === undefined || !isFinite(v)) return "\u2014";
+    digits = digits || 3;
+    const a = Math.abs(v);
+    if (Number.isInteger(v) && a < 1e7) return v.toLocaleString("en-US");  // a count: 4,096
+    if (a !== 0 && (a >= 1e4 || a < 1e-3)) {
+      const [m, e] = v.toExponential(digits - 1).split("e");
+      return m + " \u00d7 10" + String(parseInt(e, 10)).split("").map(c => SUP[c]).join("");
+    }
+    return Number(v.toPrecision(digits)).toString();
+  }
+
+  function percent(v) {
+    return (v === null || !isFinite(v)) ? "\u2014" : (100 * v).toFixed(1) + "%";
+  }
+
+  function el(tag, attrs, text) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  /* A control: a range slider when it has more than five positions, a drop-down otherwise.
+     Its value is always an index into the values it was computed at. */
+  function control(c, onchange, idPrefix) {
+    const wrap = el("label", { class: "dmlimits-control" });
+    wrap.appendChild(el("span", { class: "dmlimits-control-label" }, c.label));
+    let input;
+    if (c.values.length > 5 || c.slider) {
+      input = el("input", { type: "range", min: 0, max: c.values.length - 1, step: 1,
+                            value: c.initial, "data-control": c.name, id: idPrefix + c.name });
+      const shown = el("output", { class: "dmlimits-control-value" }, c.labels[c.initial]);
+      input.addEventListener("input", () => { shown.textContent = c.labels[+input.value]; onchange(); });
+      wrap.appendChild(input);
+      wrap.appendChild(shown);
+    } else {
+      input = el("select", { "data-control": c.name, id: idPrefix + c.name });
+      c.labels.forEach((label, i) => {
+        const o = el("option", { value: i }, label);
+        if (i === c.initial) o.selected = true;
+        input.appendChild(o);
+      });
+      input.addEventListener("change", onchange);
+      wrap.appendChild(input);
+    }
+    return [wrap, input];
+  }
+
+  function drawCurves(root, spec) {
+    const inputs = {};
+    const bar = el("div", { class: "dmlimits-controls" });
+    const plot = el("div", { class: "dmlimits-plot" });
+    const readout = el("div", { class: "dmlimits-readout", "aria-live": "polite" });
+    root.appendChild(el("div", { class: "dmlimits-title" }, spec.title));
+    root.appendChild(bar);
+    root.appendChild(plot);
+    root.appendChild(readout);
+    const redraw = () => {
+      const pos = {};
+      for (const c of spec.controls) pos[c.name] = +inputs[c.name].value;
+      const key = spec.controls.filter(c => c.name !== spec.x.control).map(c => pos[c.name]).join(",");
+      const lines = spec.series[key] || [];
+      const xc = spec.controls.find(c => c.name === spec.x.control);
+      const xi = pos[xc.name], xv = xc.values[xi];
+      const show = v => spec.y.percent ? percent(v) : fmt(v);
+      const traces = lines.map((s, i) => ({ x: s.x, y: s.y, name: s.name, mode: "lines",
+                                            type: "scatter", line: { width: 2 },
+                                            legendgroup: String(i) }));
+      lines.forEach((s, i) => traces.push({ x: [xv], y: [s.y[xi]], mode: "markers", type: "scatter",
+        showlegend: false, legendgroup: String(i), marker: { size: 9, color: "black" },
+        hovertemplate: s.name + ": " + show(s.y[xi]) + "<extra></extra>" }));
+      const layout = {
+        margin: { l: 60, r: 10, t: 10, b: 50 }, height: 340,
+        xaxis: { title: { text: spec.x.label }, type: spec.x.log ? "log" : "linear",
+                 exponentformat: "power" },
+        yaxis: { title: { text: spec.y.label }, type: spec.y.log ? "log" : "linear",
+                 tickformat: spec.y.percent ? ".0%" : "", exponentformat: "power" },
+        legend: { orientation: "h", y: -0.25 }, showlegend: lines.length > 1,
+      };
+      window.Plotly.react(plot, traces, layout, { displayModeBar: false, responsive: true });
+      readout.innerHTML = "";
+      readout.appendChild(el("span", { class: "dmlimits-readout-x" }, xc.label + " " + xc.labels[xi] + ": "));
+      lines.forEach((s, i) => {
+        const item = el("span", { class: "dmlimits-readout-item", "data-series": s.name,
+                                  "data-value": s.y[xi] === null ? "" : String(s.y[xi]) },
+                        (i ? "; " : "") + s.name + " " + show(s.y[xi]));
+        readout.appendChild(item);
+      });
+      root.dataset.drawn = String(+(root.dataset.drawn || 0) + 1);
+    };
+    for (const c of spec.controls) {
+      const [wrap, input] = control(c, redraw, root.id + "-");
+      inputs[c.name] = input;
+      bar.appendChild(wrap);
+    }
+    redraw();
+  }
+
+  function start() {
+    if (!window.Plotly) return;
+    document.querySelectorAll(".dmlimits-curves").forEach(root => {
+      if (root.dataset.ready) return;
+      root.dataset.ready = "1";
+      const spec = JSON.parse(document.getElementById(root.id + "-data").textContent);
+      drawCurves(root, spec);
+    });
+  }
+
+  window.dmlimitsWidgets = { fmt: fmt, percent: percent, el: el, control: control };
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();
