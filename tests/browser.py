@@ -171,7 +171,9 @@ def serve(folder: Path):
 
 
 @contextmanager
-def chromium():
+def chromium(performance: bool = False):
+    """Debian's Chromium, headless, with a profile of its own; ``performance``: its
+    performance log records every request the pages make (``driver.get_log("performance")``)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -180,7 +182,8 @@ def chromium():
     options.binary_location = CHROMIUM
     for flag in (*FLAGS, f"--user-data-dir={profile}"):
         options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    logs = {"browser": "ALL", **({"performance": "ALL"} if performance else {})}
+    options.set_capability("goog:loggingPrefs", logs)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_script_timeout(30)
     driver.set_page_load_timeout(30)

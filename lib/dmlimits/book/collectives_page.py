@@ -197,8 +197,9 @@ def allreduce_widget(scn: Scenario, max_nodes: int, points: int = 37) -> Any:
     for i, n in enumerate(nodes):
         lines = [{"name": f"one node ({node} GPUs)", "x": size, "y": inside}]
         if n > 1:
+            split = allreduce_time_split(scn, size / word_bytes, node, n).total
             lines.append({"name": f"{n} nodes ({n * node:,} GPUs), two levels", "x": size,
-                          "y": allreduce_time_split(scn, size / word_bytes, node, n).total})  # fmt: skip
+                          "y": split})  # fmt: skip
         series[(i,)] = lines
     controls = [
         {"name": "nodes", "label": "nodes", "values": nodes,

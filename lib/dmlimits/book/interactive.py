@@ -1,14 +1,14 @@
 """Interactive figures: a reader moves a control and a curve, a mark and a readout move with it.
 
 Every value a widget shows is computed here, by the library, when its chapter executes, and
-written into the page as data; the page's JavaScript (``static/widget.js``, ``static/explorer.js``)
-only looks values up by the positions of the controls and draws them with plotly.js.  No formula
-is written again in JavaScript and nothing is interpolated: a control moves between the values it
-was computed at.
+written into the page as data; the page's JavaScript (``widget.js`` and ``explorer.js`` in
+:data:`dmlimits.core.assets.STATIC`) only looks values up by the positions of the controls and
+draws them with plotly.js.  No formula is written again in JavaScript and nothing is
+interpolated: a control moves between the values it was computed at.
 
 The charting library is plotly.js's basic bundle from the npm registry at a pinned version
-(:data:`PLOTLY`), fetched and checked once by :mod:`dmlimits.build.vendor` and copied into the
-site's ``_static/vendor`` with the widgets' own scripts (``static/``) by
+(:data:`dmlimits.core.assets.PLOTLY`), fetched and checked once by :mod:`dmlimits.build.vendor`
+and copied with the widgets' own files into the site's ``_static`` by
 :mod:`dmlimits.build.sphinxext`: a page fetches nothing beyond the site.  Each widget sits beside
 the static figure it extends, which stays for print and for readers without JavaScript.
 """
@@ -18,42 +18,11 @@ from __future__ import annotations
 import html
 import json
 import math
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class Vendored:
-    """One file of an npm package, pinned: the package, its version, the file inside the
-    tarball (``package/<member>``), its registry integrity (SHA-512) and the name it gets in the
-    site's ``_static/vendor``."""
-
-    package: str
-    version: str
-    member: str
-    integrity: str
-    file_name: str
-
-
-#: plotly.js's basic bundle (scatter, bar and pie traces; about 1.2 MB against the full bundle's
-#: 4.8 MB, which would not leave the explorer under its 5 MB page weight), MIT licence.
-PLOTLY = Vendored(
-    package="plotly.js-basic-dist-min",
-    version="4.1.1",
-    member="plotly-basic.min.js",
-    integrity=(
-        "sha512-1oNF8PeQx2hv/y7tqEVWKD3JGwn/MGEMQ8mL9HUwsaqG9FGy/OU5FHUHvzqbqxN4mnwZGI9abTiE775C4kkjMQ=="
-    ),
-    file_name="plotly-basic-4.1.1.min.js",
-)
-
-#: The folder of the widgets' own files.
-STATIC = Path(__file__).parent / "static"
-#: The widgets' own files, copied into the site's ``_static/dmlimits``.
-STATIC_FILES = ("widget.js", "explorer.js", "widgets.css")
+from dmlimits.core.assets import PLOTLY
 
 #: How a page under ``notebooks/`` reaches the site's static folder.
 STATIC_URL = "../_static"

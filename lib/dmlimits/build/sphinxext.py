@@ -7,7 +7,7 @@
   finds there to every page.
 * **The interactive figures' scripts from the book itself.**  plotly.js, pinned and fetched from
   the npm registry (:mod:`dmlimits.build.vendor`), and the widgets' own scripts
-  (:mod:`dmlimits.book.interactive`) are copied into the output's ``_static`` the same way; only
+  (:data:`dmlimits.core.assets.STATIC`) are copied into the output's ``_static`` the same way; only
   the pages that hold a widget link them.
 * **No duplicate inline scripts.**  Under Sphinx 7, extensions that register inline scripts when
   the builder starts (sphinx-thebe, sphinx-togglebutton) get them on every page twice; Sphinx
@@ -63,8 +63,8 @@ import shutil
 import types
 from pathlib import Path
 
-from dmlimits.book import interactive
 from dmlimits.build import patches, vendor
+from dmlimits.core import assets
 
 MATHJAX_PARTS = ("tex-chtml.js", "output", "ui", "a11y", "input")
 
@@ -84,10 +84,10 @@ def _copy_widgets(app, exception) -> None:
         return
     static = Path(app.outdir) / "_static"
     (static / "vendor").mkdir(parents=True, exist_ok=True)
-    shutil.copy2(vendor.plotly_file(), static / "vendor" / interactive.PLOTLY.file_name)
+    shutil.copy2(vendor.plotly_file(), static / "vendor" / assets.PLOTLY.file_name)
     (static / "dmlimits").mkdir(parents=True, exist_ok=True)
-    for name in interactive.STATIC_FILES:
-        shutil.copy2(interactive.STATIC / name, static / "dmlimits" / name)
+    for name in assets.STATIC_FILES:
+        shutil.copy2(assets.STATIC / name, static / "dmlimits" / name)
 
 
 def _copy_mathjax(app, exception) -> None:

@@ -1,9 +1,9 @@
 """The charting library of the book's interactive figures, brought from the npm registry at a
 pinned version and copied into the site, so that no page fetches anything at read time.
 
-The pin (:data:`dmlimits.book.interactive.PLOTLY`: the package, its version, the file inside
-its tarball and the tarball's SHA-512 integrity as the registry publishes it) lives with the
-pages that use it; this module downloads the tarball once into the environment
+The pin (:data:`dmlimits.core.assets.PLOTLY`: the package, its version, the file inside
+its tarball and the tarball's SHA-512 integrity as the registry publishes it) lives in the
+core; this module downloads the tarball once into the environment
 (``<sys.prefix>/share/dmlimits``, beside the installed packages, so ``make clean`` keeps it and a
 new environment fetches it anew), checks its integrity and extracts the one file.
 ``make book`` runs it as part of the set-up (``python -m dmlimits.build.vendor``); the build
@@ -20,7 +20,7 @@ import tarfile
 import urllib.request
 from pathlib import Path
 
-from dmlimits.book.interactive import PLOTLY, Vendored
+from dmlimits.core.assets import PLOTLY, Vendored
 from dmlimits.core.plumbing import atomic_write
 
 #: The npm registry's address (the only one the project's machines reach besides PyPI and
@@ -54,7 +54,10 @@ def extract(pin: Vendored, tarball: bytes) -> bytes:
     """The bytes of ``pin.member`` inside the npm tarball ``tarball`` (after its integrity)."""
     check_integrity(pin, tarball)
     with tarfile.open(fileobj=io.BytesIO(tarball), mode="r:gz") as tar:
-        member = tar.extractfile(f"package/{pin.member}")
+        try:
+            member = tar.extractfile(f"package/{pin.member}")
+        except KeyError:
+            member = None
         if member is None:
             raise ValueError(f"{pin.package}@{pin.version}: no file package/{pin.member}")
         return member.read()
@@ -78,7 +81,7 @@ def fetch(pin: Vendored, folder: Path | None = None) -> Path:
 
 
 def plotly_file() -> Path:
-    """The vendored plotly.js file (:data:`~dmlimits.book.interactive.PLOTLY`), fetched once."""
+    """The vendored plotly.js file (:data:`~dmlimits.core.assets.PLOTLY`), fetched once."""
     return fetch(PLOTLY)
 
 

@@ -104,7 +104,8 @@
         status.className = "dmlimits-status dmlimits-off-grid";
         status.textContent = "Off the grid: the build swept each assumption alone" +
           (g.pairs ? " and the two network controls together" : "") +
-          ", not this combination. Build the book for it with: " + offGridCommand(g);
+          ", not this combination. Build the book for it with ";
+        status.appendChild(el("code", { class: "dmlimits-command" }, offGridCommand(g)));
         root.dataset.onGrid = "0";
         window.Plotly.purge(plot);
         window.Plotly.purge(bar);
@@ -116,7 +117,9 @@
       root.dataset.onGrid = "1";
       status.className = "dmlimits-status";
       status.textContent = "Computed by the library when this book was built (setting " + id + ").";
-      const S = r.sweep, n = S.training_flop.length;
+      const S = {};  // each column is kept once in the page's pool, named here by its index
+      for (const [key, index] of Object.entries(r.sweep)) S[key] = D.pool[index];
+      const n = S.training_flop.length;
       const feasible = S.feasible.map(f => !!f);
       if (state.pick === null || state.pick >= n) {
         let best = 0;  // the grid point nearest the page's initial compute
