@@ -153,6 +153,7 @@ LONGEST_FIRST = {
     "search.ipynb": 29, "test_build_runs.py": 26, "reproduction.ipynb": 25,
     "test_search_pruning.py": 23, "closed_forms.ipynb": 20, "test_premises.py": 19,
     "test_properties.py": 18, "test_teaching.py": 13, "diminishing_returns.ipynb": 10,
+    "test_browser_widgets.py": 60, "explorer.ipynb": 28,
 }  # fmt: skip
 
 
