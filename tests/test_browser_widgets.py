@@ -128,8 +128,8 @@ def test_every_control_of_the_explorer_shows_the_library_s_sweep(built_book):
 
 def test_three_settings_show_what_the_command_line_prints(built_book):
     """One setting per GPU family, each read off the page and run as the page says."""
-    moves = {"v100": {"hardware.kernel_latency": 4}, "a100": {"training.months": 4},
-             "h100": {"network.inter_node.bandwidth": 0, "network.latency": 4}}  # fmt: skip
+    moves = {"v100": {"hardware.kernel_latency": 2}, "a100": {"training.months": 2},
+             "h100": {"network.inter_node.bandwidth": 0, "network.latency": 2}}  # fmt: skip
     with browser.serve(HTML) as base, browser.chromium() as driver:
         open_page(driver, base, EXPLORER, "explorer")
         for gpu, changes in moves.items():
@@ -161,14 +161,14 @@ def test_two_controls_off_the_grid_are_said_to_be_with_the_command(built_book):
         open_page(driver, base, EXPLORER, "explorer")
         move(driver, "explorer", "explorer-gpu", "a100")
         move(driver, "explorer", "explorer-training.months", 0)
-        move(driver, "explorer", "explorer-hardware.hbm_bandwidth", 4)
+        move(driver, "explorer", "explorer-hardware.hbm_bandwidth", 2)
         state = driver.execute_script(READ_EXPLORER)
         assert state["onGrid"] == "0" and "Off the grid" in state["status"]
         a100 = sc.resolve("a100")
         # the sets in the order of the controls
         assert (f"python -m dmlimits build --scenario a100 --set hardware.hbm_bandwidth="
-                f"{a100['hardware.hbm_bandwidth'] * 4.0!r} --set training.months="
-                f"{a100['training.months'] * 0.25!r}") in state["status"]  # fmt: skip
+                f"{a100['hardware.hbm_bandwidth'] * 2.0!r} --set training.months="
+                f"{a100['training.months'] * 0.5!r}") in state["status"]  # fmt: skip
 
 
 def widget_state(driver, element_id: str) -> dict:

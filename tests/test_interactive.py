@@ -28,13 +28,13 @@ def test_the_grid_is_the_base_each_control_alone_and_the_pairs():
     scn = sc.resolve("h100")
     base = explorer.bases(scn)["h100"]
     alone = sum(len(c.stops(base)) - 1 for c in explorer.CONTROLS)
-    for with_pairs, extra in ((False, 0), (True, 16)):
+    for with_pairs, extra in ((False, 0), (True, 4)):
         found = explorer.positions(base, with_pairs)
         assert len(found) == len(set(found)) == 1 + alone + extra
         assert explorer.overrides(base, found[0]) == {}
     size = explorer.grid_size(scn)
-    assert size == {"total": 3 * (1 + alone) + 16, "v100": 1 + alone, "a100": 1 + alone,
-                    "h100": 1 + alone + 16}  # fmt: skip
+    assert size == {"total": 3 * (1 + alone) + 4, "v100": 1 + alone, "a100": 1 + alone,
+                    "h100": 1 + alone + 4}  # fmt: skip
     assert len(explorer.settings(scn)) == size["total"]
 
 
@@ -251,7 +251,7 @@ def test_the_explorer_page_holds_the_search_s_results_for_every_gpu(built_book):
     settings = explorer.settings(scn)
     assert set(data["results"]) == set(settings)
     # one setting per GPU off its own values (the H100 one a pair: InfiniBand and latency)
-    for name in ("v100:2,2,2,3,2,2,0,2,0", "a100:2,2,2,2,2,4,0,2,0", "h100:2,0,4,2,2,2,0,2,0"):
+    for name in ("v100:1,1,1,2,1,1,0,1,0", "a100:1,1,1,1,1,2,0,1,0", "h100:1,0,2,1,1,1,0,1,0"):
         s = settings[name]
         assert data["results"][name]["headline"] == {
             k: (v if math.isfinite(v) else None)

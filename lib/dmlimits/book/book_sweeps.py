@@ -72,14 +72,16 @@ def scenarios_swept_next(scn: Scenario) -> list[Scenario]:
     return out
 
 
-def scenarios_swept(scn: Scenario) -> list[Scenario]:
-    """The scenarios whose sweeps the chapters of a book built for ``scn`` read, each once:
-    the scenario, its dense counterpart (closed forms), the paper's settings and the GPU
-    generations as the chapters compare them, the search chapter's alternatives, the what-if
-    chapter's variants and the explorer's settings
-    (:func:`dmlimits.book.explorer.settings`).  A build sweeps them up front on every core; a
-    sweep a chapter needs beyond these is computed when it is first asked for, and cached
-    alike."""
+def unique(scenarios: list[Scenario]) -> list[Scenario]:
+    """``scenarios`` without repeats: the first of those the search would sweep alike."""
+    seen: dict[str, Scenario] = {}
+    for s in scenarios:
+        seen.setdefault(search.scenario_key(s), s)
+    return list(seen.values())
+
+
+def chapters_swept(scn: Scenario) -> list[Scenario]:
+    """The scenarios the chapters other than the explorer read (see :func:`scenarios_swept`)."""
     out = [scn]
     if scn["model.sparse"]:
         out.append(resolve_overrides(scn, {"model.sparse": False}))
@@ -88,8 +90,23 @@ def scenarios_swept(scn: Scenario) -> list[Scenario]:
     out += [resolve_overrides(scn, changes) for changes in CHOICE_ALTERNATIVES.values()]
     out += whatif.tornado_variants(scn).values()
     out += whatif.uncertainty_variants(scn)
-    out += explorer.settings(scn).values()
-    seen: dict[str, Scenario] = {}
-    for s in out:
-        seen.setdefault(search.scenario_key(s), s)
-    return list(seen.values())
+    return unique(out)
+
+
+def explorer_only(scn: Scenario) -> list[Scenario]:
+    """The explorer's settings that no other chapter sweeps: what the explorer adds to a
+    build."""
+    others = {search.scenario_key(s) for s in chapters_swept(scn)}
+    return [s for s in unique(list(explorer.settings(scn).values()))
+            if search.scenario_key(s) not in others]  # fmt: skip
+
+
+def scenarios_swept(scn: Scenario) -> list[Scenario]:
+    """The scenarios whose sweeps the chapters of a book built for ``scn`` read, each once:
+    the scenario, its dense counterpart (closed forms), the paper's settings and the GPU
+    generations as the chapters compare them, the search chapter's alternatives, the what-if
+    chapter's variants and the explorer's settings
+    (:func:`dmlimits.book.explorer.settings`).  A build sweeps them up front on every core; a
+    sweep a chapter needs beyond these is computed when it is first asked for, and cached
+    alike."""
+    return unique([*chapters_swept(scn), *explorer.settings(scn).values()])

@@ -137,6 +137,7 @@ def data(scn: Scenario) -> dict[str, Any]:
                 "key": c.key, "label": c.label, "initial": c.base_index(base),
                 "labels": [value_label(c, v) for v in stops],
                 "sets": [f"{c.key}={command_value(v)}" for v in stops],
+                "slider": bool(c.factors),
             })  # fmt: skip
         gpus.append({"name": gpu, "label": base.gpu_label, "controls": controls,
                      "home": list(home), "pairs": gpu in PAIR_GPUS})  # fmt: skip

@@ -58,7 +58,7 @@
       inputs = [];
       byName[state.gpu].controls.forEach((c, i) => {
         const spec = { name: c.key, label: c.label, values: c.labels, labels: c.labels,
-                       initial: state.pos[i], slider: c.labels.length > 3 };
+                       initial: state.pos[i], slider: c.slider };
         const [wrap, input] = W.control(spec, () => { state.pos[i] = +input.value; redraw(); },
                                         root.id + "-");
         inputs.push(input);
