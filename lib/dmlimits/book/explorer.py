@@ -68,7 +68,7 @@ CONTROLS = (
     Control("hardware.hbm_bandwidth", "HBM bandwidth", FACTORS, unit="B/s"),
     Control("training.months", "length of the run", FACTORS, unit="months"),
     Control("batch.law", "batch-size law", choices=("default", "none", "deepseek")),
-    Control("batch.exponent", "exponent of the default batch law", FACTORS),
+    Control("batch.exponent", "batch-law exponent (default law)", FACTORS),
     Control("model.sparse", "mixture of experts", choices=(False, True)),
 )
 

@@ -19,7 +19,6 @@ from dmlimits.book.explorer import (
     CONTROLS,
     GPUS,
     PAIR_GPUS,
-    PAIRS,
     Control,
     bases,
     positions,
@@ -152,11 +151,7 @@ def data(scn: Scenario) -> dict[str, Any]:
         "initial_compute": published.value("paper1.post_slowdown_flop"),
         "headline_labels": [list(h) for h in HEADLINE],
         "loss_labels": {k: search.LOSS_LABELS[k] for k in search.LOSSES},
-        "pairs": [list(p) for p in PAIRS],
-        "keys": [c.key for c in CONTROLS],
         "paper": {"training_flop": list(flop), "utilization": list(util)},
-        "threshold_fraction": search.linear_end_threshold(scn)
-        / float(scn["hardware.effective_utilization"]),
         "results": results,
         "pool": pool,
     }

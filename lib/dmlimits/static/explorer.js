@@ -37,13 +37,18 @@
     top.appendChild(reset);
     const controls = el("div", { class: "dmlimits-controls" });
     const status = el("p", { class: "dmlimits-status", id: root.id + "-status", "aria-live": "polite" });
-    const plot = el("div", { class: "dmlimits-plot", id: root.id + "-plot" });
+    const plot = el("div", { class: "dmlimits-plot", id: root.id + "-plot", role: "img",
+      "aria-label": "Utilization against training compute for the chosen setting, with the " +
+                    "paper's H100 curve and the limits marked" });
     const numbers = el("table", { class: "dmlimits-numbers", id: root.id + "-numbers" });
     const pickWrap = el("div", { class: "dmlimits-controls" });
     const config = el("table", { class: "dmlimits-numbers", id: root.id + "-config" });
-    const bar = el("div", { class: "dmlimits-plot dmlimits-bar", id: root.id + "-step" });
+    const bar = el("div", { class: "dmlimits-plot dmlimits-bar", id: root.id + "-step", role: "img",
+      "aria-label": "Where the step's time goes at the picked compute: matmuls and each loss" });
     const home = el("details", { class: "dmlimits-take-home" });
     home.appendChild(el("summary", {}, "Take this setting home: its scenario and the commands"));
+    home.appendChild(el("p", {}, "Save the scenario as explorer.yaml; the first command builds " +
+      "the whole book for it, the second prints its headline numbers."));
     const yamlPre = el("pre", { id: root.id + "-yaml" });
     const cmdPre = el("pre", { id: root.id + "-commands" });
     home.appendChild(yamlPre);
@@ -192,9 +197,9 @@
           x: [(key === "ideal" ? S.ideal[k] : S[key][k]) * 1e3], y: ["step"], name: label,
           type: "bar", orientation: "h",
           hovertemplate: label + ": %{x:.3g} ms<extra></extra>" })), {
-          barmode: "stack", height: 230, margin: { l: 50, r: 10, t: 10, b: 40 },
+          barmode: "stack", height: 250, margin: { l: 50, r: 10, t: 90, b: 50 },
           xaxis: { title: { text: "time of one step (ms)" } },
-          legend: { orientation: "h", y: -0.45, yanchor: "top" },
+          legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom", traceorder: "normal" },
         }, { displayModeBar: false, responsive: true });
       }
       yamlPre.textContent = r.yaml;

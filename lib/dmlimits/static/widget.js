@@ -62,7 +62,8 @@
   function drawCurves(root, spec) {
     const inputs = {};
     const bar = el("div", { class: "dmlimits-controls" });
-    const plot = el("div", { class: "dmlimits-plot" });
+    const plot = el("div", { class: "dmlimits-plot", role: "img",
+                             "aria-label": spec.title + ": " + spec.y.label + " against " + spec.x.label });
     const readout = el("div", { class: "dmlimits-readout", "aria-live": "polite" });
     root.appendChild(el("div", { class: "dmlimits-title" }, spec.title));
     root.appendChild(bar);
