@@ -16,7 +16,7 @@ import browser
 import pytest
 from conftest import HTML, run_cli
 from dmlimits import search
-from dmlimits.book import explorer, explorer_page
+from dmlimits.book import explorer, explorer_page, interactive
 from dmlimits.book.glue import sci
 from dmlimits.core import scenario as sc
 
@@ -156,6 +156,95 @@ def test_three_settings_show_what_the_command_line_prints(built_book):
             assert driver.execute_async_script(WAIT_DRAWN, "explorer", before) > before
 
 
+READ_CONFIG = """
+return Object.fromEntries([...document.querySelectorAll('#explorer-config tr')]
+  .map(r => [r.dataset.key, [r.dataset.value, r.children[1].textContent]]));
+"""
+
+
+def test_the_page_prints_numbers_as_the_book_s_prose_does(built_book):
+    values = [0, 1, 7, 12, 4096, 9_999_999, 0.5, 0.001, 0.00123, 1234.5, 12345.6, 99999.4,
+              123456.7, 1e7, 2.05e28, 9.996e28, 1.25e-4, 3.0e-9, -0.75, -2.5e30,
+              0.0447]  # fmt: skip
+    with browser.serve(HTML) as base, browser.chromium() as driver:
+        open_page(driver, base, EXPLORER, "explorer")
+        shown = driver.execute_script(
+            "return arguments[0].map(v => window.dmlimitsWidgets.fmt(v));", values)
+    assert shown == [sci(v) for v in values]
+
+
+def test_the_picked_compute_shows_the_search_s_configuration_and_stays_put(built_book):
+    scn = sc.resolve("h100")
+    settings = explorer.settings(scn)
+    with browser.serve(HTML) as base, browser.chromium() as driver:
+        open_page(driver, base, EXPLORER, "explorer")
+        home = driver.execute_script(READ_EXPLORER)["setting"]
+        rows = search.sweep(settings[home])
+        for k in (0, 10, 20, 30):
+            move(driver, "explorer", "explorer-pick", k)
+            config = driver.execute_script(READ_CONFIG)
+            if not rows[k]["feasible"]:
+                continue
+            for key in ("n_gpu", "dp", "tp_model", "pp", "ep", "m", "utilization", "binding"):
+                assert config[key][0] == str(rows[k][key]) or float(config[key][0]) == rows[k][key]
+            assert config["binding"][1] == search.LOSS_LABELS[rows[k]["binding"]]
+        # Switching to a mixture of experts keeps the compute, not the index: the nearest point
+        picked = rows[20]["training_flop"]
+        sparse = [c.key for c in explorer.CONTROLS].index("model.sparse")
+        move(driver, "explorer", "explorer-pick", 20)
+        move(driver, "explorer", "explorer-model.sparse", 1)
+        state = driver.execute_script(READ_EXPLORER)
+        assert state["setting"].split(",")[sparse] == "1"
+        grid = [r["training_flop"] for r in search.sweep(settings[state["setting"]])]
+        nearest = min(range(len(grid)), key=lambda i: abs(math.log(grid[i] / picked)))
+        index = driver.execute_script("return +document.getElementById('explorer-pick').value")
+        assert index == nearest and nearest != 20
+        # Another GPU starts from its own values; the reset button goes back to them.
+        move(driver, "explorer", "explorer-gpu", "a100")
+        a100_home = explorer.setting_id("a100", explorer.positions(explorer.bases(scn)["a100"])[0])
+        assert driver.execute_script(READ_EXPLORER)["setting"] == a100_home
+        move(driver, "explorer", "explorer-network.latency", 0)
+        assert driver.execute_script(READ_EXPLORER)["setting"] != a100_home
+        before = drawn(driver, "explorer")
+        driver.find_element("id", "explorer-reset").click()
+        assert driver.execute_async_script(WAIT_DRAWN, "explorer", before) > before
+        assert driver.execute_script(READ_EXPLORER)["setting"] == a100_home
+
+
+def test_an_off_grid_command_keeps_the_book_s_own_assumptions(built_book, tmp_path):
+    """The explorer of a book built with overrides: the command it prints off the grid builds
+    the book's assumptions with the moved controls, as the page's data for that book says."""
+    import shutil
+
+    scn = sc.resolve("h100", ["training.months=6", "model.ff_ratio=3"])
+    copy = tmp_path / "html"
+    shutil.copytree(HTML, copy)
+    page = copy / EXPLORER
+    payload = json.dumps(interactive.json_safe(explorer_page.data(scn)), separators=(",", ":"))
+    text = re.sub(r'(id="explorer-data">).*?(</script>)',
+                  lambda m: m.group(1) + payload.replace("<", "\\u003c") + m.group(2),
+                  page.read_text(), count=1, flags=re.S)  # fmt: skip
+    page.write_text(text)
+    base_a100 = explorer.bases(scn)["a100"]
+    keys = [c.key for c in explorer.CONTROLS]
+    with browser.serve(copy) as base, browser.chromium() as driver:
+        open_page(driver, base, EXPLORER, "explorer")
+        move(driver, "explorer", "explorer-gpu", "a100")
+        move(driver, "explorer", "explorer-training.months", 0)
+        move(driver, "explorer", "explorer-hardware.hbm_bandwidth", 2)
+        state = driver.execute_script(READ_EXPLORER)
+    assert state["onGrid"] == "0"
+    command = state["status"].split("Build the book for it with ")[1].split()
+    assert command[:5] == ["python", "-m", "dmlimits", "build", "--scenario"]
+    position = list(explorer.positions(base_a100)[0])
+    position[keys.index("training.months")] = 0
+    position[keys.index("hardware.hbm_bandwidth")] = 2
+    want = explorer.scenario_at(base_a100, tuple(position))
+    got = sc.resolve(command[5], command[7::2])
+    assert got.values == want.values
+    assert want["training.months"] == 3.0 and want["model.ff_ratio"] == 3.0
+
+
 def test_two_controls_off_the_grid_are_said_to_be_with_the_command(built_book):
     with browser.serve(HTML) as base, browser.chromium() as driver:
         open_page(driver, base, EXPLORER, "explorer")
@@ -219,7 +308,9 @@ def page_requests(driver, base: str, page: str, element_id: str) -> tuple[list[s
     site.  The browser's start page (chrome://) is the browser's, not the page's."""
     driver.get_log("performance")
     open_page(driver, base, page, element_id)
-    time.sleep(0.5)  # let late requests (fonts, images) be logged
+    # every font the page uses loaded, then a second for any request still to start
+    driver.execute_async_script("document.fonts.ready.then(() => arguments[0]())")
+    time.sleep(1.0)
     log = requests_of(driver)
     sent = [m["params"] for m in log if m["method"] == "Network.requestWillBeSent"]
     mine = [p["request"]["url"] for p in sent if p.get("documentURL", "").startswith(base)]
@@ -264,17 +355,20 @@ def test_a_script_from_a_cdn_is_caught_and_named(built_book, tmp_path):
     assert away == [cdn]
 
 
-def test_the_explorer_fits_a_400_pixel_window(built_book):
+def test_every_interactive_page_fits_a_400_pixel_window(built_book):
+    pages = {EXPLORER: "explorer", **{page: eid for eid, page in WIDGETS.items()}}
     with browser.serve(HTML) as base, browser.chromium() as driver:
         driver.set_window_size(400, 900)
+        for page, element_id in pages.items():
+            open_page(driver, base, page, element_id)
+            sizes = driver.execute_script(f"""
+              const root = document.getElementById('{element_id}');
+              const plot = root.querySelector('.dmlimits-plot').getBoundingClientRect();
+              return {{page: document.documentElement.scrollWidth, window: window.innerWidth,
+                       root: root.scrollWidth, box: root.clientWidth, plot: plot.width}};""")
+            assert sizes["page"] <= sizes["window"] + 1, (page, sizes)
+            assert sizes["root"] <= sizes["box"] + 2, (page, sizes)
+            assert sizes["plot"] > 250, (page, sizes)
         open_page(driver, base, EXPLORER, "explorer")
-        sizes = driver.execute_script("""
-          const root = document.getElementById('explorer');
-          const plot = document.getElementById('explorer-plot').getBoundingClientRect();
-          return {page: document.documentElement.scrollWidth, window: window.innerWidth,
-                  root: root.scrollWidth, box: root.clientWidth, plot: plot.width};""")
-        assert sizes["page"] <= sizes["window"] + 1, sizes
-        assert sizes["root"] <= sizes["box"] + 2, sizes
-        assert sizes["plot"] > 250, sizes
         move(driver, "explorer", "explorer-network.latency", 0)
         assert driver.execute_script(READ_EXPLORER)["onGrid"] == "1"

@@ -21,6 +21,7 @@ from dmlimits.book import explorer, explorer_page, interactive
 from dmlimits.build import vendor
 from dmlimits.core import assets
 from dmlimits.core import scenario as sc
+from dmlimits.core.plumbing import digest
 
 
 # --- The explorer's grid -------------------------------------------------------------------------
@@ -82,7 +83,7 @@ def test_each_setting_taken_home_resolves_to_the_same_scenario(tmp_path):
 def test_a_value_on_the_command_line_reads_back_exactly():
     for value in (2.25e-06, 1 / 3, 12500000000.0, 0.041666666666666664, True, "deepseek", 6):
         _, back = sc.parse_set(f"k={explorer_page.command_value(value)}")
-        assert back == value or (back is True and value is True)
+        assert back == value and type(back) is type(value), (value, back)
 
 
 def test_what_the_page_shows_of_a_setting_is_the_search_s_own():
@@ -101,14 +102,19 @@ def test_what_the_page_shows_of_a_setting_is_the_search_s_own():
         ), k
     assert got["sweep"]["utilization"] == [r["utilization"] for r in rows]  # the curve: exact
     assert any(r["feasible"] for r in rows) and not all(r["feasible"] for r in rows)
-    eff = s["hardware.effective_utilization"]
     parts = [got["sweep"]["ideal"][i] + sum(got["sweep"][f"loss_{k}"][i] for k in search.LOSSES)
              for i in range(len(rows))]  # fmt: skip
     feasible = [i for i, r in enumerate(rows) if r["feasible"]]
     assert feasible
-    # the step's parts add up to the step where the losses account for all of it
-    close = [math.isclose(parts[i], rows[i]["t_step"], rel_tol=1e-6) for i in feasible]
-    assert sum(close) >= len(feasible) // 2, (eff, close)
+    # the step's parts add up to the step, each part rounded to ROUNDED_DIGITS figures
+    tol = 5 * 10.0 ** (1 - explorer_page.ROUNDED_DIGITS)
+    for i in feasible:
+        names = ("ideal", *(f"loss_{x}" for x in search.LOSSES))
+        scale = sum(abs(got["sweep"][k][i]) for k in names)
+        assert abs(parts[i] - rows[i]["t_step"]) <= tol * scale, i
+    # a missing headline number is said in words, by why it is missing
+    sparse = explorer_page.result(sc.resolve("h100-sparse"))
+    assert sparse["missing"]["t_crit_own_flop"] == "none: the closed forms are for dense models"
 
 
 # --- The widgets' specifications -----------------------------------------------------------------
@@ -135,24 +141,40 @@ def test_a_curves_widget_carries_its_data_and_the_site_s_scripts():
     assert repr(w) == "T"
 
 
-def test_a_string_in_the_data_cannot_end_the_script_element():
+def test_a_string_in_the_data_can_neither_end_the_script_element_nor_open_a_comment():
     spec = _controls()
-    spec[0]["labels"] = ["</script><b>", "2"]
+    spec[0]["labels"] = ["</script><b>", "<!--<script"]
     html = interactive.curves("w", "T", spec, "x", "X", "Y", _series())._repr_html_()
     assert html.count("</script>") == 4  # the data's own end and the three scripts'
+    payload = re.search(r'id="w-data">(.*?)</script>', html).group(1)
+    assert "<" not in payload
+    assert json.loads(payload)["controls"][0]["labels"] == ["</script><b>", "<!--<script"]
+
+
+def test_the_widgets_scripts_are_addressed_by_their_bytes():
+    html = interactive.page_assets()
+    for name in ("widget.js", "explorer.js", "widgets.css"):
+        version = digest((assets.STATIC / name).read_bytes())[:12]
+        assert f"dmlimits/{name}?v={version}" in html
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         (lambda c, s: ("nope", c, s), "x_control: got 'nope'; expected one of a, x"),
-        (lambda c, s: ("x", c, {(0,): s[(0,)]}), "series: got 1 positions; expected 2"),
+        (lambda c, s: ("x", c, {(0,): s[(0,)]}), "series: 1 positions, 1 missing (first [(1,)])"),
+        (lambda c, s: ("x", c, {(0,): s[(0,)], (5,): s[(0,)]}),
+         "1 missing (first [(1,)]) and 1 unknown (first [(5,)])"),
+        (lambda c, s: ("x", [{"name": "a"}, c[1]], s),
+         "controls[0]: no label, values, labels, initial; expected name, label"),
+        (lambda c, s: ("x", c, {k: [{**v[0], "y": [1.0]}] for k, v in s.items()}),
+         "1 values of y; expected 3, one per value of x"),
         (lambda c, s: ("x", [c[0], {**c[1], "initial": 3}], s),
          "control x: initial 3; expected an index below 3"),
         (lambda c, s: ("x", [c[0], {**c[1], "labels": ["1"]}], s),
-         "control x: expected as many labels as values"),
+         "control x: 3 values and 1 labels; expected as many labels as values"),
         (lambda c, s: ("x", c, {k: [{**v[0], "x": [1, 2, 3]}] for k, v in s.items()}),
-         "expected x equal to x's values"),
+         "x is not x's values; expected them"),
     ],
 )  # fmt: skip
 def test_a_widget_that_the_page_could_not_read_is_refused_in_one_line(change, message):
@@ -162,9 +184,11 @@ def test_a_widget_that_the_page_could_not_read_is_refused_in_one_line(change, me
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_an_element_id_that_is_not_a_name_is_refused():
+def test_an_element_id_or_kind_the_page_does_not_know_is_refused():
     with pytest.raises(interactive.WidgetError, match="element_id: got 'a b'; expected letters"):
         interactive.embed("curves", "a b", {}, "x")
+    with pytest.raises(interactive.WidgetError, match="kind: got 'pie'; expected one of curves"):
+        interactive.embed("pie", "a", {}, "x")
 
 
 def test_json_safe_makes_numpy_values_plain_and_non_finite_values_gaps():
@@ -233,6 +257,52 @@ def test_the_widgets_files_are_there_and_fetch_nothing_themselves():
 
 
 # --- The executed pages carry what the library computes ------------------------------------
+def _spec(widget) -> dict:
+    return json.loads(re.search(r'-data">(.*?)</script>', widget.markup).group(1))
+
+
+def test_the_all_reduce_widget_s_values_are_the_collectives_module_s():
+    from dmlimits.book import collectives_page
+    from dmlimits.costs.collectives import allreduce_time, allreduce_time_split
+
+    scn = sc.resolve("h100")
+    data = _spec(collectives_page.allreduce_widget(scn, 16, points=7))
+    size = np.array(data["controls"][1]["values"])
+    words = size / scn["model.word_bytes"]
+    node = scn["network.node_size"]
+    assert [c["values"] for c in data["controls"][:1]] == [[1, 2, 4, 8, 16]]
+    one, four = data["series"]["0"], data["series"]["2"]
+    assert one[0]["y"] == list(allreduce_time(scn, words, node, 0).total)
+    assert four[1]["y"] == list(allreduce_time_split(scn, words, node, 4).total)
+    assert four[1]["name"] == f"4 nodes ({4 * node} GPUs), two levels"
+
+
+def test_the_matmul_widget_s_values_are_the_matmul_model_s():
+    from dmlimits.book import matmul_page
+    from dmlimits.costs.matmul import pass_efficiency
+
+    scns = [sc.resolve("a100"), sc.resolve("h100")]
+    data = _spec(matmul_page.efficiency_widget(scns, 4.0))
+    nb = data["controls"][2]["values"]
+    d = data["controls"][1]["values"][3]
+    assert data["series"]["1,3"][0]["y"] == [
+        float(pass_efficiency(scns[1], float(d), 4.0 * d, float(b))) for b in nb
+    ]
+
+
+def test_the_strong_scaling_widget_s_values_are_the_model_of_measured_runs():
+    from dmlimits.book import measured_figures
+    from dmlimits.measured import confront, runs
+
+    curves = {"h100": confront.scaling("h100")}
+    data = _spec(measured_figures.scaling_widget(curves))
+    for j, shape in enumerate(confront.SHAPES):
+        for line, strategy in zip(data["series"][f"0,{j}"], runs.STRATEGIES, strict=True):
+            want = curves["h100"][(shape, strategy)]["tokens_per_s_per_gpu"]
+            assert line["name"] == strategy
+            assert line["y"] == [float(y) if np.isfinite(y) else None for y in want]
+
+
 def _embedded(notebook: str, element_id: str) -> dict:
     nb = json.loads((EXECUTED / notebook).read_text())
     for cell in nb["cells"]:
@@ -240,7 +310,7 @@ def _embedded(notebook: str, element_id: str) -> dict:
             html = "".join(out.get("data", {}).get("text/html", ""))
             m = re.search(rf'id="{element_id}-data">(.*?)</script>', html, re.S)
             if m:
-                return json.loads(m.group(1).replace("<\\/", "</"))
+                return json.loads(m.group(1))
     raise AssertionError(f"{notebook}: no widget {element_id}")
 
 
@@ -284,8 +354,7 @@ def test_the_pipeline_widget_s_values_are_the_bubble_formula_s():
     from dmlimits.book import pipeline_page
     from dmlimits.costs.pipeline import bubble_fraction
 
-    w = pipeline_page.bubble_widget((2, 8), (1, 4), 64)
-    data = json.loads(re.search(r'-data">(.*?)</script>', w.markup).group(1))
+    data = _spec(pipeline_page.bubble_widget((2, 8), (1, 4), 64))
     line = data["series"]["1,1"][0]  # eight stages, v = 4
     assert line["name"] == "v = 4"
     assert line["y"] == [float(bubble_fraction(8, m, 4)) for m in range(1, 65)]

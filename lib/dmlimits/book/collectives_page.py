@@ -210,6 +210,6 @@ def allreduce_widget(scn: Scenario, max_nodes: int, points: int = 37) -> Any:
     return interactive.curves(
         "allreduce-time", "One all-reduce: move the nodes and the vector's size",
         controls, "bytes", "size of the vector (bytes)", "time of one all-reduce (s)", series,
-        x_log=True, y_log=True,
+        x_log=True, y_log=True, y_unit="s",
         summary="An interactive version of the figure above (needs JavaScript).",
     )

@@ -19,6 +19,7 @@ from dmlimits.book.explorer import (
     CONTROLS,
     GPUS,
     PAIR_GPUS,
+    PAIRS,
     Control,
     bases,
     positions,
@@ -91,6 +92,15 @@ def value_label(control: Control, value: Any) -> str:
     return f"{value:.4g}"
 
 
+def missing(scn: Scenario, key: str) -> str:
+    """What the page says where a headline number is missing: the closed forms model dense
+    runs only (a mixture of experts has none); the search's limits are missing when no model of
+    the sweep's grid crosses them."""
+    if key.startswith("t_"):
+        return "none: the closed forms are for dense models" if scn["model.sparse"] else "none"
+    return "not reached on the sweep's grid"
+
+
 def result(scn: Scenario) -> dict[str, Any]:
     """What the page shows for one setting: the sweep's columns, the headline numbers and the
     ideal matmul time of each model's step (its useful work at the effective rate); the parts of
@@ -102,7 +112,11 @@ def result(scn: Scenario) -> dict[str, Any]:
     columns["ideal"] = [r["utilization"] * r["t_step"] / eff for r in rows]
     for k in ROUNDED:
         columns[k] = [float(f"{x:.{ROUNDED_DIGITS}g}") for x in columns[k]]
-    return {"headline": {k: head[k] for k, _ in HEADLINE}, "sweep": columns}
+    return {
+        "headline": {k: head[k] for k, _ in HEADLINE},
+        "missing": {k: missing(scn, k) for k, _ in HEADLINE if not math.isfinite(head[k])},
+        "sweep": columns,
+    }
 
 
 def pooled(results: dict[str, dict[str, Any]]) -> list[list[Any]]:
@@ -138,8 +152,14 @@ def data(scn: Scenario) -> dict[str, Any]:
                 "sets": [f"{c.key}={command_value(v)}" for v in stops],
                 "slider": bool(c.factors),
             })  # fmt: skip
+        # the book's own assumptions, which an off-grid command carries (the preset has not them)
+        base_sets = {k: f"{k}={command_value(v)}"
+                     for k, (_, v) in base.differences(default).items() if k != "gpu"}
+        labels = {c.key: c.label for c in CONTROLS}
+        pair_text = " and ".join(f"{labels[a]} with {labels[b]}" for a, b in PAIRS)
         gpus.append({"name": gpu, "label": base.gpu_label, "controls": controls,
-                     "home": list(home), "pairs": gpu in PAIR_GPUS})  # fmt: skip
+                     "home": list(home), "base_sets": base_sets,
+                     "pair_text": pair_text if gpu in PAIR_GPUS else ""})  # fmt: skip
         for p in positions(base, gpu in PAIR_GPUS):
             s = scenario_at(base, p)
             results[setting_id(gpu, p)] = {**result(s), **take_home(gpu, s, default)}
@@ -151,6 +171,7 @@ def data(scn: Scenario) -> dict[str, Any]:
         "initial_compute": published.value("paper1.post_slowdown_flop"),
         "headline_labels": [list(h) for h in HEADLINE],
         "loss_labels": {k: search.LOSS_LABELS[k] for k in search.LOSSES},
+        "binding_labels": dict(search.LOSS_LABELS),
         "paper": {"training_flop": list(flop), "utilization": list(util)},
         "results": results,
         "pool": pool,

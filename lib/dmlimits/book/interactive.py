@@ -16,13 +16,15 @@ the static figure it extends, which stays for print and for readers without Java
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import math
 from typing import Any
 
 import numpy as np
 
-from dmlimits.core.assets import PLOTLY
+from dmlimits.core.assets import PLOTLY, STATIC
+from dmlimits.core.plumbing import digest
 
 #: How a page under ``notebooks/`` reaches the site's static folder.
 STATIC_URL = "../_static"
@@ -48,14 +50,20 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+def versioned(name: str) -> str:
+    """The address of one of the widgets' files with a digest of its bytes (``?v=``, as Sphinx
+    versions its own assets), so that a browser never pairs a cached old script with new data."""
+    return f"{STATIC_URL}/dmlimits/{name}?v={digest((STATIC / name).read_bytes())[:12]}"
+
+
 def page_assets() -> str:
     """The tags that load the charting library, the widgets' scripts and their style sheet
     (each widget carries them; the scripts draw each widget once however often they run)."""
     return (
-        f'<link rel="stylesheet" href="{STATIC_URL}/dmlimits/widgets.css">'
+        f'<link rel="stylesheet" href="{versioned("widgets.css")}">'
         f'<script src="{STATIC_URL}/vendor/{PLOTLY.file_name}"></script>'
-        f'<script src="{STATIC_URL}/dmlimits/widget.js"></script>'
-        f'<script src="{STATIC_URL}/dmlimits/explorer.js"></script>'
+        f'<script src="{versioned("widget.js")}"></script>'
+        f'<script src="{versioned("explorer.js")}"></script>'
     )
 
 
@@ -74,14 +82,21 @@ class Html:
         return self.text
 
 
+#: The kinds of widget the page's scripts draw.
+KINDS = ("curves", "explorer")
+
+
 def embed(kind: str, element_id: str, data: dict[str, Any], summary: str) -> Html:
     """A widget of ``kind`` (``"curves"`` or ``"explorer"``) with its data, under the HTML id
     ``element_id``.  ``summary`` is what a reader without JavaScript (and the notebook's text
     form) is told."""
+    if kind not in KINDS:
+        raise WidgetError(f"kind: got {kind!r}; expected one of {', '.join(KINDS)}")
     if not element_id.replace("-", "").isalnum():
         raise WidgetError(f"element_id: got {element_id!r}; expected letters, digits and hyphens")
     payload = json.dumps(json_safe(data), separators=(",", ":"), allow_nan=False)
-    payload = payload.replace("</", "<\\/")  # never ends the script element early
+    # No "<" at all inside the script element: it can neither end it nor open a comment there.
+    payload = payload.replace("<", "\\u003c")
     markup = (
         f'<div class="dmlimits-{kind}" id="{element_id}" data-kind="{kind}">'
         f'<noscript>{html.escape(summary)}</noscript></div>'
@@ -103,6 +118,7 @@ def curves(
     x_log: bool = False,
     y_log: bool = False,
     y_percent: bool = False,
+    y_unit: str = "",
     summary: str = "",
 ) -> Html:
     """A family of curves, one set of ``series`` for each position of the controls other than
@@ -112,14 +128,24 @@ def curves(
     numbers a control steps through, ``labels`` how the page shows them, ``initial`` an index).
     ``series``: keyed by the indices of the other controls in their order; each series
     ``{"name", "x", "y"}`` with ``x`` equal to ``x_control``'s values, so that the mark sits on
-    a computed point.
+    a computed point.  ``y_unit`` follows each value the readout prints.
     """
+    required = ("name", "label", "values", "labels", "initial")
+    for i, c in enumerate(controls):
+        absent = [k for k in required if k not in c]
+        if absent:
+            raise WidgetError(
+                f"controls[{i}]: no {', '.join(absent)}; expected {', '.join(required)}"
+            )
     names = [c["name"] for c in controls]
     if x_control not in names:
         raise WidgetError(f"x_control: got {x_control!r}; expected one of {', '.join(names)}")
     for c in controls:
         if len(c["values"]) != len(c["labels"]) or not c["values"]:
-            raise WidgetError(f"control {c['name']}: expected as many labels as values (>= 1)")
+            raise WidgetError(
+                f"control {c['name']}: {len(c['values'])} values and {len(c['labels'])} labels; "
+                "expected as many labels as values, at least one"
+            )
         if not 0 <= c["initial"] < len(c["values"]):
             raise WidgetError(
                 f"control {c['name']}: initial {c['initial']!r}; expected an index below "
@@ -127,20 +153,30 @@ def curves(
             )
     xs = next(c["values"] for c in controls if c["name"] == x_control)
     others = [c for c in controls if c["name"] != x_control]
-    want = int(np.prod([len(c["values"]) for c in others])) if others else 1
-    if len(series) != want:
-        raise WidgetError(f"series: got {len(series)} positions; expected {want}")
+    want = set(itertools.product(*(range(len(c["values"])) for c in others)))
+    if set(series) != want:
+        extra, lost = sorted(set(series) - want), sorted(want - set(series))
+        raise WidgetError(
+            f"series: {len(series)} positions, {len(lost)} missing (first {lost[:1]}) and "
+            f"{len(extra)} unknown (first {extra[:1]}); expected one per position of the controls "
+            "other than x_control, keyed by their indices"
+        )
     for key, lines in series.items():
         for line in lines:
-            if list(line["x"]) != list(xs) or len(line["y"]) != len(xs):
+            if list(line["x"]) != list(xs):
                 raise WidgetError(
-                    f"series {key} {line['name']!r}: expected x equal to {x_control}'s values"
+                    f"series {key} {line['name']!r}: x is not {x_control}'s values; expected them"
+                )
+            if len(line["y"]) != len(xs):
+                raise WidgetError(
+                    f"series {key} {line['name']!r}: {len(line['y'])} values of y; expected "
+                    f"{len(xs)}, one per value of {x_control}"
                 )
     data = {
         "title": title,
         "controls": controls,
         "x": {"control": x_control, "label": x_label, "log": x_log},
-        "y": {"label": y_label, "log": y_log, "percent": y_percent},
+        "y": {"label": y_label, "log": y_log, "percent": y_percent, "unit": y_unit},
         "series": {",".join(str(i) for i in key): lines for key, lines in series.items()},
     }
     return embed("curves", element_id, data, summary or title)

@@ -159,9 +159,9 @@ def scaling_widget(curves_by_gpu: dict) -> Any:
     for i, gpu in enumerate(gpus):
         for j, shape in enumerate(confront.SHAPES):
             series[(i, j)] = [
-                {"name": strategy, "x": counts,
-                 "y": curves_by_gpu[gpu][(shape, strategy)]["tokens_per_s_per_gpu"]}
+                {"name": strategy, "x": [int(n) for n in c["gpus"]], "y": c["tokens_per_s_per_gpu"]}
                 for strategy in runs.STRATEGIES
+                for c in [curves_by_gpu[gpu][(shape, strategy)]]
             ]  # fmt: skip
     controls = [
         {"name": "gpu", "label": "GPU", "values": list(range(len(gpus))),
@@ -174,5 +174,6 @@ def scaling_widget(curves_by_gpu: dict) -> Any:
     return interactive.curves(
         "strong-scaling", "Strong scaling at a fixed batch: move the GPU, the model and the count",
         controls, "gpus", "GPUs", "tokens per second per GPU", series, x_log=True,
+        y_unit="tokens/s",
         summary="An interactive version of the figure above (needs JavaScript).",
     )

@@ -7,7 +7,9 @@ core; this module downloads the tarball once into the environment
 (``<sys.prefix>/share/dmlimits``, beside the installed packages, so ``make clean`` keeps it and a
 new environment fetches it anew), checks its integrity and extracts the one file.
 ``make book`` runs it as part of the set-up (``python -m dmlimits.build.vendor``); the build
-calls :func:`plotly_file` again, which only reads the kept file.
+calls :func:`plotly_file` again when it copies the file into the site, which reads the kept file
+and downloads it only into an environment set up without it (so a build of a new environment
+needs the registry once).
 """
 
 from __future__ import annotations

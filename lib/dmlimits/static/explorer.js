@@ -19,7 +19,10 @@
     const el = W.el, fmt = W.fmt;
     const byName = {};
     D.gpus.forEach(g => { byName[g.name] = g; });
-    const state = { gpu: D.initial_gpu, pos: byName[D.initial_gpu].home.slice(), pick: null };
+    // The picked compute is kept as a compute, not as an index: grids differ between settings
+    // (a sparse model's is not a dense one's), and the nearest grid point is looked up again.
+    const state = { gpu: D.initial_gpu, pos: byName[D.initial_gpu].home.slice(),
+                    pickFlop: D.initial_compute };
 
     const top = el("div", { class: "dmlimits-controls" });
     const gpuLabel = el("label", { class: "dmlimits-control" });
@@ -79,7 +82,8 @@
     pickLabel.appendChild(pickInput);
     pickLabel.appendChild(pickShown);
     pickWrap.appendChild(pickLabel);
-    pickInput.addEventListener("input", () => { state.pick = +pickInput.value; redraw(); });
+    let shownFlop = [];
+    pickInput.addEventListener("input", () => { state.pickFlop = shownFlop[+pickInput.value]; redraw(); });
 
     function setting() {
       const g = byName[state.gpu];
@@ -87,10 +91,12 @@
       return { id: id, r: D.results[id], g: g };
     }
 
+    // The book's own assumptions (the base's sets), then each moved control's set in its place.
     function offGridCommand(g) {
-      const sets = g.controls.map((c, i) => (state.pos[i] !== g.home[i]) ? " --set " + c.sets[state.pos[i]] : "")
-        .join("");
-      return "python -m dmlimits build --scenario " + state.gpu + sets;
+      const sets = Object.assign({}, g.base_sets);
+      g.controls.forEach((c, i) => { if (state.pos[i] !== g.home[i]) sets[c.key] = c.sets[state.pos[i]]; });
+      return "python -m dmlimits build --scenario " + state.gpu +
+        Object.values(sets).map(x => " --set " + x).join("");
     }
 
     function row(table, cells, attrs) {
@@ -107,36 +113,35 @@
       config.innerHTML = "";
       if (!r) {
         status.className = "dmlimits-status dmlimits-off-grid";
-        status.textContent = "Off the grid: the build swept each assumption alone" +
-          (g.pairs ? " and the two network controls together" : "") +
+        status.textContent = "Off the grid: the build swept each control alone" +
+          (g.pair_text ? " and " + g.pair_text + " together" : "") +
           ", not this combination. Build the book for it with ";
         status.appendChild(el("code", { class: "dmlimits-command" }, offGridCommand(g)));
         root.dataset.onGrid = "0";
         window.Plotly.purge(plot);
         window.Plotly.purge(bar);
-        yamlPre.textContent = "";
-        cmdPre.textContent = offGridCommand(g);
+        home.hidden = true;
+        pickInput.disabled = true;
         root.dataset.drawn = String(+(root.dataset.drawn || 0) + 1);
         return;
       }
       root.dataset.onGrid = "1";
       status.className = "dmlimits-status";
-      status.textContent = "Computed by the library when this book was built (setting " + id + ").";
+      status.textContent = "Computed by the library when this book was built.";
+      home.hidden = false;
+      pickInput.disabled = false;
       const S = {};  // each column is kept once in the page's pool, named here by its index
       for (const [key, index] of Object.entries(r.sweep)) S[key] = D.pool[index];
       const n = S.training_flop.length;
       const feasible = S.feasible.map(f => !!f);
-      if (state.pick === null || state.pick >= n) {
-        let best = 0;  // the grid point nearest the page's initial compute
-        const c0 = D.initial_compute;
-        S.training_flop.forEach((x, i) => {
-          if (Math.abs(Math.log(x / c0)) < Math.abs(Math.log(S.training_flop[best] / c0))) best = i;
-        });
-        state.pick = best;
-      }
+      let k = 0;  // the grid point nearest the picked compute (a lookup, not an interpolation)
+      const c0 = state.pickFlop;
+      S.training_flop.forEach((x, i) => {
+        if (Math.abs(Math.log(x / c0)) < Math.abs(Math.log(S.training_flop[k] / c0))) k = i;
+      });
+      shownFlop = S.training_flop;
       pickInput.max = n - 1;
-      pickInput.value = state.pick;
-      const k = state.pick;
+      pickInput.value = k;
       pickShown.textContent = fmt(S.training_flop[k]) + " FLOP";
 
       const xs = [], ys = [];
@@ -170,7 +175,7 @@
 
       D.headline_labels.forEach(([key, label]) => {
         const v = r.headline[key];
-        const tr = row(numbers, [label, v === null ? "none on the grid" : fmt(v) + " FLOP"],
+        const tr = row(numbers, [label, v === null ? r.missing[key] : fmt(v) + " FLOP"],
                        { "data-key": key, "data-value": v === null ? "" : String(v) });
         tr.appendChild(el("td", {}, "")).appendChild(el("code", {}, key));
       });
@@ -187,8 +192,8 @@
          ["data parallel", fmt(S.dp[k]), "dp"], ["tensor parallel (model \u00d7 ff)", tp, "tp_model"],
          ["pipeline stages", pp, "pp"], ["expert parallel", fmt(S.ep[k]), "ep"],
          ["microbatches", fmt(S.m[k]) + (S.zero_bubble[k] ? ", zero bubble" : ""), "m"],
-         ["step time", fmt(S.t_step[k] * 1e3) + " ms", "t_step"],
-         ["what binds", S.binding[k], "binding"]]
+         ["step time", W.duration(S.t_step[k]), "t_step"],
+         ["what binds", D.binding_labels[S.binding[k]], "binding"]]
           .forEach(([label, value, key]) => row(config, [label, value], { "data-key": key,
             "data-value": String(S[key][k]) }));
         const parts = [["ideal", "matmuls at the effective rate"]]
@@ -196,7 +201,8 @@
         window.Plotly.react(bar, parts.map(([key, label]) => ({
           x: [(key === "ideal" ? S.ideal[k] : S[key][k]) * 1e3], y: ["step"], name: label,
           type: "bar", orientation: "h",
-          hovertemplate: label + ": %{x:.3g} ms<extra></extra>" })), {
+          customdata: [W.duration(key === "ideal" ? S.ideal[k] : S[key][k])],
+          hovertemplate: label + ": %{customdata}<extra></extra>" })), {
           barmode: "stack", height: 250, margin: { l: 50, r: 10, t: 90, b: 50 },
           xaxis: { title: { text: "time of one step (ms)" } },
           legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom", traceorder: "normal" },
@@ -210,7 +216,6 @@
     gpuSelect.addEventListener("change", () => {
       state.gpu = gpuSelect.value;
       state.pos = byName[state.gpu].home.slice();
-      state.pick = null;
       drawControls();
       redraw();
     });

@@ -7,23 +7,38 @@
   const SUP = { "-": "\u207b", 0: "\u2070", 1: "\u00b9", 2: "\u00b2", 3: "\u00b3", 4: "\u2074",
                 5: "\u2075", 6: "\u2076", 7: "\u2077", 8: "\u2078", 9: "\u2079" };
 
-  /* A number with three significant figures, as the book prints it: a whole number below ten
-     million as a count, 2.05 × 10²⁸ beyond ten thousand or below a thousandth, a plain figure
-     otherwise. */
+  /* ``d`` decimals, an exact half rounded to even as Python's format does. */
+  function fixed(v, d, group) {
+    return new Intl.NumberFormat("en-US", { minimumFractionDigits: d, maximumFractionDigits: d,
+      roundingMode: "halfEven", useGrouping: group }).format(v);
+  }
+
+  /* A number as the book's prose writes it (dmlimits.book.glue.sci, rule for rule): a whole
+     number below ten million as a count with thousands separators (4,096), plain digits
+     between a thousandth and a hundred thousand, 2.05 × 10²⁸ beyond; a dash for a gap. */
   function fmt(v, digits) {
     if (v === null || v === undefined || !isFinite(v)) return "\u2014";
     digits = digits || 3;
-    const a = Math.abs(v);
-    if (Number.isInteger(v) && a < 1e7) return v.toLocaleString("en-US");  // a count: 4,096
-    if (a !== 0 && (a >= 1e4 || a < 1e-3)) {
-      const [m, e] = v.toExponential(digits - 1).split("e");
-      return m + " \u00d7 10" + String(parseInt(e, 10)).split("").map(c => SUP[c]).join("");
-    }
-    return Number(v.toPrecision(digits)).toString();
+    if (v === 0) return "0";
+    if (Number.isInteger(v) && Math.abs(v) < 1e7) return v.toLocaleString("en-US");
+    let e = Math.floor(Math.log10(Math.abs(v)));
+    if (e >= -3 && e < 5) return fixed(v, Math.max(digits - 1 - e, 0), true);
+    let m = Number(fixed(v / Math.pow(10, e), digits - 1, false));
+    if (Math.abs(m) >= 10) { m /= 10; e += 1; }  // rounding carried into the next decade
+    return fixed(m, digits - 1, false) + " \u00d7 10" +
+      String(e).split("").map(c => SUP[c]).join("");
+  }
+
+  /* A duration in seconds as milliseconds below a second, as seconds from one. */
+  function duration(s) {
+    if (s === null || !isFinite(s)) return "\u2014";
+    return Math.abs(s) < 1 ? fmt(s * 1e3) + " ms" : fmt(s) + " s";
   }
 
   function percent(v) {
-    return (v === null || !isFinite(v)) ? "\u2014" : (100 * v).toFixed(1) + "%";
+    if (v === null || !isFinite(v)) return "\u2014";
+    const p = (100 * v).toFixed(1);
+    return (p === "-0.0" ? "0.0" : p) + "%";
   }
 
   function el(tag, attrs, text) {
@@ -73,10 +88,15 @@
       const pos = {};
       for (const c of spec.controls) pos[c.name] = +inputs[c.name].value;
       const key = spec.controls.filter(c => c.name !== spec.x.control).map(c => pos[c.name]).join(",");
-      const lines = spec.series[key] || [];
+      const lines = spec.series[key];
+      if (!lines) {  // curves() checks every position is there; say so if one is not
+        readout.textContent = "No values were computed for this position of the controls.";
+        return;
+      }
       const xc = spec.controls.find(c => c.name === spec.x.control);
       const xi = pos[xc.name], xv = xc.values[xi];
-      const show = v => spec.y.percent ? percent(v) : fmt(v);
+      const unit = spec.y.unit ? " " + spec.y.unit : "";
+      const show = v => spec.y.percent ? percent(v) : fmt(v) + (v === null ? "" : unit);
       const traces = lines.map((s, i) => ({ x: s.x, y: s.y, name: s.name, mode: "lines",
                                             type: "scatter", line: { width: 2 },
                                             legendgroup: String(i) }));
@@ -120,7 +140,8 @@
     });
   }
 
-  window.dmlimitsWidgets = { fmt: fmt, percent: percent, el: el, control: control };
+  window.dmlimitsWidgets = { fmt: fmt, percent: percent, duration: duration, el: el,
+                            control: control };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
 })();
