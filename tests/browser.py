@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 FLAGS = (
@@ -149,6 +151,17 @@ class Problem:
 
 def available() -> bool:
     return Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
+
+
+#: The marks of a browser test file (``pytestmark = browser.MARKS``): slow, and skipped where
+#: Debian's Chromium is missing.
+MARKS = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not available(),
+        reason="needs Debian's chromium and chromium-driver (make test installs them)",
+    ),
+]
 
 
 @contextmanager

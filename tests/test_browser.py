@@ -10,13 +10,7 @@ from dmlimits.book.glue import sci
 from dmlimits.core.scenario import resolve
 from dmlimits.costs import model
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not browser.available(),
-        reason="needs Debian's chromium and chromium-driver (make test installs them)",
-    ),
-]
+pytestmark = browser.MARKS
 
 HEADLINE = "notebooks/model.html"
 

@@ -13,20 +13,13 @@ import time
 from pathlib import Path
 
 import browser
-import pytest
 from conftest import HTML, run_cli
 from dmlimits import search
 from dmlimits.book import explorer, explorer_page, interactive
 from dmlimits.book.glue import sci
 from dmlimits.core import scenario as sc
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not browser.available(),
-        reason="needs Debian's chromium and chromium-driver (make test installs them)",
-    ),
-]
+pytestmark = browser.MARKS
 
 EXPLORER = "notebooks/explorer.html"
 #: Each chapter widget: its page and its HTML id.
@@ -211,6 +204,19 @@ def test_the_picked_compute_shows_the_search_s_configuration_and_stays_put(built
         assert driver.execute_script(READ_EXPLORER)["setting"] == a100_home
 
 
+def off_grid_on_the_a100(site: Path) -> dict:
+    """What the explorer of ``site`` shows on the A100 with the run halved and HBM doubled (two
+    controls at once, off the grid)."""
+    with browser.serve(site) as base, browser.chromium() as driver:
+        open_page(driver, base, EXPLORER, "explorer")
+        move(driver, "explorer", "explorer-gpu", "a100")
+        move(driver, "explorer", "explorer-training.months", 0)
+        move(driver, "explorer", "explorer-hardware.hbm_bandwidth", 2)
+        state = driver.execute_script(READ_EXPLORER)
+    assert state["onGrid"] == "0"
+    return state
+
+
 def test_an_off_grid_command_keeps_the_book_s_own_assumptions(built_book, tmp_path):
     """The explorer of a book built with overrides: the command it prints off the grid builds
     the book's assumptions with the moved controls, as the page's data for that book says."""
@@ -227,13 +233,7 @@ def test_an_off_grid_command_keeps_the_book_s_own_assumptions(built_book, tmp_pa
     page.write_text(text)
     base_a100 = explorer.bases(scn)["a100"]
     keys = [c.key for c in explorer.CONTROLS]
-    with browser.serve(copy) as base, browser.chromium() as driver:
-        open_page(driver, base, EXPLORER, "explorer")
-        move(driver, "explorer", "explorer-gpu", "a100")
-        move(driver, "explorer", "explorer-training.months", 0)
-        move(driver, "explorer", "explorer-hardware.hbm_bandwidth", 2)
-        state = driver.execute_script(READ_EXPLORER)
-    assert state["onGrid"] == "0"
+    state = off_grid_on_the_a100(copy)
     command = state["status"].split("Build the book for it with ")[1].split()
     assert command[:5] == ["python", "-m", "dmlimits", "build", "--scenario"]
     position = list(explorer.positions(base_a100)[0])
@@ -246,16 +246,11 @@ def test_an_off_grid_command_keeps_the_book_s_own_assumptions(built_book, tmp_pa
 
 
 def test_two_controls_off_the_grid_are_said_to_be_with_the_command(built_book):
-    with browser.serve(HTML) as base, browser.chromium() as driver:
-        open_page(driver, base, EXPLORER, "explorer")
-        move(driver, "explorer", "explorer-gpu", "a100")
-        move(driver, "explorer", "explorer-training.months", 0)
-        move(driver, "explorer", "explorer-hardware.hbm_bandwidth", 2)
-        state = driver.execute_script(READ_EXPLORER)
-        assert state["onGrid"] == "0" and "Off the grid" in state["status"]
-        a100 = sc.resolve("a100")
-        # the sets in the order of the controls
-        assert (f"python -m dmlimits build --scenario a100 --set hardware.hbm_bandwidth="
+    state = off_grid_on_the_a100(HTML)
+    assert "Off the grid" in state["status"]
+    a100 = sc.resolve("a100")
+    # the sets in the order of the controls
+    assert (f"python -m dmlimits build --scenario a100 --set hardware.hbm_bandwidth="
                 f"{a100['hardware.hbm_bandwidth'] * 2.0!r} --set training.months="
                 f"{a100['training.months'] * 0.5!r}") in state["status"]  # fmt: skip
 
