@@ -30,7 +30,7 @@ GPUS = ("v100", "a100", "h100")
 @dataclass(frozen=True)
 class Control:
     """An assumption the explorer moves: its scenario key, what the page calls it, and its
-    stops, either multiples of the GPU's own value (``factors``) or the values themselves
+    stops, either multiples of the base scenario's value (``factors``) or the values themselves
     (``choices``, for a law or a switch).  ``unit`` is how the page prints a value."""
 
     key: str

@@ -38,6 +38,13 @@ HEADLINE = (
     ("t_limit_own_flop", "latency wall (closed form)"),
 )
 
+#: The limits marked on the page's curve, with their labels there.
+MARKS = (
+    ("linear_scaling_crossing_flop", "linear scaling ends"),
+    ("t_crit_own_flop", "critical compute"),
+    ("last_feasible_flop", "latency wall"),
+)
+
 #: The columns of the sweep the page reads at each model.
 COLUMNS = (
     "training_flop", "utilization", "feasible", "binding", "n_gpu", "dp", "tp_model", "tp_ff",
@@ -170,6 +177,8 @@ def data(scn: Scenario) -> dict[str, Any]:
         # the compute first picked: the grid point nearest where the post says linear scaling ends
         "initial_compute": published.value("paper1.post_slowdown_flop"),
         "headline_labels": [list(h) for h in HEADLINE],
+        "marks": [list(m) for m in MARKS],
+        "ideal_label": whole_run.IDEAL_LABEL,
         "loss_labels": {k: search.LOSS_LABELS[k] for k in search.LOSSES},
         "binding_labels": dict(search.LOSS_LABELS),
         "paper": {"training_flop": list(flop), "utilization": list(util)},

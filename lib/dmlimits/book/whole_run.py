@@ -270,6 +270,10 @@ def decision_chart(scn: Scenario, m: dict[str, Any] | None = None) -> plt.Figure
     return fig
 
 
+#: What the ideal part of a step is called (:func:`step_split`), in the figure and the explorer.
+IDEAL_LABEL = "matmuls at the effective rate"
+
+
 def step_split(scn: Scenario, r: dict[str, Any]) -> dict[str, float]:
     """A result's step split into the ideal matmul time (its useful work at the effective
     rate) and the four losses (seconds); the parts add up to the step when the losses account
@@ -281,7 +285,7 @@ def step_split(scn: Scenario, r: dict[str, Any]) -> dict[str, float]:
 def step_split_figure(scn: Scenario, r: dict[str, Any]) -> plt.Figure:
     """One horizontal bar: the step of a result, split as :func:`step_split`."""
     parts = step_split(scn, r)
-    labels = {"ideal": "matmuls at the effective rate", **search.LOSS_LABELS}
+    labels = {"ideal": IDEAL_LABEL, **search.LOSS_LABELS}
     fig, ax = plt.subplots(figsize=(7.0, 2.2))
     left = 0.0
     for i, (k, v) in enumerate(parts.items()):

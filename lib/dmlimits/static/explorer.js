@@ -36,7 +36,7 @@
     gpuLabel.appendChild(gpuSelect);
     top.appendChild(gpuLabel);
     const reset = el("button", { type: "button", id: root.id + "-reset", class: "dmlimits-button" },
-                     "back to the GPU's own values");
+                     "back to this book's values for the GPU");
     top.appendChild(reset);
     const controls = el("div", { class: "dmlimits-controls" });
     const status = el("p", { class: "dmlimits-status", id: root.id + "-status", "aria-live": "polite" });
@@ -60,16 +60,13 @@
      el("p", { class: "dmlimits-title" }, "The best configuration at one compute"), pickWrap, config, bar, home]
       .forEach(x => root.appendChild(x));
 
-    let inputs = [];
     function drawControls() {
       controls.innerHTML = "";
-      inputs = [];
       byName[state.gpu].controls.forEach((c, i) => {
         const spec = { name: c.key, label: c.label, values: c.labels, labels: c.labels,
                        initial: state.pos[i], slider: c.slider };
         const [wrap, input] = W.control(spec, () => { state.pos[i] = +input.value; redraw(); },
                                         root.id + "-");
-        inputs.push(input);
         controls.appendChild(wrap);
       });
     }
@@ -154,11 +151,8 @@
       ];
       if (feasible[k]) traces.push({ x: [S.training_flop[k]], y: [S.utilization[k]], mode: "markers",
         type: "scatter", name: "picked compute", marker: { size: 11, color: "#c0392b", symbol: "diamond" } });
-      const marks = [["linear_scaling_crossing_flop", "linear scaling ends"],
-                     ["t_crit_own_flop", "critical compute"],
-                     ["last_feasible_flop", "latency wall"]];
       const shapes = [], notes = [];
-      marks.forEach(([key, label], i) => {
+      D.marks.forEach(([key, label], i) => {
         const v = r.headline[key];
         if (v === null) return;
         shapes.push({ type: "line", xref: "x", yref: "paper", x0: v, x1: v, y0: 0, y1: 1,
@@ -184,8 +178,8 @@
         row(config, ["this compute", "no configuration trains it within the run's length"]);
         window.Plotly.purge(bar);
       } else {
-        const tp = S.tp_model[k] + " \u00d7 " + S.tp_ff[k];
-        const pp = S.pp[k] + (S.v[k] > 1 ? " (interleaved " + S.v[k] + " times)" : "");
+        const tp = fmt(S.tp_model[k]) + " \u00d7 " + fmt(S.tp_ff[k]);
+        const pp = fmt(S.pp[k]) + (S.v[k] > 1 ? " (interleaved " + fmt(S.v[k]) + " times)" : "");
         [["GPUs", fmt(S.n_gpu[k]), "n_gpu"], ["utilization", W.percent(S.utilization[k]), "utilization"],
          ["model", fmt(S.layers[k]) + " layers of width " + fmt(S.d_model[k]), "layers"],
          ["batch", fmt(S.batch_tokens[k]) + " tokens", "batch_tokens"],
@@ -196,7 +190,7 @@
          ["what binds", D.binding_labels[S.binding[k]], "binding"]]
           .forEach(([label, value, key]) => row(config, [label, value], { "data-key": key,
             "data-value": String(S[key][k]) }));
-        const parts = [["ideal", "matmuls at the effective rate"]]
+        const parts = [["ideal", D.ideal_label]]
           .concat(Object.entries(D.loss_labels).map(([key, label]) => ["loss_" + key, label]));
         window.Plotly.react(bar, parts.map(([key, label]) => ({
           x: [(key === "ideal" ? S.ideal[k] : S[key][k]) * 1e3], y: ["step"], name: label,
