@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -220,8 +221,6 @@ def off_grid_on_the_a100(site: Path) -> dict:
 def test_an_off_grid_command_keeps_the_book_s_own_assumptions(built_book, tmp_path):
     """The explorer of a book built with overrides: the command it prints off the grid builds
     the book's assumptions with the moved controls, as the page's data for that book says."""
-    import shutil
-
     scn = sc.resolve("h100", ["training.months=6", "model.ff_ratio=3"])
     copy = tmp_path / "html"
     shutil.copytree(HTML, copy)
@@ -338,8 +337,6 @@ def test_the_interactive_pages_load_offline_and_ask_nothing_of_the_network(built
 
 
 def test_a_script_from_a_cdn_is_caught_and_named(built_book, tmp_path):
-    import shutil
-
     copy = tmp_path / "html"
     shutil.copytree(HTML, copy)
     page = copy / EXPLORER

@@ -17,11 +17,23 @@ import numpy as np
 import pytest
 from conftest import EXECUTED
 from dmlimits import search
-from dmlimits.book import explorer, explorer_page, interactive
+from dmlimits.book import (
+    collectives_page,
+    explorer,
+    explorer_page,
+    interactive,
+    matmul_page,
+    measured_figures,
+    pipeline_page,
+)
 from dmlimits.build import vendor
 from dmlimits.core import assets
 from dmlimits.core import scenario as sc
 from dmlimits.core.plumbing import digest
+from dmlimits.costs.collectives import allreduce_time, allreduce_time_split
+from dmlimits.costs.matmul import pass_efficiency
+from dmlimits.costs.pipeline import bubble_fraction
+from dmlimits.measured import confront, runs
 
 
 # --- The explorer's grid -------------------------------------------------------------------------
@@ -29,13 +41,14 @@ def test_the_grid_is_the_base_each_control_alone_and_the_pairs():
     scn = sc.resolve("h100")
     base = explorer.bases(scn)["h100"]
     alone = sum(len(c.stops(base)) - 1 for c in explorer.CONTROLS)
-    for with_pairs, extra in ((False, 0), (True, 4)):
+    pairs = math.prod(len(explorer.FACTORS) - 1 for _ in explorer.PAIRS[0])  # both moved
+    for with_pairs, extra in ((False, 0), (True, pairs)):
         found = explorer.positions(base, with_pairs)
         assert len(found) == len(set(found)) == 1 + alone + extra
         assert explorer.overrides(base, found[0]) == {}
     size = explorer.grid_size(scn)
-    assert size == {"total": 3 * (1 + alone) + 4, "v100": 1 + alone, "a100": 1 + alone,
-                    "h100": 1 + alone + 4}  # fmt: skip
+    assert size == {"total": 3 * (1 + alone) + pairs, "v100": 1 + alone, "a100": 1 + alone,
+                    "h100": 1 + alone + pairs}  # fmt: skip
     assert len(explorer.settings(scn)) == size["total"]
 
 
@@ -262,8 +275,6 @@ def _spec(widget) -> dict:
 
 
 def test_the_all_reduce_widget_s_values_are_the_collectives_module_s():
-    from dmlimits.book import collectives_page
-    from dmlimits.costs.collectives import allreduce_time, allreduce_time_split
 
     scn = sc.resolve("h100")
     data = _spec(collectives_page.allreduce_widget(scn, 16, points=7))
@@ -278,8 +289,6 @@ def test_the_all_reduce_widget_s_values_are_the_collectives_module_s():
 
 
 def test_the_matmul_widget_s_values_are_the_matmul_model_s():
-    from dmlimits.book import matmul_page
-    from dmlimits.costs.matmul import pass_efficiency
 
     scns = [sc.resolve("a100"), sc.resolve("h100")]
     data = _spec(matmul_page.efficiency_widget(scns, 4.0))
@@ -291,8 +300,6 @@ def test_the_matmul_widget_s_values_are_the_matmul_model_s():
 
 
 def test_the_strong_scaling_widget_s_values_are_the_model_of_measured_runs():
-    from dmlimits.book import measured_figures
-    from dmlimits.measured import confront, runs
 
     curves = {"h100": confront.scaling("h100")}
     data = _spec(measured_figures.scaling_widget(curves))
@@ -351,8 +358,6 @@ def test_each_chapter_widget_sits_in_its_chapter_with_every_curve(built_book, no
 
 
 def test_the_pipeline_widget_s_values_are_the_bubble_formula_s():
-    from dmlimits.book import pipeline_page
-    from dmlimits.costs.pipeline import bubble_fraction
 
     data = _spec(pipeline_page.bubble_widget((2, 8), (1, 4), 64))
     line = data["series"]["1,1"][0]  # eight stages, v = 4

@@ -31,13 +31,12 @@ GPUS = ("v100", "a100", "h100")
 class Control:
     """An assumption the explorer moves: its scenario key, what the page calls it, and its
     stops, either multiples of the base scenario's value (``factors``) or the values themselves
-    (``choices``, for a law or a switch).  ``unit`` is how the page prints a value."""
+    (``choices``, for a law or a switch)."""
 
     key: str
     label: str
     factors: tuple[float, ...] = ()
     choices: tuple[Any, ...] = ()
-    unit: str = ""
 
     def stops(self, base: Scenario) -> tuple[Any, ...]:
         """The values this control steps through around ``base``."""
@@ -61,12 +60,12 @@ FACTORS = (0.5, 1.0, 2.0)
 
 #: The assumptions readers change most, in the order the page shows them.
 CONTROLS = (
-    Control("network.intra_node.bandwidth", "NVLink bandwidth per GPU", FACTORS, unit="B/s"),
-    Control("network.inter_node.bandwidth", "InfiniBand bandwidth per GPU", FACTORS, unit="B/s"),
-    Control("network.latency", "network latency per message", FACTORS, unit="s"),
-    Control("hardware.kernel_latency", "kernel latency", FACTORS, unit="s"),
-    Control("hardware.hbm_bandwidth", "HBM bandwidth", FACTORS, unit="B/s"),
-    Control("training.months", "length of the run", FACTORS, unit="months"),
+    Control("network.intra_node.bandwidth", "NVLink bandwidth per GPU", FACTORS),
+    Control("network.inter_node.bandwidth", "InfiniBand bandwidth per GPU", FACTORS),
+    Control("network.latency", "network latency per message", FACTORS),
+    Control("hardware.kernel_latency", "kernel latency", FACTORS),
+    Control("hardware.hbm_bandwidth", "HBM bandwidth", FACTORS),
+    Control("training.months", "length of the run", FACTORS),
     Control("batch.law", "batch-size law", choices=("default", "none", "deepseek")),
     Control("batch.exponent", "batch-law exponent (default law)", FACTORS),
     Control("model.sparse", "mixture of experts", choices=(False, True)),

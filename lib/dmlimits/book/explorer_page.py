@@ -26,8 +26,9 @@ from dmlimits.book.explorer import (
     scenario_at,
     setting_id,
 )
+from dmlimits.book.glue import quantity
 from dmlimits.core import published
-from dmlimits.core.scenario import Scenario, resolve
+from dmlimits.core.scenario import SCHEMA, Scenario, resolve
 
 #: The headline numbers the page shows, with what it calls them (keys of
 #: :func:`dmlimits.search.results.headline`).
@@ -85,18 +86,13 @@ def take_home(gpu: str, scn: Scenario, default: Scenario) -> dict[str, str]:
 
 
 def value_label(control: Control, value: Any) -> str:
-    """How the page prints one stop of a control."""
+    """How the page prints one stop of a control: a number with its key's unit as the prose
+    writes it (:func:`dmlimits.book.glue.quantity`), a switch as yes or no, a law by its name."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, str):
         return value
-    if control.unit == "B/s":
-        return f"{value / 1e9:.4g} GB/s"
-    if control.unit == "s":
-        return f"{value * 1e6:.4g} µs"
-    if control.unit == "months":
-        return f"{value:.4g} months"
-    return f"{value:.4g}"
+    return quantity(value, SCHEMA[control.key].unit)
 
 
 def missing(scn: Scenario, key: str) -> str:
@@ -115,8 +111,7 @@ def result(scn: Scenario) -> dict[str, Any]:
     rows = search.sweep(scn)
     head = search.headline(scn)
     columns = {k: [r.get(k, math.nan) for r in rows] for k in COLUMNS}
-    eff = float(scn["hardware.effective_utilization"])
-    columns["ideal"] = [r["utilization"] * r["t_step"] / eff for r in rows]
+    columns["ideal"] = [whole_run.step_split(scn, r)["ideal"] for r in rows]
     for k in ROUNDED:
         columns[k] = [float(f"{x:.{ROUNDED_DIGITS}g}") for x in columns[k]]
     return {
