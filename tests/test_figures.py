@@ -363,3 +363,53 @@ def test_the_sensitivity_figure_shows_every_gpu_on_the_shared_latency_wall():
         shown = pixels_of_colour(fig, ax, alphas[k - 4], alphas[k + 4], walls[0][k],
                                  figures.PALETTE[i])  # fmt: skip
         assert shown > 0, f"{gpus[i].gpu_label} does not show on the shared latency wall"
+
+
+def test_text_too_small_for_the_column_is_found_and_enlarged():
+    """A figure twice the column's usual width shows its text at half size: a 10-point tick
+    label of a 14-inch figure is under 9 points on the page; enlarged, it is at least 9."""
+    figures.apply_style()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3))
+    for ax in axes:
+        ax.plot([1, 2, 3], [1, 4, 9], label="a series")
+        ax.set_xlabel("x")
+        ax.set_ylabel("y")
+        ax.legend()
+    fig.tight_layout()
+    assert figures.shown_points(fig, 10) < figures.MIN_TEXT_PT
+    assert figures.small_texts(fig)
+    assert any("show under 9 pt" in p for p in figures.check_figure(fig))
+    assert figures.enlarge_small_text(fig)
+    assert figures.small_texts(fig) == []
+    assert not any("show under" in p for p in figures.check_figure(fig))
+    # A figure of the column's width keeps the sizes it was drawn with.
+    small, ax = plt.subplots(figsize=(6, 3))
+    ax.plot([1, 2], [1, 2])
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    assert figures.shown_points(small, 10) > figures.MIN_TEXT_PT
+    assert not figures.enlarge_small_text(small)
+    plt.close("all")
+
+
+def test_series_in_colours_a_reader_cannot_tell_apart_are_named():
+    figures.apply_style()
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [1, 2], color="#00798c", label="teal")
+    ax.plot([1, 2], [2, 3], color="#0a7f92", label="another teal")
+    ax.plot([1, 2], [3, 4], color=figures.PALETTE[1], label="red")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.legend()
+    close = figures.close_colours(fig)
+    assert [(a, b) for a, b, _ in close] == [("teal", "another teal")]
+    assert any("cannot tell apart" in p for p in figures.check_figure(fig))
+    # Drawn dashed, the second is told apart by its line, not its colour.
+    ax.get_lines()[1].set_linestyle("--")
+    ax.legend()
+    assert figures.close_colours(fig) == []
+    # The book's palette: every pair is far enough apart.
+    labs = [figures.lab(c) for c in figures.PALETTE]
+    gaps = [np.linalg.norm(a - b) for i, a in enumerate(labs) for b in labs[i + 1 :]]
+    assert min(gaps) >= figures.MIN_COLOUR_DIFFERENCE
+    plt.close("all")

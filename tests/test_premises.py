@@ -116,6 +116,26 @@ def test_the_book_prints_each_derivations_justification():
     assert "against a simulation: a ring all-reduce simulated chunk by chunk" in md
     cited = derivation_called("model-width-dense").markdown()
     assert "step 1 is {eq}`model-compute-width-5`" in cited
+    # Folded: one dropdown per derivation, after its last equation.
+    assert md.count(f":::{{admonition}} {premises.PREMISES_TITLE}\n:class: dropdown") == 1
+    assert md.rstrip().endswith(":::")
+
+
+def test_a_first_step_that_restates_a_cited_result_is_not_numbered_again():
+    """(1.9) printed again as a new number would send a reader looking for a new result."""
+    d = derivation_called("model-width-dense")
+    assert d.restates() == "model-compute-width-5"
+    md = d.markdown()
+    assert f":label: {d.label(1)}" not in md
+    assert [f":label: {d.label(i)}" in md for i in range(2, len(d.steps) + 1)] == [True] * (
+        len(d.steps) - 1
+    )
+    # A first step that cites a result but is not it keeps its number, and its premise is not
+    # counted as derived.
+    first = d.steps[0].expr
+    moved = d.with_step(1, sp.Eq(first.lhs, 2 * first.rhs))
+    assert moved.restates() is None
+    assert not premises.premises(moved)[0].derived
 
 
 def test_oracle_kind_is_checked():

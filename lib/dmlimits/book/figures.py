@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import functools
 import io
 import re
+import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -393,12 +394,132 @@ def _labelled_elsewhere(fig: plt.Figure, ax: plt.Axes, which: str) -> bool:
     return False
 
 
+#: The width of the book's text column on a desktop screen, in CSS pixels: a figure's PNG is
+#: scaled down to it (never up), so its text shows smaller than it was drawn.
+COLUMN_PX = 755
+#: The smallest text a figure may show at the column's width, in points (a CSS point is 4/3 of
+#: a CSS pixel): tick labels, legends, annotations and contour labels alike.
+MIN_TEXT_PT = 9.0
+#: The least colour difference (CIE 1976 ΔE in L*a*b*) between two labelled series of one axes
+#: drawn with the same line style and marker: below it a reader cannot tell them apart in the
+#: legend (a pale and a dark shade of one hue are about 30 apart; two teals about 10).
+MIN_COLOUR_DIFFERENCE = 20.0
+
+
+def shown_points(fig: plt.Figure, size: float) -> float:
+    """The size, in points, at which text of ``size`` points drawn in ``fig`` shows in the book's
+    column (:data:`COLUMN_PX`): the PNG is written at :data:`SAVE_DPI`, cropped to its tight box,
+    and the page scales it to the column when it is wider."""
+    width_px = _tight_box(fig).width * SAVE_DPI
+    return size / 72 * SAVE_DPI * min(1.0, COLUMN_PX / width_px) * 0.75
+
+
+def lab(colour: Any) -> np.ndarray:
+    """CIE L*a*b* (D65) of a matplotlib colour, for comparing how different two colours look."""
+    rgb = np.array(to_rgba(colour)[:3])
+    rgb = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = SRGB_TO_XYZ @ rgb / D65
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+#: Linear sRGB to CIE XYZ, and the D65 white point (IEC 61966-2-1).
+SRGB_TO_XYZ = np.array(
+    [[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]
+)
+D65 = np.array([0.95047, 1.0, 1.08883])
+
+
+def _handle_look(handle: Any) -> tuple[Any, tuple] | None:
+    """A legend handle's colour and the rest of its look (line style and marker), or ``None``
+    when it has no single colour."""
+    if hasattr(handle, "get_color") and hasattr(handle, "get_linestyle"):
+        if hasattr(handle, "get_marker"):  # a line; a hollow marker is another look
+            hollow = str(handle.get_markerfacecolor()).lower() == "none"
+            return handle.get_color(), (handle.get_linestyle(), handle.get_marker(), hollow)
+    if hasattr(handle, "get_facecolor"):
+        face = np.atleast_2d(handle.get_facecolor())
+        if len(face) and face[0][3] > 0:
+            return face[0], ("patch",)
+    return None
+
+
+def enlarge_small_text(fig: plt.Figure) -> bool:
+    """Set every text of ``fig`` that would show under :data:`MIN_TEXT_PT` in the book's column
+    just large enough, and lay the figure out again; whether anything changed.
+
+    A figure drawn wider than the column (two or three panels side by side) is scaled down on
+    the page, its text with it; the sizes that keep it legible follow from the figure's width
+    (:func:`shown_points`), so they are set here, from that width, rather than chosen in each
+    figure.  Tick labels are set through their axis (ticks are made again at each draw); the
+    layout is redone up to three times, as the tight box it crops to moves with the text."""
+    changed = False
+    for _ in range(3):
+        need = (MIN_TEXT_PT + 0.1) / shown_points(fig, 1.0)
+        grew = False
+        for ax in fig.axes:
+            for axis in (ax.xaxis, ax.yaxis):
+                ticks = axis.get_major_ticks() + axis.get_minor_ticks()
+                if any(tk.label1.get_fontsize() < need for tk in ticks):
+                    axis.set_tick_params(which="both", labelsize=need)
+                    grew = True
+        for text in fig.findobj(Text):
+            if text.get_text().strip() and text.get_fontsize() < need:
+                text.set_fontsize(need)
+                grew = True
+        if not grew:
+            break
+        changed = True
+        if not _places_axes(fig.get_layout_engine()):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # a layout it cannot tighten stays
+                fig.tight_layout()
+        fig.draw_without_rendering()
+    return changed
+
+
+def close_colours(fig: plt.Figure) -> list[tuple[str, str, float]]:
+    """Pairs of a legend's entries drawn alike but for colours closer than
+    :data:`MIN_COLOUR_DIFFERENCE`, with their difference: ``(label, label, ΔE)``."""
+    out = []
+    legends = [ax.get_legend() for ax in fig.axes] + list(fig.legends)
+    for legend in legends:
+        if legend is None:
+            continue
+        looks = []
+        for handle, text in zip(legend.legend_handles, legend.get_texts(), strict=False):
+            look = _handle_look(handle)
+            if look is not None and text.get_text().strip():
+                looks.append((text.get_text(), lab(look[0]), look[1]))
+        for i, (a, la, sa) in enumerate(looks):
+            for b, lb, sb in looks[i + 1 :]:
+                d = float(np.linalg.norm(la - lb))
+                if sa == sb and d < MIN_COLOUR_DIFFERENCE:
+                    out.append((a, b, round(d, 1)))
+    return out
+
+
+def small_texts(fig: plt.Figure) -> list[tuple[str, float]]:
+    """The figure's visible texts that show under :data:`MIN_TEXT_PT` in the book's column, with
+    the size each shows at (points), smallest first."""
+    found = []
+    scale = shown_points(fig, 1.0)
+    for t in fig.findobj(Text):
+        if t.get_visible() and t.get_text().strip() and t.get_alpha() != 0:
+            shown = t.get_fontsize() * scale
+            if shown < MIN_TEXT_PT - 0.01:
+                found.append((t.get_text().strip()[:40], round(shown, 1)))
+    return sorted(set(found), key=lambda x: x[1])
+
+
 def check_figure(fig: plt.Figure, *, drawn: bool = False) -> list[str]:
     """What a reader would trip over in ``fig``, one sentence each (an empty list when none):
     data squeezed into a corner of a linear axis that spans decades, points collapsed into a
     small part of an axis, data outside the limits, a legend box over plotted points, two
     labelled series drawn alike, a line hidden under another colour's drawn on the same points
-    (:func:`hidden_lines`), an axis without a label, and multi-letter subscripts that
+    (:func:`hidden_lines`), an axis without a label, text that shows under
+    :data:`MIN_TEXT_PT` at the column's width (:func:`small_texts`), legend entries whose
+    colours are too close to tell apart (:func:`close_colours`), and multi-letter subscripts that
     mathtext would set in italics letter by letter.  The figure is laid out first, without
     painting its pixels (legends need a renderer), unless ``drawn`` says it is laid out as a
     draw would lay it out (:func:`tidy_legends` leaves it so: a legend it moves is found at its
@@ -453,6 +574,15 @@ def check_figure(fig: plt.Figure, *, drawn: bool = False) -> list[str]:
         box = legend.get_window_extent()
         if any(ax.get_visible() and box.overlaps(ax.get_window_extent()) for ax in fig.axes):
             problems.append("the figure's legend lies over a panel")
+    small = small_texts(fig)
+    if small:
+        text, size = small[0]
+        problems.append(f"{len(small)} text(s) show under {MIN_TEXT_PT:g} pt at the "
+                        f"column's width ({COLUMN_PX} px), the smallest {text!r} at "
+                        f"{size:g} pt")  # fmt: skip
+    for a, b, d in close_colours(fig):
+        problems.append(f"{a!r} and {b!r} are drawn in colours a reader cannot tell apart "
+                        f"(ΔE {d:g}, at least {MIN_COLOUR_DIFFERENCE:g})")  # fmt: skip
     for t in fig.findobj(Text):
         for math in re.findall(r"\$([^$]+)\$", t.get_text()):
             if re.search(r"_\{?[A-Za-z]{2,}", math):

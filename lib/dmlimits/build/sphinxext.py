@@ -21,6 +21,12 @@
   with its checksum) sets them a size smaller with narrower padding, and lets a scenario's name
   in a table break after its hyphens: Sphinx keeps inline code on one line, and
   ``h100-infinite-network-low-latency-sparse`` would make its column 364 pixels wide.
+* **Display equations that fit the column.**  MathJax 3 cannot break a display equation, and
+  at a phone's width many of the derivations' steps are wider than the column.  A script of
+  the book's own (:data:`EQUATIONS_SCRIPT`, written beside the style sheet) sets each such
+  equation smaller until it fits, to no less than 60% of the text's size.
+* **Glued values in the body's type.**  MyST-NB's style sheet sets every pasted value bold; the
+  book's resets it, so that emphasis is the prose's own.
 * **Binder opens the MyST source.**  The build executes each chapter into an ``.ipynb`` beside
   it, so the theme's Binder button would open ``notebooks/NAME.ipynb``, a file the repository
   does not have (it keeps the MyST ``.md``, which Binder opens as a notebook through jupytext).
@@ -112,7 +118,24 @@ STYLE = """\
 main table.table { font-size: 0.875em; }
 main table.table td, main table.table th { padding-left: 0.3rem; padding-right: 0.3rem; }
 main table.table code.literal span.pre { white-space: normal; }
+/* A table wider than the column scrolls in its own frame; a shadow at the edge it scrolls
+   towards says that more columns are there. */
+main .pst-scrollable-table-container {
+  background:
+    linear-gradient(to right, var(--pst-color-background) 30%, transparent) left / 2rem 100%,
+    linear-gradient(to left, var(--pst-color-background) 30%, transparent) right / 2rem 100%,
+    radial-gradient(farthest-side at 0 50%, rgba(0,0,0,.25), transparent) left / .8rem 100%,
+    radial-gradient(farthest-side at 100% 50%, rgba(0,0,0,.25), transparent) right / .8rem 100%;
+  background-repeat: no-repeat;
+  background-attachment: local, local, scroll, scroll;
+}
+/* Glued values in the body's type: MyST-NB sets pasted text bold, which turned every computed
+   number and clause into emphasis. */
+span.pasted-text { font-weight: inherit; }
 """
+#: The script, linked from every page, that sets a display equation wider than the column a
+#: little smaller so that it fits (``lib/dmlimits/static/equations.js`` says how and why).
+EQUATIONS_SCRIPT = "dmlimits-equations.js"
 
 
 def _write_style_sheet(app) -> None:
@@ -121,6 +144,7 @@ def _write_style_sheet(app) -> None:
     static = Path(app.outdir) / "_static"
     static.mkdir(parents=True, exist_ok=True)
     (static / STYLE_SHEET).write_text(STYLE)
+    shutil.copy2(assets.STATIC / "equations.js", static / EQUATIONS_SCRIPT)
 
 
 def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
@@ -205,6 +229,7 @@ def setup(app):
     app.connect("build-finished", _copy_mathjax)
     app.connect("build-finished", _copy_widgets)
     app.add_css_file(STYLE_SHEET)
+    app.add_js_file(EQUATIONS_SCRIPT, defer="defer")
     app.connect("builder-inited", _write_style_sheet)
     # Early: html-page-context stops at the first handler that returns a template name.
     app.connect("html-page-context", _dedupe_scripts, priority=100)

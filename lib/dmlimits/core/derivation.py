@@ -246,6 +246,10 @@ def same(prev: sp.Basic, new: sp.Basic) -> bool:
     return bool(ratio.is_number and ratio != 0)
 
 
+#: A citation of another derivation's step in a sentence: ``{eq}`name-n``` (name, step).
+CITE = re.compile(r"\{eq\}`([a-z0-9-]+)-(\d+)`")
+
+
 @dataclass(frozen=True)
 class Derivation:
     """An ordered chain of steps with a name (used for equation labels) and a title."""
@@ -276,6 +280,19 @@ class Derivation:
     def label(self, index: int) -> str:
         """The equation label of step ``index`` (1-based)."""
         return f"{self.name}-{index}"
+
+    def restates(self) -> str | None:
+        """The label of the earlier result that the first step is, when its sentence cites that
+        result and the step is the same relation (:func:`same`), else ``None``.  The book
+        prints such a step unnumbered: it is the cited equation, already numbered where it was
+        derived, and a second number would make a reader look for a new result."""
+        first = self.steps[0]
+        for name, index in CITE.findall(first.text):
+            cited = derivation_named(name)
+            if cited is not None and 1 <= int(index) <= len(cited.steps):
+                if same(cited.steps[int(index) - 1].expr, first.expr):
+                    return cited.label(int(index))
+        return None
 
     def check_step(self, index: int) -> None:
         """Prove that step ``index`` (1-based, at least 2) follows from the one before it."""
@@ -368,8 +385,10 @@ class Derivation:
         return out
 
     def markdown(self, registry: Registry = REGISTRY) -> str:
-        """MyST Markdown: each sentence, then its step as labelled (numbered) display math."""
+        """MyST Markdown: each sentence, then its step as labelled (numbered) display math; a
+        first step that restates a cited result (:meth:`restates`) is displayed unnumbered."""
         parts = []
+        restated = self.restates() is not None
         for index, step in enumerate(self.steps, start=1):
             text = step.text
             shown = None
@@ -384,7 +403,8 @@ class Derivation:
             parts.append(text)
             if shown:
                 parts.append(f"```{{math}}\n{shown}\n```")
-            parts.append(f"```{{math}}\n:label: {self.label(index)}\n{step.latex(registry)}\n```")
+            label = "" if index == 1 and restated else f":label: {self.label(index)}\n"
+            parts.append(f"```{{math}}\n{label}{step.latex(registry)}\n```")
         if _JUSTIFICATION is None:
             raise RuntimeError(
                 f"derivation {self.name!r}: its premises' justification is rendered by "

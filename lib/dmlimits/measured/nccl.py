@@ -220,14 +220,16 @@ def figure(fitted: Fit | None = None):
     fig, ax = plt.subplots(figsize=(7.2, 4.2))
     grid = np.logspace(np.log10(m.message_bytes.min()), np.log10(m.message_bytes.max()), 200)
     counts = np.unique(m.nodes)
-    # One colour per node count, in order: a sequential map keeps eight counts apart.
+    # One colour per node count, in order (a sequential map), and one marker each: neighbouring
+    # counts are close in colour, and the marker tells them apart.
     colours = plt.cm.viridis(np.linspace(0.0, 0.9, len(counts)))
-    for n, colour in zip(counts, colours, strict=True):
+    markers = "os^Dv<>ph"
+    for k, (n, colour) in enumerate(zip(counts, colours, strict=True)):
         sel = m.nodes == n
         ax.plot(
             m.message_bytes[sel],
             m.busbw[sel] / GB,
-            "o",
+            markers[k % len(markers)],
             color=colour,
             ms=4,
             label=f"{int(n)} nodes (measured)",

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 import sympy as sp
 
 from dmlimits.core.derivation import (
+    CITE,
     Derivation,
     Substitution,
     derivation_named,
@@ -37,13 +38,13 @@ from dmlimits.core.derivation import (
     same,
 )
 from dmlimits.premises import oracles as _oracles  # noqa: F401  (registers one oracle per derivation)
-from dmlimits.premises.base import CITE, ORACLE_KINDS, ORACLES, RTOL, Oracle, PremiseError, oracle
+from dmlimits.premises.base import ORACLE_KINDS, ORACLES, RTOL, Oracle, PremiseError, oracle
 from dmlimits.premises.simulations import pipelined_makespan, ring_allreduce, two_level_allreduce
 
 __all__ = [
-    "ORACLES", "ORACLE_KINDS", "RTOL", "Oracle", "Premise", "PremiseError", "Report", "check",
-    "justification_markdown", "oracle", "pipelined_makespan", "premises", "ring_allreduce",
-    "scaled", "two_level_allreduce",
+    "ORACLES", "ORACLE_KINDS", "PREMISES_TITLE", "RTOL", "Oracle", "Premise", "PremiseError",
+    "Report", "check", "justification_markdown", "oracle", "pipelined_makespan", "premises",
+    "ring_allreduce", "scaled", "two_level_allreduce",
 ]  # fmt: skip
 
 
@@ -77,10 +78,6 @@ def _cited_steps(labels: Iterable[str]) -> list[sp.Basic]:
     return out
 
 
-def _is_cited(expr: sp.Basic, cited: list[sp.Basic]) -> bool:
-    return any(same(c, expr) for c in cited)
-
-
 def _substitution_is_cited(sub: Substitution, cited: list[sp.Basic]) -> bool:
     """Every pair of the mapping is one of the cited equations (``lhs = rhs``)."""
     eqs = [c for c in cited if isinstance(c, sp.Equality)]
@@ -96,7 +93,8 @@ def premises(d: Derivation) -> list[Premise]:
     out = []
     first = d.steps[0]
     labels = tuple("-".join(m) for m in CITE.findall(first.text))
-    derived = bool(labels) and _is_cited(first.expr, _cited_steps(labels))
+    _cited_steps(labels)  # each cited label names a step of the library
+    derived = d.restates() is not None
     out.append(Premise(1, "first step", first.text, labels, derived))
     for index, step in enumerate(d.steps[1:], start=2):
         if step.using is None:
@@ -144,8 +142,8 @@ def check(d: Derivation) -> Report:
 
 
 def justification_markdown(d: Derivation) -> str:
-    """The sentence the book prints under a derivation: its premises, with their steps, and
-    where each is justified."""
+    """The note the book prints under a derivation, folded (a dropdown admonition): its
+    premises, with their steps, and where each is justified."""
     found = premises(d)
     o = ORACLES.get(d.name)
     derived = [p for p in found if p.derived]
@@ -168,7 +166,14 @@ def justification_markdown(d: Derivation) -> str:
                 f"{which} checked in the tests, through the result, against "
                 f"{_ARTICLE[o.kind]}: {o.what}"
             )
-    return "*Premises:* " + "; ".join(parts) + "."
+    text = "; ".join(parts)
+    return (f":::{{admonition}} {PREMISES_TITLE}\n:class: dropdown\n\n"
+            f"{text[0].upper()}{text[1:]}.\n:::")  # fmt: skip
+
+
+#: The title of the folded block under each derivation that says where its premises come from:
+#: a reader who wants the checks opens it; the derivation reads on without it.
+PREMISES_TITLE = "Where the premises come from"
 
 
 _ARTICLE = {"simulation": "a simulation", "hand count": "a hand count",

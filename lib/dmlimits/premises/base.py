@@ -4,7 +4,6 @@ derivation's expression at given values (see :mod:`dmlimits.premises`)."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -17,7 +16,6 @@ from dmlimits.core.derivation import Derivation
 ORACLE_KINDS = ("simulation", "hand count", "published value")
 #: Relative agreement an oracle requires unless it says otherwise.
 RTOL = 1e-9
-CITE = re.compile(r"\{eq\}`([a-z0-9-]+)-(\d+)`")
 
 
 class PremiseError(AssertionError):
