@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 BUILD_ARGS := $(if $(SCENARIO),--scenario $(SCENARIO)) $(foreach s,$(SET),--set $(s))
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test check lint derivations clean venv browser-deps lab
+.PHONY: book test check lint derivations clean venv browser-deps lab presets
 
 # Sweeps are cached on disk, content-addressed by the search's modules, the data and the
 # scenario: a changed formula or constant never reads an old sweep.  DMLIMITS_SWEEP_CACHE=off
@@ -72,6 +72,14 @@ _build/html/index.html: $(STAMP) $(shell find lib notebooks book -type f -not -n
 # that order instead of xdist's, which sorts files by how many tests they hold.
 test: _build/html/index.html lint browser-deps
 	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=15 tests _build/executed --nbval
+
+# The book of every scenario preset, each into _build/scenarios/NAME/html (the sweeps and the
+# executed chapters they share with other books are taken from the caches).  The template-prose
+# test reads them: `make presets` then `.venv/bin/python -m pytest tests/test_template_prose.py`.
+presets: $(STAMP)
+	@for p in $$($(PY) -c 'from dmlimits.core import scenario as sc; print(*sc.preset_names())'); do \
+	  echo "== $$p"; $(PY) -m dmlimits build --scenario $$p || exit 1; \
+	done
 
 # The browser test drives Debian's Chromium through its driver; never a downloaded browser.
 browser-deps:

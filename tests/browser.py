@@ -1,14 +1,17 @@
 """Drive the built book in headless Chromium and report what a reader would see go wrong.
 
-For every page: the console has no errors; every equation was typeset by MathJax (each math
-element holds MathJax output, no MathJax error, no raw TeX left in the visible text) and fits
-the text column, displayed or inline; every image loaded and has an alt text that says what it
-shows; the text has no number printed as ``1e+11``, no Python repr (``None``, ``nan``,
-``array(``), no Markdown backticks and no doubled word (code, math and the API reference's
-signatures, which are code, are not text); no table scrolls sideways but those listed; the
-previous and next links lead to pages that load.  Pages are served from 127.0.0.1 by a
-throwaway HTTP server; the browser is Debian's Chromium (/usr/bin/chromium) with its driver,
-never a downloaded one, and makes no request beyond this machine.
+For every page, at a desktop's width and a phone's (:data:`WIDTHS`): the console has no errors;
+every equation was typeset by MathJax (each math element holds MathJax output, no MathJax
+error, no raw TeX left in the visible text) and fits the text column, displayed or inline;
+every image loaded, fits its column and has an alt text that says what it shows; the text has
+no number printed as ``1e+11``, no Python repr (``None``, ``nan``, ``array(``), no Markdown
+backticks and no doubled word (code, math and the API reference's signatures, which are code,
+are not text); no glued value is set bold unless the prose emphasizes it; no table scrolls
+sideways at a desktop's width but those listed, and none is cut off at any width (a wide one
+scrolls in its own frame); no page is wider than the window; the previous and next links lead
+to pages that load.  Pages are served from 127.0.0.1 by a throwaway HTTP server; the browser is
+Debian's Chromium (/usr/bin/chromium) with its driver, never a downloaded one, and makes no
+request beyond this machine.
 """
 
 from __future__ import annotations
@@ -37,8 +40,14 @@ FLAGS = (
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
-    "--window-size=1300,900",
+    "--window-size=1400,900",
 )
+#: The window widths every page is checked at: a desktop screen, and a phone's (the theme's
+#: narrow layout, the column about 385 pixels wide).
+WIDTHS = (1400, 400)
+#: Below this window width the checks of a desktop's layout (tables that should fit the column)
+#: give way to those of a phone's (tables scroll in their own frame).
+NARROW = 600
 RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\(frac|mathrm|left|right|alpha|cdot)\b")
 # What a reader should never see in running text.
 RAW_NUMBER = re.compile(r"\d\.?\d*[eE][+-]\d")
@@ -75,9 +84,10 @@ return [...document.querySelectorAll('main table')]
   .filter(t => t.getBoundingClientRect().width > t.parentElement.clientWidth + 2)
   .map(t => [...t.querySelectorAll('thead th')].map(h => h.textContent.trim()).join(' | '));
 """
-#: The tables that may stay wider than the text column at the test's window width (1300
-#: pixels; 1,600 fits all but the first two), by page and the start of their header row, with
-#: the reason.  Any other table that scrolls sideways is a problem; so is a table listed here
+#: The tables that may stay wider than the text column at the desktop width (1400 pixels;
+#: 1,600 fits all but the first two), by page and the start of their header row, with the
+#: reason; they scroll in their own frame (:data:`CLIPPED_TABLES`), as every table does at a
+#: phone's width.  Any other table that scrolls sideways is a problem; so is a table listed here
 #: that fits, which is to be taken off the list.
 WIDE_TABLES_ACCEPTED = {
     ("notebooks/reproduction.html", "Compute (FLOP) | Parameters"):
@@ -91,6 +101,38 @@ WIDE_TABLES_ACCEPTED = {
     ("notebooks/reproduction.html", "Setting | Authors"):
         "eight columns, four of them numbers to compare",
 }  # fmt: skip
+# A table wider than its box that no box around it scrolls: its last columns are cut off.
+CLIPPED_TABLES = """
+return [...document.querySelectorAll('main table')]
+  .filter(t => { const w = t.getBoundingClientRect().width;
+                 if (w <= t.parentElement.clientWidth + 2) return false;
+                 for (let e = t.parentElement; e && e.tagName !== 'MAIN'; e = e.parentElement) {
+                   const o = getComputedStyle(e).overflowX;
+                   const scrolls = o === 'auto' || o === 'scroll';
+                   if (scrolls && e.scrollWidth > e.clientWidth) return false;
+                 }
+                 return true; })
+  .map(t => [...t.querySelectorAll('thead th')].map(h => h.textContent.trim()).join(' | '));
+"""
+# A glued value set bold where the prose does not ask for emphasis (MyST-NB's own style sheet
+# makes every pasted value bold; the book's resets it).
+BOLD_GLUE = """
+return [...document.querySelectorAll('main span.pasted-text')]
+  .filter(s => !s.closest('strong, b, th, h1, h2, h3, h4, dt, .admonition-title')
+               && parseInt(getComputedStyle(s).fontWeight) >= 600)
+  .map(s => s.textContent.slice(0, 40));
+"""
+# An image wider than the box it sits in (the page would scroll, or cut it off).
+WIDE_IMAGES = """
+return [...document.querySelectorAll('main img')]
+  .filter(i => i.getBoundingClientRect().width > i.parentElement.getBoundingClientRect().width + 2
+               || i.getBoundingClientRect().right > document.documentElement.clientWidth + 2)
+  .map(i => i.getAttribute('src'));
+"""
+# The page itself wider than the window: the reader scrolls it sideways.
+PAGE_SCROLLS = """
+return document.documentElement.scrollWidth > document.documentElement.clientWidth + 2;
+"""
 BAD_ALT = """
 return [...document.querySelectorAll('main img')]
   .filter(i => { const a = (i.getAttribute('alt') || '').trim();
@@ -215,8 +257,12 @@ def pages(folder: Path) -> list[str]:
     )
 
 
-def check_page(driver, base: str, page: str) -> list[Problem]:
+def check_page(driver, base: str, page: str, width: int = WIDTHS[0]) -> list[Problem]:
+    """What goes wrong on ``page`` in a window ``width`` pixels wide (a problem found at a
+    phone's width names it)."""
     problems: list[Problem] = []
+    narrow = width < NARROW
+    at = f" at {width} px" if narrow else ""
     driver.get_log("browser")  # drop what earlier pages left
     driver.get(f"{base}/{page}")
     state = driver.execute_async_script(WAIT_FOR_MATHJAX)
@@ -238,14 +284,22 @@ def check_page(driver, base: str, page: str) -> list[Problem]:
             if m and not (kind == "doubled word" and m.group(1).lower() in ("that", "had")):
                 problems.append(Problem(page, kind, line[max(0, m.start() - 40) : m.end() + 40]))
     for text in driver.execute_script(WIDE_EQUATIONS):
-        problems.append(Problem(page, "equation wider than the column", text))
+        problems.append(Problem(page, "equation wider than the column" + at, text))
     for text in driver.execute_script(WIDE_INLINE):
-        problems.append(Problem(page, "inline formula wider than its paragraph", text))
-    wide = driver.execute_script(WIDE_TABLES)
+        problems.append(Problem(page, "inline formula wider than its paragraph" + at, text))
+    for header in driver.execute_script(CLIPPED_TABLES):
+        problems.append(Problem(page, "table cut off" + at, header[:80]))
+    for text in driver.execute_script(BOLD_GLUE):
+        problems.append(Problem(page, "glued value in bold", text))
+    for src in driver.execute_script(WIDE_IMAGES):
+        problems.append(Problem(page, "image wider than the column" + at, src))
+    if driver.execute_script(PAGE_SCROLLS):
+        problems.append(Problem(page, "page wider than the window" + at, str(width)))
+    wide = [] if narrow else driver.execute_script(WIDE_TABLES)
     for header in wide:
         if not any(k == (page, header[: len(k[1])]) for k in WIDE_TABLES_ACCEPTED):
             problems.append(Problem(page, "table wider than the column", header[:80]))
-    for key in WIDE_TABLES_ACCEPTED:
+    for key in WIDE_TABLES_ACCEPTED if not narrow else ():
         if key[0] == page and not any(h.startswith(key[1]) for h in wide):
             problems.append(Problem(page, "table listed as wide fits the column", key[1]))
     for text in driver.execute_script(BAD_ALT):
@@ -285,12 +339,18 @@ def check_neighbours(driver, base: str, page: str) -> list[Problem]:
     return problems
 
 
-def check_site(folder: Path, only: list[str] | None = None) -> list[Problem]:
+def check_site(
+    folder: Path, only: list[str] | None = None, widths: tuple[int, ...] = WIDTHS
+) -> list[Problem]:
+    """Every page (or those in ``only``) at each of ``widths``; the neighbour links once."""
     problems: list[Problem] = []
     with serve(folder) as base, chromium() as driver:
-        for page in only or pages(folder):
-            problems += check_page(driver, base, page)
-            problems += check_neighbours(driver, base, page)
+        for k, width in enumerate(widths):
+            driver.set_window_size(width, 900)
+            for page in only or pages(folder):
+                problems += check_page(driver, base, page, width)
+                if k == 0:
+                    problems += check_neighbours(driver, base, page)
     return problems
 
 
@@ -301,6 +361,6 @@ def screenshot(folder: Path, page: str, target: Path) -> Path:
         driver.get(f"{base}/{page}")
         driver.execute_async_script(WAIT_FOR_MATHJAX)
         height = driver.execute_script("return document.documentElement.scrollHeight")
-        driver.set_window_size(1300, min(int(height) + 100, 16000))
+        driver.set_window_size(1400, min(int(height) + 100, 16000))
         driver.save_screenshot(str(target))
     return target

@@ -37,6 +37,7 @@ from dmlimits.book.figures import (
     enlarge_small_text,
     png_bytes,
     share_mathtext_parses,
+    small_texts,
     tidy_legends,
 )
 from dmlimits.core import published
@@ -209,8 +210,11 @@ def glue(key: str, value: Any, *, digits: int = 3) -> Any:
     if type(value).__name__ == "Figure" and hasattr(value, "savefig"):
 
         share_mathtext_parses()
-        enlarge_small_text(value)
-        tidy_legends(value)
+        for _ in range(4):  # a legend moved under the figure may widen it: its text shrinks
+            enlarge_small_text(value)
+            tidy_legends(value)
+            if not small_texts(value):
+                break
         problems = check_figure(value, drawn=True)
         if problems:
             plt.close(value)
