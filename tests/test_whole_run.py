@@ -249,7 +249,8 @@ def test_the_regimes_are_marked_from_the_search(h100):
     ax = fig.axes[0]
     rows = whole_run.feasible(h100)
     for key, colour in whole_run.BINDING_COLOURS.items():
-        drawn = [ln for ln in ax.get_lines() if ln.get_label() == f"binds: {search.LOSS_LABELS[key]}"]
+        label = f"binds: {search.LOSS_LABELS[key]}"
+        drawn = [ln for ln in ax.get_lines() if ln.get_label() == label]
         want = [r["training_flop"] for r in rows if r["binding"] == key]
         assert [list(ln.get_xdata()) for ln in drawn] == ([want] if want else [])
         assert all(ln.get_color() == colour for ln in drawn)

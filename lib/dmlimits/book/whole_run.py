@@ -70,9 +70,11 @@ def wall_phrases(scn: Scenario) -> dict[str, str]:
     last, first = wall_between(scn)
     if first == first:  # an infeasible grid point: the wall is within the sweep
         rest = [r["feasible"] for r in search.sweep(scn) if r["training_flop"] >= first]
-        beyond = (f"from {pretty(first)} FLOP up no model of the sweep finishes in time"
-                  if not any(rest) else
-                  f"the model of the sweep at {pretty(first)} FLOP does not finish in time")
+        beyond = (
+            f"from {pretty(first)} FLOP up no model of the sweep finishes in time"
+            if not any(rest)
+            else f"the model of the sweep at {pretty(first)} FLOP does not finish in time"
+        )
         return {
             "falls": (f"falls until the last model of the sweep that finishes in time, at "
                       f"{pretty(last)} FLOP; for the next, at {pretty(first)} FLOP, no cluster "
