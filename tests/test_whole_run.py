@@ -275,3 +275,50 @@ def test_a_sweep_without_a_wall_marks_none():
     ax = fig.axes[0]
     assert not [p for p in ax.patches if p.get_hatch()]
     assert "latency wall" not in " ".join(t.get_text() for t in ax.texts)
+
+
+def test_the_step_split_leaves_out_what_is_too_small_to_see(h100):
+    """Fig 8.1 listed a bubble of no time and a latency of microseconds in its legend: a part
+    under VISIBLE_SHARE of the step is left out of the bar and the legend, and the caption's
+    sentence names it, with one verb for one part and another for two."""
+    r = whole_run.nearest(h100, search.headline(h100)["linear_scaling_end_flop"])
+    unseen = whole_run.step_split_unseen(h100, r)
+    assert unseen == ["bubble", "latency"]
+    fig = whole_run.step_split_figure(h100, r)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert not {search.LOSS_LABELS["bubble"], search.LOSS_LABELS["latency"]} & set(legend)
+    assert whole_run.IDEAL_LABEL in legend and len(legend) == 3
+    text = whole_run.step_split_unseen_text(h100, r)
+    assert "the bubble and exposed latency are under" in text
+    one = dict(r, loss_bubble=0.1 * r["t_step"])
+    assert "exposed latency is under" in whole_run.step_split_unseen_text(h100, one)
+    every = dict(one, loss_latency=0.1 * r["t_step"])
+    assert whole_run.step_split_unseen_text(h100, every) == ""
+
+
+def test_the_analytic_figure_names_the_settings_far_from_their_closed_forms():
+    """Fig 10.2's points were unlabelled, so the setting hundreds of times off its critical
+    compute could not be found: each point more than OFF_DIAGONAL off the diagonal is named."""
+    scns = [sc.resolve(n) for n in ("h100", "h100-global-nvlink")]
+    rows = whole_run.analytic_vs_simulated(scns)
+    far = whole_run.off_diagonal(rows)
+    assert ("h100-global-nvlink", "linear_end") in far
+    assert not [name for name, _ in far if name == "h100"]
+    fig = whole_run.analytic_figure(rows)
+    names = [t.get_text() for t in fig.axes[0].texts]
+    assert sorted(names) == sorted(name for name, _ in far)
+
+
+def test_settings_that_end_early_for_one_cause_share_one_clause():
+    """Closed forms §10.6 repeated its explanation word for word for two settings: the
+    settings with the same cause are named together, each with its own ratio."""
+    names = ("h100", "h100-global-nvlink", "h100-global-nvlink-low-latency")
+    scns = [sc.resolve(n) for n in names]
+    rows = whole_run.analytic_vs_simulated(scns)
+    text = whole_run.early_ends_text(rows, scns)
+    assert text.count("critical compute counts the traffic") == 1
+    assert "h100-global-nvlink and h100-global-nvlink-low-latency end linear scaling at" in text
+    assert "respectively" in text
+    one = whole_run.early_ends_text(rows[:2], scns)
+    assert "h100-global-nvlink ends linear scaling at" in one and "its critical" in one
+    assert whole_run.early_ends_text(rows[:1], scns) == ""

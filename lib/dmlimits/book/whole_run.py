@@ -159,7 +159,7 @@ def _finish(ax: plt.Axes, scn: Scenario | None, threshold: bool = True) -> None:
 
 
 #: The colour of each cost that binds a grid point on an annotated utilization curve
-#: (:func:`annotate_regimes`), keyed as :data:`~dmlimits.search.engine.LOSS_LABELS`: the
+#: (:func:`annotate_regimes`), keyed as ``search.LOSS_LABELS``: the
 #: plateau (nothing binds), network bandwidth, matmuls below the effective rate, the bubble and
 #: latency.
 BINDING_COLOURS = {
@@ -195,7 +195,7 @@ def annotate_regimes(ax: plt.Axes, scn: Scenario) -> dict[str, Any]:
     compute, the gap between the last model that finishes in time and the first that does not
     hatched and labelled as the latency wall, and the infeasible region beyond shaded.  Every
     compute is written by :func:`dmlimits.book.glue.sci`.  The compute axis must already be
-    logarithmic (:func:`~dmlimits.book.figures.compute_axis`); returns what was marked."""
+    logarithmic (``figures.compute_axis``); returns what was marked."""
     marks = regimes(scn)
     for key, (x, y) in marks["binding"].items():
         ax.plot(x, y, ls="none", marker="o", ms=6, mec="white", mew=0.6, zorder=3,
@@ -395,14 +395,46 @@ def step_split(scn: Scenario, r: dict[str, Any]) -> dict[str, float]:
     return {"ideal": ideal, **{k: r[f"loss_{k}"] for k in search.LOSSES}}
 
 
-def step_split_figure(scn: Scenario, r: dict[str, Any]) -> plt.Figure:
-    """One horizontal bar: the step of a result, split as :func:`step_split`."""
+#: A part of a step under this share of it is too narrow to see in :func:`step_split_figure`
+#: (under a pixel of the bar at the book's width): the figure leaves it out of the bar and the
+#: legend, and :func:`step_split_unseen` names it for the caption.
+VISIBLE_SHARE = 0.005
+
+
+def step_split_unseen(scn: Scenario, r: dict[str, Any]) -> list[str]:
+    """The parts of :func:`step_split` under :data:`VISIBLE_SHARE` of the step (keys, in the
+    split's order): too small to see in :func:`step_split_figure`."""
     parts = step_split(scn, r)
+    return [k for k, v in parts.items() if v < VISIBLE_SHARE * r["t_step"]]
+
+
+def step_split_unseen_text(scn: Scenario, r: dict[str, Any]) -> str:
+    """The caption's sentence on the parts too small to see (:func:`step_split_unseen`); empty
+    when every part shows."""
+    names = {"ideal": "the matmuls at the effective rate", "matmul": "the matmuls' shortfall",
+             "bandwidth": "bandwidth not hidden", "bubble": "the bubble",
+             "latency": "exposed latency"}  # fmt: skip
+    unseen = [names[k] for k in step_split_unseen(scn, r)]
+    if not unseen:
+        return ""
+    listed = unseen[0] if len(unseen) == 1 else ", ".join(unseen[:-1]) + " and " + unseen[-1]
+    verb = "is" if len(unseen) == 1 else "are"
+    return (f" In this scenario {listed} {verb} under {VISIBLE_SHARE:.1%} of the step, too "
+            "small to see, and left out of the bar and its legend.")  # fmt: skip
+
+
+def step_split_figure(scn: Scenario, r: dict[str, Any]) -> plt.Figure:
+    """One horizontal bar: the step of a result, split as :func:`step_split`; the parts too
+    small to see (:func:`step_split_unseen`) are left out of the bar and the legend, each part
+    keeping its colour."""
+    parts = step_split(scn, r)
+    unseen = set(step_split_unseen(scn, r))
     labels = {"ideal": IDEAL_LABEL, **search.LOSS_LABELS}
     fig, ax = plt.subplots(figsize=(7.0, 2.2))
     left = 0.0
     for i, (k, v) in enumerate(parts.items()):
-        ax.barh([0], [v * 1e3], left=left, color=PALETTE[i % len(PALETTE)], label=labels[k])
+        if k not in unseen:
+            ax.barh([0], [v * 1e3], left=left, color=PALETTE[i % len(PALETTE)], label=labels[k])
         left += v * 1e3
     ax.set_yticks([])
     ax.set_xlabel("time of one step (ms)")
@@ -541,8 +573,76 @@ def latency_simulation_table(stages: tuple[int, ...], multiples: tuple[int, ...]
     return "\n".join(lines)
 
 
+#: A setting whose search limit is more than this factor from its closed form is named by
+#: :func:`analytic_figure` beside its point.
+OFF_DIAGONAL = 3.0
+
+
+def off_diagonal(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The (setting, limit) pairs of :func:`analytic_vs_simulated` rows whose search limit is
+    more than :data:`OFF_DIAGONAL` times from its closed form, either way: the points
+    :func:`analytic_figure` names (``limit`` ``"linear_end"`` or ``"last_feasible"``)."""
+    out = []
+    for r in rows:
+        for a, b in (("t_crit", "linear_end"), ("t_limit", "last_feasible")):
+            x, y = r[a], r[b]
+            if math.isfinite(x) and math.isfinite(y) and x > 0:
+                if not 1 / OFF_DIAGONAL <= y / x <= OFF_DIAGONAL:
+                    out.append((r["scenario"], b))
+    return out
+
+
+#: A setting whose linear scaling ends before this share of its critical compute is explained by
+#: :func:`early_ends_text`.
+EARLY_SHARE = 0.5
+
+
+def early_ends_text(rows: list[dict[str, Any]], scns: list[Scenario]) -> str:
+    """The closed-forms chapter's sentence on the dense settings whose linear scaling ends
+    before :data:`EARLY_SHARE` of their critical compute (``rows`` from
+    :func:`analytic_vs_simulated`, ``scns`` the settings by name): what binds there, and why
+    critical compute misses it.  Settings with the same cause share one clause, so that no
+    explanation is repeated word for word; empty when no setting ends early."""
+    by_name = {x.name: x for x in scns}
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for r in rows:
+        if not (math.isfinite(r["t_crit"]) and math.isfinite(r["linear_end"])):
+            continue
+        if r["linear_end"] >= EARLY_SHARE * r["t_crit"]:
+            continue
+        setting = by_name[r["scenario"]]
+        at = next(x for x in search.sweep(setting) if x["training_flop"] == r["linear_end"])
+        cause = f"the cost that binds is {search.LOSS_LABELS[at['binding']]}"
+        if at["binding"] == "matmul":
+            flat = (
+                setting["network.inter_node.bandwidth"] >= setting["network.intra_node.bandwidth"]
+            )
+            cause += (": critical compute counts the traffic of the network and of HBM, not the "
+                      "fixed cost of a kernel and the traffic on the chip that slow a small "
+                      "shard's matmuls" + (", and on a network as fast between nodes as within "
+                                           "them those fall short long before the network's "
+                                           "traffic shows" if flat else ""))  # fmt: skip
+        groups.setdefault(cause, []).append((r["scenario"], r["linear_end"] / r["t_crit"]))
+    clauses = []
+    for cause, items in groups.items():
+        names = _and([name for name, _ in items])
+        ratios = _and([f"{ratio:.3g}" for _, ratio in items])
+        their = "its" if len(items) == 1 else "their"
+        verb = "ends" if len(items) == 1 else "end"
+        respectively = ", respectively," if len(items) > 1 else ""
+        clauses.append(f"{names} {verb} linear scaling at {ratios} times {their} critical "
+                       f"compute{respectively} where {cause}")  # fmt: skip
+    return "" if not clauses else " " + "; ".join(clauses) + "."
+
+
+def _and(words: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def analytic_figure(rows: list[dict[str, Any]]) -> plt.Figure:
-    """Simulated against analytic, both limits, on log axes with the diagonal."""
+    """Simulated against analytic, both limits, on log axes with the diagonal; each point more
+    than :data:`OFF_DIAGONAL` times off it named by its setting (:func:`off_diagonal`)."""
     fig, ax = plt.subplots(figsize=(5.2, 4.6))
     pairs = (("t_crit", "linear_end", "critical compute / linear-scaling end", "o"),
              ("t_limit", "last_feasible", "latency wall / last feasible point", "s"))  # fmt: skip
@@ -560,6 +660,11 @@ def analytic_figure(rows: list[dict[str, Any]]) -> plt.Figure:
                     label="end of a sweep that never meets the wall")  # fmt: skip
         if ok.any():
             lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
+        for k in np.flatnonzero(ok):  # a setting far from its closed form, named
+            if not 1 / OFF_DIAGONAL <= y[k] / x[k] <= OFF_DIAGONAL:
+                ax.annotate(rows[k]["scenario"], (x[k], y[k]), xytext=(5, -3),
+                            textcoords="offset points", fontsize=7, color=PALETTE[i],
+                            va="top")  # fmt: skip
     ax.plot([lo / 3, hi * 3], [lo / 3, hi * 3], color="0.5", lw=0.8, ls="--")
     ax.set_xscale("log")
     ax.set_yscale("log")
