@@ -322,3 +322,14 @@ def test_settings_that_end_early_for_one_cause_share_one_clause():
     one = whole_run.early_ends_text(rows[:2], scns)
     assert "h100-global-nvlink ends linear scaling at" in one and "its critical" in one
     assert whole_run.early_ends_text(rows[:1], scns) == ""
+
+
+def test_the_comparison_with_the_authors_never_says_n_of_the_n():
+    ref = {"points": 31, "found": 31, "within": 31, "same_configuration": 31}
+    ref["max_difference"] = 5e-7
+    text = whole_run.reference_clause(ref, 0.01)
+    assert "31 of the 31" not in text and "at every one of the 31 grid points" in text
+    assert "theirs at all of them" in text and text.endswith("degrees at all of them")
+    some = whole_run.reference_clause(dict(ref, found=30, within=29, same_configuration=0), 0.01)
+    assert "at 30 of the 31 grid points" in some and "theirs at 29" in some
+    assert some.endswith("degrees at none")

@@ -735,6 +735,25 @@ def reference_table(scns: list[Scenario]) -> str:
     return "\n".join(lines)
 
 
+def reference_clause(ref: dict[str, Any], tolerance: float) -> str:
+    """How the search compares with the authors' code at their grid points, for the
+    reproduction chapter's sentence (``ref`` from ``search.reference_summary``): "at every one
+    of the N grid points" where a count is all of them, "at K of the N" otherwise, never "N of
+    the N"."""
+    n = ref["points"]
+
+    def at(k: int) -> str:
+        return "at all of them" if k == n else f"at {k}" if k else "at none"
+
+    found = (f"the search finds a configuration at every one of the {n} grid points where they "
+             "do" if ref["found"] == n else
+             f"the search finds a configuration at {ref['found']} of the {n} grid points where "
+             "they do")  # fmt: skip
+    return (f"{found}, is within {tolerance:.2f} utilization of theirs {at(ref['within'])} "
+            f"(largest difference {pretty(ref['max_difference'], 2)}) and picks the same cluster "
+            f"and degrees {at(ref['same_configuration'])}")  # fmt: skip
+
+
 def reference_exceptions(scns: list[Scenario]) -> dict[str, Any]:
     """The grid points where the search and the authors' code differ in configuration, and
     how many of those agree once only the year is the authors' (their search notebook's
