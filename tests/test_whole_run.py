@@ -97,10 +97,11 @@ def test_move_phrase_and_trend():
 
 
 def test_figures_draw_what_they_say(h100):
-    fig = whole_run.utilization_figure([h100], published=True, wall_of=h100)
+    fig = whole_run.utilization_figure([h100], published=True, regimes_of=h100)
     ax = fig.axes[0]
     labels = [line.get_label() for line in ax.get_lines()]
-    assert any("published" in x for x in labels) and any("latency wall" in x for x in labels)
+    texts = " ".join(t.get_text() for t in ax.texts)
+    assert any("published" in x for x in labels) and "latency wall" in texts
     comp = whole_run.comparison_figure([("dense", [h100, sc.resolve("a100")])])
     # Different GPUs: no single threshold line is drawn.
     assert not [ln for ln in comp.axes[0].get_lines() if ln.get_linestyle() == ":"]
@@ -135,7 +136,7 @@ def test_the_headline_figure_has_a_logarithmic_compute_axis(h100):
     point at the right edge.  The axis is logarithmic and spans the data and the wall."""
     import matplotlib.pyplot as plt
 
-    fig = whole_run.utilization_figure([h100], ["this book"], published=True, wall_of=h100)
+    fig = whole_run.utilization_figure([h100], ["this book"], published=True, regimes_of=h100)
     ax = fig.axes[0]
     assert ax.get_xscale() == "log"
     lo, hi = ax.get_xlim()
@@ -205,6 +206,9 @@ def test_the_wall_is_named_only_where_the_sweep_reaches_it(name):
         assert name == "h100" and first > last
         assert sci(first) in words["caption"] and "no cluster of any size" in words["falls"]
         assert words["wall"] == f"the wall comes after {sci(last)}"
+    opening = whole_run.wall_opening(sc.resolve(name))
+    assert sci(last) in opening
+    assert ("beyond the sweep" in opening) == math.isnan(first)
 
 
 def test_the_cluster_change_is_said_as_the_rows_show_it():
@@ -233,3 +237,99 @@ def test_a_build_says_how_it_departs_from_the_papers_h100():
     assert whole_run.departure_from_h100(slow) == (
         "changes batch.law, network.inter_node.bandwidth"
     )
+
+
+def test_the_regimes_are_marked_from_the_search(h100):
+    """The annotated curve colours each grid point by the cost the search says binds it, labels
+    the end of linear scaling and the last run in time with their computes, and hatches the gap
+    to the first infeasible point; a changed assumption moves every mark."""
+    from dmlimits.book.glue import sci
+
+    fig = whole_run.headline_figure(h100)
+    ax = fig.axes[0]
+    rows = whole_run.feasible(h100)
+    for key, colour in whole_run.BINDING_COLOURS.items():
+        label = f"binds: {search.LOSS_LABELS[key]}"
+        drawn = [ln for ln in ax.get_lines() if ln.get_label() == label]
+        want = [r["training_flop"] for r in rows if r["binding"] == key]
+        assert [list(ln.get_xdata()) for ln in drawn] == ([want] if want else [])
+        assert all(ln.get_color() == colour for ln in drawn)
+    texts = " ".join(t.get_text() for t in ax.texts)
+    head = search.headline(h100)
+    last, first = whole_run.wall_between(h100)
+    assert sci(head["linear_scaling_end_flop"]) in texts and sci(last) in texts
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == 1
+    gap = hatched[0]
+    assert gap.get_x() == pytest.approx(last)
+    assert gap.get_x() + gap.get_width() == pytest.approx(first)
+    slow = sc.resolve("h100", ["network.latency=1e-5"])
+    moved = whole_run.regimes(slow)
+    assert moved["last_feasible"] < last
+    assert sci(moved["last_feasible"]) in " ".join(
+        t.get_text() for t in whole_run.headline_figure(slow).axes[0].texts)
+
+
+def test_a_sweep_without_a_wall_marks_none():
+    fig = whole_run.headline_figure(sc.resolve("h100-deepseek-batch"))
+    ax = fig.axes[0]
+    assert not [p for p in ax.patches if p.get_hatch()]
+    assert "latency wall" not in " ".join(t.get_text() for t in ax.texts)
+
+
+def test_the_step_split_leaves_out_what_is_too_small_to_see(h100):
+    """Fig 8.1 listed a bubble of no time and a latency of microseconds in its legend: a part
+    under VISIBLE_SHARE of the step is left out of the bar and the legend, and the caption's
+    sentence names it, with one verb for one part and another for two."""
+    r = whole_run.nearest(h100, search.headline(h100)["linear_scaling_end_flop"])
+    unseen = whole_run.step_split_unseen(h100, r)
+    assert unseen == ["bubble", "latency"]
+    fig = whole_run.step_split_figure(h100, r)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert not {search.LOSS_LABELS["bubble"], search.LOSS_LABELS["latency"]} & set(legend)
+    assert whole_run.IDEAL_LABEL in legend and len(legend) == 3
+    text = whole_run.step_split_unseen_text(h100, r)
+    assert "the bubble and exposed latency are under" in text
+    one = dict(r, loss_bubble=0.1 * r["t_step"])
+    assert "exposed latency is under" in whole_run.step_split_unseen_text(h100, one)
+    every = dict(one, loss_latency=0.1 * r["t_step"])
+    assert whole_run.step_split_unseen_text(h100, every) == ""
+
+
+def test_the_analytic_figure_names_the_settings_far_from_their_closed_forms():
+    """Fig 10.2's points were unlabelled, so the setting hundreds of times off its critical
+    compute could not be found: each point more than OFF_DIAGONAL off the diagonal is named."""
+    scns = [sc.resolve(n) for n in ("h100", "h100-global-nvlink")]
+    rows = whole_run.analytic_vs_simulated(scns)
+    far = whole_run.off_diagonal(rows)
+    assert ("h100-global-nvlink", "linear_end") in far
+    assert not [name for name, _ in far if name == "h100"]
+    fig = whole_run.analytic_figure(rows)
+    names = [t.get_text() for t in fig.axes[0].texts]
+    assert sorted(names) == sorted(name for name, _ in far)
+
+
+def test_settings_that_end_early_for_one_cause_share_one_clause():
+    """Closed forms §10.6 repeated its explanation word for word for two settings: the
+    settings with the same cause are named together, each with its own ratio."""
+    names = ("h100", "h100-global-nvlink", "h100-global-nvlink-low-latency")
+    scns = [sc.resolve(n) for n in names]
+    rows = whole_run.analytic_vs_simulated(scns)
+    text = whole_run.early_ends_text(rows, scns)
+    assert text.count("critical compute counts the traffic") == 1
+    assert "h100-global-nvlink and h100-global-nvlink-low-latency end linear scaling at" in text
+    assert "respectively" in text
+    one = whole_run.early_ends_text(rows[:2], scns)
+    assert "h100-global-nvlink ends linear scaling at" in one and "its critical" in one
+    assert whole_run.early_ends_text(rows[:1], scns) == ""
+
+
+def test_the_comparison_with_the_authors_never_says_n_of_the_n():
+    ref = {"points": 31, "found": 31, "within": 31, "same_configuration": 31}
+    ref["max_difference"] = 5e-7
+    text = whole_run.reference_clause(ref, 0.01)
+    assert "31 of the 31" not in text and "at every one of the 31 grid points" in text
+    assert "theirs at all of them" in text and text.endswith("degrees at all of them")
+    some = whole_run.reference_clause(dict(ref, found=30, within=29, same_configuration=0), 0.01)
+    assert "at 30 of the 31 grid points" in some and "theirs at 29" in some
+    assert some.endswith("degrees at none")

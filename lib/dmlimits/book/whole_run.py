@@ -58,18 +58,33 @@ def wall_between(scn: Scenario) -> tuple[float, float]:
 def wall_phrases(scn: Scenario) -> dict[str, str]:
     """The reproduction chapter's words for where the latency wall stands, for any scenario:
     ``falls`` ends the description of the curve, ``caption`` says what the headline figure
-    shades, ``takeaway`` closes the chapter, ``wall`` completes "linear scaling ends at X and"
-    where scenarios are set side by side.  Where a grid point is infeasible the wall is
-    between the last feasible point and it; where every point of the sweep is feasible (a
-    batch law that grows the batch fast enough) the wall lies beyond the sweep, and the words
-    say so instead of naming a wall the sweep never reached."""
+    marks (:func:`annotate_regimes`), ``takeaway`` closes the chapter, ``wall`` completes
+    "linear scaling ends at X and" where scenarios are set side by side.
+
+    The sweep is a grid: the last feasible point is the largest model of the grid that some
+    cluster trains in time, the first infeasible point the next model of the grid, which none
+    does.  The wall lies between the two (the grid has no model in between), so the words name
+    both and the figure hatches the gap.  Where every point of the sweep is feasible (a batch
+    law that grows the batch fast enough) the wall lies beyond the sweep, and the words say so
+    instead of naming a wall the sweep never reached."""
     last, first = wall_between(scn)
     if first == first:  # an infeasible grid point: the wall is within the sweep
+        rest = [r["feasible"] for r in search.sweep(scn) if r["training_flop"] >= first]
+        beyond = (
+            f"from {pretty(first)} FLOP up no model of the sweep finishes in time"
+            if not any(rest)
+            else f"the model of the sweep at {pretty(first)} FLOP does not finish in time"
+        )
         return {
-            "falls": (f"falls until, past {pretty(last)} FLOP, no cluster of any size can finish "
-                      "in time: the latency wall."),
-            "caption": f"the shaded region right of {pretty(first)} FLOP is infeasible.",
-            "takeaway": f"no run beyond {pretty(last)} FLOP finishes in time.",
+            "falls": (f"falls until the last model of the sweep that finishes in time, at "
+                      f"{pretty(last)} FLOP; for the next, at {pretty(first)} FLOP, no cluster "
+                      "of any size can finish in time: the latency wall lies between the two."),
+            "caption": (f"the last model of the sweep that finishes in time is at {pretty(last)} "
+                        f"FLOP and the next, at {pretty(first)} FLOP, does not: the wall lies in "
+                        f"the hatched gap between them, and the shaded region is infeasible "
+                        f"({beyond})."),
+            "takeaway": (f"the last run of the sweep that finishes in time is at {pretty(last)} "
+                         f"FLOP, and the next, at {pretty(first)} FLOP, finishes on no cluster."),
             "wall": f"the wall comes after {pretty(last)}",
         }  # fmt: skip
     return {
@@ -80,6 +95,21 @@ def wall_phrases(scn: Scenario) -> dict[str, str]:
                      "wall lies beyond it."),
         "wall": f"the sweep ends, at {pretty(last)} FLOP, before any wall",
     }  # fmt: skip
+
+
+def wall_opening(scn: Scenario) -> str:
+    """The introduction's sentence on the latency wall, from the same grid points as
+    :func:`wall_phrases`: the last model of the sweep that finishes in time and, where the sweep
+    has one, the next, which finishes on no cluster; else that the wall lies beyond the sweep."""
+    last, first = wall_between(scn)
+    if first == first:
+        return (f"The largest model of the sweep that still finishes in time needs "
+                f"{pretty(last)} FLOP; the next, at {pretty(first)} FLOP, finishes on no cluster "
+                "of any size. Between them stands the latency wall: the chain of layers and "
+                "optimizer steps has waits that no number of GPUs can shorten.")  # fmt: skip
+    return (f"Every model of the sweep, up to {pretty(last)} FLOP, finishes in time: in this "
+            "scenario the latency wall, where waits that no number of GPUs can shorten stop "
+            "the run, lies beyond the sweep.")  # fmt: skip
 
 
 def utilization_at(scn: Scenario, compute: np.ndarray) -> np.ndarray:
@@ -128,34 +158,117 @@ def _finish(ax: plt.Axes, scn: Scenario | None, threshold: bool = True) -> None:
         ax.axhline(search.linear_end_threshold(scn), color="0.5", lw=0.8, ls=":")
 
 
+#: The colour of each cost that binds a grid point on an annotated utilization curve
+#: (:func:`annotate_regimes`), keyed as ``search.LOSS_LABELS``: the
+#: plateau (nothing binds), network bandwidth, matmuls below the effective rate, the bubble and
+#: latency.
+BINDING_COLOURS = {
+    "none": PALETTE[4], "bandwidth": PALETTE[1], "matmul": PALETTE[2], "bubble": PALETTE[5],
+    "latency": PALETTE[6],
+}  # fmt: skip
+
+
+def regimes(scn: Scenario) -> dict[str, Any]:
+    """What :func:`annotate_regimes` marks, from the search's sweep: the feasible grid points
+    grouped by the cost that binds each (``binding``: compute and utilization per cost, in the
+    order of :data:`BINDING_COLOURS`), where linear scaling ends (the headline's grid point),
+    and the last feasible and first infeasible grid points (``NaN`` when there is none)."""
+    rows = feasible(scn)
+    groups: dict[str, tuple[list[float], list[float]]] = {}
+    for key in BINDING_COLOURS:
+        chosen = [r for r in rows if r["binding"] == key]
+        if chosen:
+            groups[key] = ([r["training_flop"] for r in chosen], [r["utilization"] for r in chosen])
+    last, first = wall_between(scn)
+    return {
+        "binding": groups,
+        "linear_end": search.headline(scn)["linear_scaling_end_flop"],
+        "last_feasible": last,
+        "first_infeasible": first,
+    }
+
+
+def annotate_regimes(ax: plt.Axes, scn: Scenario) -> dict[str, Any]:
+    """Annotate a utilization-against-compute axes with the scenario's regimes
+    (:func:`regimes`): each feasible grid point coloured by the cost that binds it (a legend
+    entry per cost present), the end of linear scaling as a dashed line labelled with its
+    compute, the gap between the last model that finishes in time and the first that does not
+    hatched and labelled as the latency wall, and the infeasible region beyond shaded.  Every
+    compute is written by :func:`dmlimits.book.glue.sci`.  The compute axis must already be
+    logarithmic (``figures.compute_axis``); returns what was marked."""
+    marks = regimes(scn)
+    for key, (x, y) in marks["binding"].items():
+        ax.plot(x, y, ls="none", marker="o", ms=6, mec="white", mew=0.6, zorder=3,
+                color=BINDING_COLOURS[key], label=f"binds: {search.LOSS_LABELS[key]}")  # fmt: skip
+    top = ax.get_xaxis_transform()
+    if marks["binding"]:
+        x0 = min(min(x) for x, _ in marks["binding"].values())
+        plateau = max(max(y) for _, y in marks["binding"].values())
+        ax.text(x0, plateau + 0.04, "plateau", fontsize=8, color="0.2", ha="left", va="bottom")
+    end, last, first = marks["linear_end"], marks["last_feasible"], marks["first_infeasible"]
+    if math.isfinite(end):
+        ax.axvline(end, color="0.35", lw=0.9, ls="--", zorder=1)
+        ax.text(end / 1.3, 0.97, f"linear scaling ends\n{pretty(end)} FLOP", transform=top,
+                ha="right", va="top", fontsize=8, color="0.2")  # fmt: skip
+    if math.isfinite(first):
+        left, right = ax.get_xlim()
+        right = max(right, first * 10)
+        ax.axvspan(last, first, facecolor="none", edgecolor="0.55", hatch="///", lw=0, zorder=0)
+        ax.axvspan(first, right, color="0.85", zorder=0)
+        ax.set_xlim(left, right)
+        ax.text(last / 1.3, 0.97, f"latency wall\nlast run in time\n{pretty(last)} FLOP",
+                transform=top, ha="right", va="top", fontsize=8, color="0.2")  # fmt: skip
+        ax.text(first * 1.3, 0.97, "infeasible", transform=top, ha="left", va="top",
+                fontsize=8, color="0.3")  # fmt: skip
+    return marks
+
+
+def below_axes(ax: plt.Axes) -> None:
+    """The axes' legend in two columns under its compute axis, where an annotated curve's
+    many entries cover no point and keep the figure as narrow as the page's column."""
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, fontsize=8)
+
+
 def utilization_figure(
     scns: list[Scenario], labels: list[str] | None = None, published: bool = False,
-    wall_of: Scenario | None = None, title: str = "",
+    regimes_of: Scenario | None = None, title: str = "",
 ) -> plt.Figure:  # fmt: skip
     """Utilization against training compute, one curve per scenario (feasible grid points),
-    with the published curve, the latency wall and the infeasible region when asked."""
+    with the published curve when asked and, for ``regimes_of``, its regimes marked
+    (:func:`annotate_regimes`)."""
     fig, ax = plt.subplots()
     _draw_curves(ax, scns, labels)
     compute_axis(ax)  # logarithmic before any limit is read
     if published:
         c, u_pub = blog_curve()
         ax.plot(c, u_pub, "k--", lw=1.2, label="published (companion post, digitized)")
-    if wall_of is not None:
-        _, first = wall_between(wall_of)
-        if first == first:  # the wall at the first infeasible grid point, as the post draws it
-            left, right = ax.get_xlim()
-            right = max(right, first * 10)
-            ax.axvline(first, color="0.2", lw=1, label="latency wall (first infeasible point)")
-            ax.axvspan(first, right, color="0.85", zorder=0)
-            ax.set_xlim(left, right)
-            ax.text(first * 1.5, 0.95, "infeasible", fontsize=9, color="0.3", va="top",
-                    transform=ax.get_xaxis_transform())  # fmt: skip
+    if regimes_of is not None:
+        annotate_regimes(ax, regimes_of)
     # The paper's threshold only when every curve shares it (one GPU's derate).
     same = len({float(s["hardware.effective_utilization"]) for s in scns}) == 1
     _finish(ax, scns[0], threshold=same)
-    ax.legend(loc="lower left", fontsize=8)
+    if regimes_of is not None:
+        below_axes(ax)
+    else:
+        ax.legend(loc="lower left", fontsize=8)
     if title:
         ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def headline_figure(scn: Scenario) -> plt.Figure:
+    """The book's main result for the opening page: the scenario's utilization against
+    training compute as a thin line through its grid points, annotated with its regimes
+    (:func:`annotate_regimes`) and the paper's threshold for the end of linear scaling."""
+    fig, ax = plt.subplots(figsize=(7.0, 4.0))
+    rows = feasible(scn)
+    ax.plot([r["training_flop"] for r in rows], [r["utilization"] for r in rows], color="0.6",
+            lw=1.0, zorder=2, label=f"utilization ({scn.gpu_label})")  # fmt: skip
+    compute_axis(ax)
+    annotate_regimes(ax, scn)
+    _finish(ax, scn)
+    below_axes(ax)
     fig.tight_layout()
     return fig
 
@@ -282,14 +395,46 @@ def step_split(scn: Scenario, r: dict[str, Any]) -> dict[str, float]:
     return {"ideal": ideal, **{k: r[f"loss_{k}"] for k in search.LOSSES}}
 
 
-def step_split_figure(scn: Scenario, r: dict[str, Any]) -> plt.Figure:
-    """One horizontal bar: the step of a result, split as :func:`step_split`."""
+#: A part of a step under this share of it is too narrow to see in :func:`step_split_figure`
+#: (under a pixel of the bar at the book's width): the figure leaves it out of the bar and the
+#: legend, and :func:`step_split_unseen` names it for the caption.
+VISIBLE_SHARE = 0.005
+
+
+def step_split_unseen(scn: Scenario, r: dict[str, Any]) -> list[str]:
+    """The parts of :func:`step_split` under :data:`VISIBLE_SHARE` of the step (keys, in the
+    split's order): too small to see in :func:`step_split_figure`."""
     parts = step_split(scn, r)
+    return [k for k, v in parts.items() if v < VISIBLE_SHARE * r["t_step"]]
+
+
+def step_split_unseen_text(scn: Scenario, r: dict[str, Any]) -> str:
+    """The caption's sentence on the parts too small to see (:func:`step_split_unseen`); empty
+    when every part shows."""
+    names = {"ideal": "the matmuls at the effective rate", "matmul": "the matmuls' shortfall",
+             "bandwidth": "bandwidth not hidden", "bubble": "the bubble",
+             "latency": "exposed latency"}  # fmt: skip
+    unseen = [names[k] for k in step_split_unseen(scn, r)]
+    if not unseen:
+        return ""
+    listed = unseen[0] if len(unseen) == 1 else ", ".join(unseen[:-1]) + " and " + unseen[-1]
+    verb = "is" if len(unseen) == 1 else "are"
+    return (f" In this scenario {listed} {verb} under {VISIBLE_SHARE:.1%} of the step, too "
+            "small to see, and left out of the bar and its legend.")  # fmt: skip
+
+
+def step_split_figure(scn: Scenario, r: dict[str, Any]) -> plt.Figure:
+    """One horizontal bar: the step of a result, split as :func:`step_split`; the parts too
+    small to see (:func:`step_split_unseen`) are left out of the bar and the legend, each part
+    keeping its colour."""
+    parts = step_split(scn, r)
+    unseen = set(step_split_unseen(scn, r))
     labels = {"ideal": IDEAL_LABEL, **search.LOSS_LABELS}
     fig, ax = plt.subplots(figsize=(7.0, 2.2))
     left = 0.0
     for i, (k, v) in enumerate(parts.items()):
-        ax.barh([0], [v * 1e3], left=left, color=PALETTE[i % len(PALETTE)], label=labels[k])
+        if k not in unseen:
+            ax.barh([0], [v * 1e3], left=left, color=PALETTE[i % len(PALETTE)], label=labels[k])
         left += v * 1e3
     ax.set_yticks([])
     ax.set_xlabel("time of one step (ms)")
@@ -428,8 +573,76 @@ def latency_simulation_table(stages: tuple[int, ...], multiples: tuple[int, ...]
     return "\n".join(lines)
 
 
+#: A setting whose search limit is more than this factor from its closed form is named by
+#: :func:`analytic_figure` beside its point.
+OFF_DIAGONAL = 3.0
+
+
+def off_diagonal(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The (setting, limit) pairs of :func:`analytic_vs_simulated` rows whose search limit is
+    more than :data:`OFF_DIAGONAL` times from its closed form, either way: the points
+    :func:`analytic_figure` names (``limit`` ``"linear_end"`` or ``"last_feasible"``)."""
+    out = []
+    for r in rows:
+        for a, b in (("t_crit", "linear_end"), ("t_limit", "last_feasible")):
+            x, y = r[a], r[b]
+            if math.isfinite(x) and math.isfinite(y) and x > 0:
+                if not 1 / OFF_DIAGONAL <= y / x <= OFF_DIAGONAL:
+                    out.append((r["scenario"], b))
+    return out
+
+
+#: A setting whose linear scaling ends before this share of its critical compute is explained by
+#: :func:`early_ends_text`.
+EARLY_SHARE = 0.5
+
+
+def early_ends_text(rows: list[dict[str, Any]], scns: list[Scenario]) -> str:
+    """The closed-forms chapter's sentence on the dense settings whose linear scaling ends
+    before :data:`EARLY_SHARE` of their critical compute (``rows`` from
+    :func:`analytic_vs_simulated`, ``scns`` the settings by name): what binds there, and why
+    critical compute misses it.  Settings with the same cause share one clause, so that no
+    explanation is repeated word for word; empty when no setting ends early."""
+    by_name = {x.name: x for x in scns}
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for r in rows:
+        if not (math.isfinite(r["t_crit"]) and math.isfinite(r["linear_end"])):
+            continue
+        if r["linear_end"] >= EARLY_SHARE * r["t_crit"]:
+            continue
+        setting = by_name[r["scenario"]]
+        at = next(x for x in search.sweep(setting) if x["training_flop"] == r["linear_end"])
+        cause = f"the cost that binds is {search.LOSS_LABELS[at['binding']]}"
+        if at["binding"] == "matmul":
+            flat = (
+                setting["network.inter_node.bandwidth"] >= setting["network.intra_node.bandwidth"]
+            )
+            cause += (": critical compute counts the traffic of the network and of HBM, not the "
+                      "fixed cost of a kernel and the traffic on the chip that slow a small "
+                      "shard's matmuls" + (", and on a network as fast between nodes as within "
+                                           "them those fall short long before the network's "
+                                           "traffic shows" if flat else ""))  # fmt: skip
+        groups.setdefault(cause, []).append((r["scenario"], r["linear_end"] / r["t_crit"]))
+    clauses = []
+    for cause, items in groups.items():
+        names = _and([name for name, _ in items])
+        ratios = _and([f"{ratio:.3g}" for _, ratio in items])
+        their = "its" if len(items) == 1 else "their"
+        verb = "ends" if len(items) == 1 else "end"
+        respectively = ", respectively," if len(items) > 1 else ""
+        clauses.append(f"{names} {verb} linear scaling at {ratios} times {their} critical "
+                       f"compute{respectively} where {cause}")  # fmt: skip
+    return "" if not clauses else " " + "; ".join(clauses) + "."
+
+
+def _and(words: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def analytic_figure(rows: list[dict[str, Any]]) -> plt.Figure:
-    """Simulated against analytic, both limits, on log axes with the diagonal."""
+    """Simulated against analytic, both limits, on log axes with the diagonal; each point more
+    than :data:`OFF_DIAGONAL` times off it named by its setting (:func:`off_diagonal`)."""
     fig, ax = plt.subplots(figsize=(5.2, 4.6))
     pairs = (("t_crit", "linear_end", "critical compute / linear-scaling end", "o"),
              ("t_limit", "last_feasible", "latency wall / last feasible point", "s"))  # fmt: skip
@@ -447,6 +660,11 @@ def analytic_figure(rows: list[dict[str, Any]]) -> plt.Figure:
                     label="end of a sweep that never meets the wall")  # fmt: skip
         if ok.any():
             lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
+        for k in np.flatnonzero(ok):  # a setting far from its closed form, named
+            if not 1 / OFF_DIAGONAL <= y[k] / x[k] <= OFF_DIAGONAL:
+                ax.annotate(rows[k]["scenario"], (x[k], y[k]), xytext=(5, -3),
+                            textcoords="offset points", fontsize=7, color=PALETTE[i],
+                            va="top")  # fmt: skip
     ax.plot([lo / 3, hi * 3], [lo / 3, hi * 3], color="0.5", lw=0.8, ls="--")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -515,6 +733,25 @@ def reference_table(scns: list[Scenario]) -> str:
             f"{'—' if diff != diff else '0' if diff == 0 else f'{diff:+.1%}'} |"
         )
     return "\n".join(lines)
+
+
+def reference_clause(ref: dict[str, Any], tolerance: float) -> str:
+    """How the search compares with the authors' code at their grid points, for the
+    reproduction chapter's sentence (``ref`` from ``search.reference_summary``): "at every one
+    of the N grid points" where a count is all of them, "at K of the N" otherwise, never "N of
+    the N"."""
+    n = ref["points"]
+
+    def at(k: int) -> str:
+        return "at all of them" if k == n else f"at {k}" if k else "at none"
+
+    found = (f"the search finds a configuration at every one of the {n} grid points where they "
+             "do" if ref["found"] == n else
+             f"the search finds a configuration at {ref['found']} of the {n} grid points where "
+             "they do")  # fmt: skip
+    return (f"{found}, is within {tolerance:.2f} utilization of theirs {at(ref['within'])} "
+            f"(largest difference {pretty(ref['max_difference'], 2)}) and picks the same cluster "
+            f"and degrees {at(ref['same_configuration'])}")  # fmt: skip
 
 
 def reference_exceptions(scns: list[Scenario]) -> dict[str, Any]:
