@@ -24,7 +24,7 @@
 * **Display equations that fit the column.**  MathJax 3 cannot break a display equation, and
   at a phone's width many of the derivations' steps are wider than the column.  A script of
   the book's own (:data:`EQUATIONS_SCRIPT`, written beside the style sheet) sets each such
-  equation smaller until it fits, to no less than 60% of the text's size.
+  equation smaller until it fits, to no less than half the text's size.
 * **Glued values in the body's type.**  MyST-NB's style sheet sets every pasted value bold; the
   book's resets it, so that emphasis is the prose's own.
 * **Binder opens the MyST source.**  The build executes each chapter into an ``.ipynb`` beside
@@ -128,6 +128,19 @@ main .pst-scrollable-table-container {
     radial-gradient(farthest-side at 100% 50%, rgba(0,0,0,.25), transparent) right / .8rem 100%;
   background-repeat: no-repeat;
   background-attachment: local, local, scroll, scroll;
+}
+/* At a phone's width nothing pushes the page sideways: a long name or address breaks where it
+   must, an API signature wraps, code and the general index scroll in their own frames. */
+main .bd-article a, main .bd-article .citation, main .bd-article td { overflow-wrap: anywhere; }
+main dt.sig span.pre { white-space: normal; }
+main div[class*="highlight"] { max-width: 100%; min-width: 0; }
+main div.highlight > pre { overflow-x: auto; min-width: 0; }
+main table.indextable { display: block; overflow-x: auto; }
+/* A long inline formula (MathJax cannot break one) scrolls in its own box rather than running
+   past the paragraph's edge, after the equations' script has set it as small as it may. */
+main mjx-container:not([display="true"]) {
+  display: inline-block; max-width: 100%; overflow-x: auto; overflow-y: hidden;
+  vertical-align: middle;
 }
 /* Glued values in the body's type: MyST-NB sets pasted text bold, which turned every computed
    number and clause into emphasis. */

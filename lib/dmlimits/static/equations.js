@@ -6,7 +6,7 @@
    Done again when the window's width changes. */
 (function () {
   "use strict";
-  const MIN_SCALE = 0.6;
+  const MIN_SCALE = 0.5;
   function fit() {
     document.querySelectorAll('mjx-container[display="true"]').forEach(function (box) {
       box.style.fontSize = "";
