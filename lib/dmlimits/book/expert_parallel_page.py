@@ -161,3 +161,24 @@ def figure_sweep(scn: Scenario):
     ax.set_title(f"Expert traffic over the sparse sweep ({scn.name})", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+# --- The chapter's computed sentences ---------------------------------------------------------
+def expert_only_text(interfaces: int) -> str:
+    """How many layer interfaces carry expert traffic only under full interleaving, and where
+    the rest of it rides, in a clause that reads for every count: "no interface is
+    expert-only: all expert traffic rides on the stage crossings", "one interface is
+    expert-only; the rest ...", "3 interfaces are expert-only; the rest ..."."""
+    n = int(interfaces)
+    crossings = "on the stage crossings, each charged once at the higher of its two levels"
+    if n == 0:
+        return f"no interface is expert-only: all expert traffic rides {crossings}"
+    head = "one interface is" if n == 1 else f"{n:,} interfaces are"
+    return f"{head} expert-only; the rest of the expert traffic rides {crossings}"
+
+
+def share_of_tokens(share: float) -> str:
+    """A share of a group's tokens as a sentence says it: "none of its tokens" or "12.5% of its
+    tokens" (one decimal of a percent)."""
+    share = float(share)
+    return "none of its tokens" if share == 0 else f"{share:.1%} of its tokens"

@@ -126,3 +126,51 @@ def figure_reference_shards(scn: Scenario):
                  fontsize=10)  # fmt: skip
     fig.tight_layout()
     return fig
+
+
+# --- The chapter's computed sentences ---------------------------------------------------------
+def count_text(n: int) -> str:
+    """A count as a sentence says it: ``none``, ``one``, or the number (``2``, ``1,024``)."""
+    n = int(n)
+    return "none" if n == 0 else "one" if n == 1 else f"{n:,}"
+
+
+def _are(n: int) -> str:
+    return "is" if int(n) <= 1 else "are"
+
+
+def shards_against_crossovers(above: int, below: int) -> str:
+    """How many of the paper's shards lie above the InfiniBand crossover and below the NVLink
+    one, in a clause that reads for every count ("none of them is above the InfiniBand
+    crossover and 2 are below the NVLink one")."""
+    if above == 0 and below == 0:
+        return "none of them is above the InfiniBand crossover or below the NVLink one"
+    return (f"{count_text(above)} of them {_are(above)} above the InfiniBand crossover and "
+            f"{count_text(below)} {_are(below)} below the NVLink one")  # fmt: skip
+
+
+def shards_between(total: int, between: int, above: int, below: int) -> str:
+    """Where the ``total`` shards of the paper's optimal configurations lie against the two
+    crossovers, as a sentence for every count ("All 31 configurations lie between the lines.",
+    "Of the 31 configurations, 29 lie between the lines, none above the InfiniBand crossover
+    and 2 below the NVLink one.")."""
+    total, between = int(total), int(between)
+    if between == total:
+        return f"All {total:,} configurations lie between the lines."
+    lie = "lies" if between == 1 else "lie"
+    return (f"Of the {total:,} configurations, {count_text(between)} {lie} between the lines, "
+            f"{count_text(above)} above the InfiniBand crossover and {count_text(below)} "
+            "below the NVLink one.")  # fmt: skip
+
+
+def max_degrees_text(nv_2d: int, nv_1d: int, ib_2d: int, ib_1d: int) -> str:
+    """The largest tensor-parallel degrees whose traffic hides, on an NVLink domain of any size
+    and on InfiniBand, in two sentences that name 2D and 1D apart only where they differ."""
+    if nv_2d == nv_1d:
+        nv = f"both 2D and 1D tensor parallelism hide their traffic up to a degree of {nv_2d:,}"
+    else:
+        nv = (f"2D tensor parallelism hides its traffic up to a degree of {nv_2d:,} and 1D up "
+              f"to {nv_1d:,}")  # fmt: skip
+    ib = (f"On InfiniBand both stop at {ib_2d:,}." if ib_2d == ib_1d
+          else f"On InfiniBand 2D stops at {ib_2d:,} and 1D at {ib_1d:,}.")  # fmt: skip
+    return f"{nv} (powers of two). {ib}"
