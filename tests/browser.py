@@ -94,12 +94,6 @@ WIDE_TABLES_ACCEPTED = {
         "thirteen columns: each optimal configuration whole, on one line",
     ("notebooks/generations.html", "GPU | Peak (FLOP/s)"):
         "ten columns: each GPU's hardware and its three results side by side",
-    ("notebooks/generations.html", "GPU | Result | Bound by"):
-        "the assumptions' keys, which cannot break, in two columns",
-    ("notebooks/reproduction.html", "Scenario | Linear scaling ends"):
-        "eight columns of numbers, each a power of ten",
-    ("notebooks/reproduction.html", "Setting | Authors"):
-        "eight columns, four of them numbers to compare",
 }  # fmt: skip
 # A table wider than its box that no box around it scrolls: its last columns are cut off.
 CLIPPED_TABLES = """

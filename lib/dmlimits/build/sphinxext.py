@@ -132,7 +132,8 @@ main .pst-scrollable-table-container {
 /* At a phone's width nothing pushes the page sideways: a long name or address breaks where it
    must, an API signature wraps, code and the general index scroll in their own frames. */
 main .bd-article a, main .bd-article .citation, main .bd-article td { overflow-wrap: anywhere; }
-main dt.sig span.pre { white-space: normal; }
+main dt.sig, main h1, main h2, main h3, main code.literal { overflow-wrap: anywhere; }
+main code.literal span.pre, main dt.sig span.pre { white-space: normal; }
 main div[class*="highlight"] { max-width: 100%; min-width: 0; }
 main div.highlight > pre { overflow-x: auto; min-width: 0; }
 main table.indextable { display: block; overflow-x: auto; }
