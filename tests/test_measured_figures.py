@@ -89,3 +89,42 @@ def test_the_mfu_figure_gives_each_gpu_a_colour_and_each_shape_a_line(drawn, cur
     a, b = measured_figures.GPU_COLORS.values()
     assert _distance(a, b) > DISTINCT
     assert len({ln.get_linestyle() for ln in lines}) == len(confront.SHAPES)
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "want"),
+    [
+        (0, 12, "none of the 12 rows is"),
+        (1, 12, "one of the 12 rows is"),
+        (5, 12, "5 of the 12 rows are"),
+        (12, 12, "all 12 rows are"),
+        (1, 1, "the one row is"),
+        (0, 1, "the one row is not"),
+    ],
+)
+def test_a_count_is_worded_for_none_one_some_and_all(k, n, want):
+    assert measured_figures.counted(k, n, "row") == want
+
+
+def test_a_count_takes_its_own_plural_and_verb():
+    got = measured_figures.counted(2, 3, "source", ("does", "do"))
+    assert got == "2 of the 3 sources do"
+    assert measured_figures.counted(1, 3, "GPU", ("rests", "rest")) == "one of the 3 GPUs rests"
+    with pytest.raises(ValueError, match="k, n: got 4, 3"):
+        measured_figures.counted(4, 3, "row")
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "want"),
+    [
+        (40, 40, "Every one of the 40 rows with a throughput sits at or below the bound."),
+        (39, 40, "39 of the 40 rows are at or below the bound (98%); the one above it is listed"
+                 " here."),
+        (30, 40, "30 of the 40 rows are at or below the bound (75%); the 10 above it are listed"
+                 " here."),
+        (0, 40, "None of the 40 rows with a throughput sits at or below the bound; all of them"
+                " are listed here."),
+    ],
+)  # fmt: skip
+def test_the_bound_sentence_words_every_case(k, n, want):
+    assert measured_figures.bound_sentence(k, n) == want

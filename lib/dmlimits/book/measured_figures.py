@@ -1,6 +1,8 @@
-"""Figures of the chapters on measured runs (Fernandez et al. 2024 and other published runs),
-drawn from what :mod:`dmlimits.measured.confront` and :mod:`dmlimits.measured.runs` compute.
-Each function returns a matplotlib figure for the chapter to glue; none computes a result.
+"""Figures and sentences of the chapters on measured runs (Fernandez et al. 2024 and other
+published runs), drawn and worded from what :mod:`dmlimits.measured.confront` and
+:mod:`dmlimits.measured.runs` compute.  Each figure function returns a matplotlib figure for
+the chapter to glue, each sentence function a string worded for the case it is given (a count
+of none, one, some or all); none computes a result.
 """
 
 from __future__ import annotations
@@ -191,6 +193,46 @@ def smallest_text_pt(fig: plt.Figure) -> float:
     scale = COLUMN_INCHES / fig.get_figwidth()
     sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text()]
     return min(sizes) * scale
+
+
+# --- Sentences ---------------------------------------------------------------------------------
+def counted(k: int, n: int, noun: str, verbs: tuple[str, str] = ("is", "are"),
+            plural: str | None = None) -> str:
+    """``k`` of ``n`` things as the subject of a clause, with its verb: "none of the 12 rows
+    is", "one of the 12 rows is", "5 of the 12 rows are", "all 12 rows are" (``verbs`` is the
+    verb's singular and plural, ``plural`` the noun's plural when it is not ``noun + "s"``).
+    A count outside 0 to ``n`` is refused."""
+    if not (isinstance(k, int) and isinstance(n, int) and 0 <= k <= n and n >= 1):
+        raise ValueError(f"k, n: got {k!r}, {n!r}; expected whole numbers with 0 <= k <= n, n >= 1")
+    many = plural or f"{noun}s"
+    one, more = verbs
+    if n == 1:
+        return f"the one {noun} {one}" if k == 1 else f"the one {noun} {one} not"
+    if k == n:
+        return f"all {n:,} {many} {more}"
+    if k == 0:
+        return f"none of the {n:,} {many} {one}"
+    return f"{'one' if k == 1 else f'{k:,}'} of the {n:,} {many} {one if k == 1 else more}"
+
+
+def sentence(clause: str) -> str:
+    """``clause`` as the start of a sentence: its first letter in capitals."""
+    return clause[:1].upper() + clause[1:]
+
+
+def bound_sentence(n_below: int, n_rows: int) -> str:
+    """Whether the published rows sit at or below the ideal bound, said for the count there
+    is: every row, all but a few (which the chapter's table lists), or none."""
+    rows = f"{n_rows:,} rows with a throughput"
+    if n_below == n_rows:
+        return f"Every one of the {rows} sits at or below the bound."
+    others = n_rows - n_below
+    rest = ("the one above it is listed here" if others == 1
+            else f"the {others:,} above it are listed here")  # fmt: skip
+    if n_below == 0:
+        return f"None of the {rows} sits at or below the bound; all of them are listed here."
+    return (f"{sentence(counted(n_below, n_rows, 'row'))} at or below the bound "
+            f"({n_below / n_rows:.0%}); {rest}.")  # fmt: skip
 
 
 # --- Interactive -------------------------------------------------------------------------------
