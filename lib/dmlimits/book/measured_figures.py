@@ -22,14 +22,14 @@ from dmlimits.measured import confront, runs, transformer
 PUBLISHED_STYLE = {"color": "black", "zorder": 5}
 
 #: The page's text column, 755 CSS pixels at the width the book is read at, in inches at the
-#: book's figure density (:data:`dmlimits.book.figures.DPI`): a figure this wide is shown with
+#: book's figure density (``dmlimits.book.figures.DPI``): a figure this wide is shown with
 #: its text at the sizes it was drawn with.
 COLUMN_INCHES = 755 / DPI
 
 #: The smallest font of these figures, in points, at :data:`COLUMN_INCHES`.
 FONT_PT = 9
 
-#: One colour and marker for each strategy of :data:`dmlimits.measured.runs.STRATEGIES`, from
+#: One colour and marker for each strategy of ``dmlimits.measured.runs.STRATEGIES``, from
 #: Okabe and Ito's colour-blind-safe set: tensor parallelism in warm colours and squares,
 #: pipeline parallelism in cool colours and triangles, FSDP alone in blue circles.
 STRATEGY_STYLES = {
@@ -44,7 +44,7 @@ STRATEGY_STYLES = {
 GPU_COLORS = {"h100": "#0072B2", "a100": "#E69F00"}
 
 #: The MFU figure's line style and marker for each shape of
-#: :data:`dmlimits.measured.confront.SHAPES`, in that order.
+#: ``dmlimits.measured.confront.SHAPES``, in that order.
 SHAPE_LINES = (("-", "o"), ("--", "s"))
 
 
