@@ -48,7 +48,8 @@ REPOSITORY = "https://github.com/example-owner/data-movement-limits"
 
 
 #: The chapters that read nothing of the scenario: a symbolic table, the notation, the
-#: chapters on measured runs and their appendix (which model the clusters the runs were measured on).
+#: chapters on measured runs and their appendix (which model the clusters the runs were
+#: measured on).
 SCENARIO_FREE = {"notebooks/notation", "notebooks/summary", "notebooks/diminishing_returns",
                  "notebooks/real_runs", "notebooks/appendix_measured"}  # fmt: skip
 

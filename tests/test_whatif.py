@@ -158,7 +158,8 @@ def test_a_limit_left_undefined_is_named_but_not_ranked_first():
     [
         (list(range(1, 13)), 10, 2, 11, "the middle 10 of the 12 draws"),
         ([5.0, 1.0, 3.0, 2.0, 4.0], 5, 1, 5, "all 5 draws"),
-        ([*range(1, 11), math.nan, math.nan], 8, 2, 9, "the middle 8 of the 10 draws that have one"),
+        ([*range(1, 11), math.nan, math.nan], 8, 2, 9,
+         "the middle 8 of the 10 draws that have one"),
         ([7.0, math.nan], 1, 7, 7, "the one draw that has one"),
         ([math.nan] * 3, 0, math.nan, math.nan, "none of the 3 draws"),
     ],

@@ -196,8 +196,9 @@ def smallest_text_pt(fig: plt.Figure) -> float:
 
 
 # --- Sentences ---------------------------------------------------------------------------------
-def counted(k: int, n: int, noun: str, verbs: tuple[str, str] = ("is", "are"),
-            plural: str | None = None) -> str:
+def counted(
+    k: int, n: int, noun: str, verbs: tuple[str, str] = ("is", "are"), plural: str | None = None
+) -> str:
     """``k`` of ``n`` things as the subject of a clause, with its verb: "none of the 12 rows
     is", "one of the 12 rows is", "5 of the 12 rows are", "all 12 rows are" (``verbs`` is the
     verb's singular and plural, ``plural`` the noun's plural when it is not ``noun + "s"``).

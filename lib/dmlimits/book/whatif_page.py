@@ -37,7 +37,7 @@ def middle_draws(values: list[float], tail: float = TAIL_SHARE) -> dict[str, Any
     value; ``kept`` is how many draws the range spans."""
     finite = sorted(x for x in values if x == x)
     drop = math.floor(tail * len(finite))
-    kept = finite[drop:len(finite) - drop]
+    kept = finite[drop : len(finite) - drop]
     return {"lo": kept[0] if kept else math.nan, "hi": kept[-1] if kept else math.nan,
             "kept": len(kept), "finite": len(finite), "n": len(values)}  # fmt: skip
 
