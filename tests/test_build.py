@@ -48,9 +48,10 @@ REPOSITORY = "https://github.com/example-owner/data-movement-limits"
 
 
 #: The chapters that read nothing of the scenario: a symbolic table, the notation, the
-#: chapters on measured runs (which model the clusters the runs were measured on).
+#: chapters on measured runs and their appendix (which model the clusters the runs were
+#: measured on).
 SCENARIO_FREE = {"notebooks/notation", "notebooks/summary", "notebooks/diminishing_returns",
-                 "notebooks/real_runs"}  # fmt: skip
+                 "notebooks/real_runs", "notebooks/appendix_measured"}  # fmt: skip
 
 
 def _seed(cache: Path) -> set[str]:

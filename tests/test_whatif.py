@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 from dmlimits import search
+from dmlimits.book import whatif_page
 from dmlimits.core import scenario as sc
 from dmlimits.search import whatif
 
@@ -149,3 +150,22 @@ def test_a_limit_left_undefined_is_named_but_not_ranked_first():
     assert apart["takeaway"].endswith("the assumptions to pin down first")
     idle = whatif.sensitivity_words({"linear_end": [("a", 0.0)], "wall": [("a", 0.0)]})
     assert idle["sentence"].startswith("No assumption moves either limit")
+
+
+# --- The band's words (dmlimits.book.whatif_page) ------------------------------------------------
+@pytest.mark.parametrize(
+    ("values", "kept", "lo", "hi", "words"),
+    [
+        (list(range(1, 13)), 10, 2, 11, "the middle 10 of the 12 draws"),
+        ([5.0, 1.0, 3.0, 2.0, 4.0], 5, 1, 5, "all 5 draws"),
+        ([*range(1, 11), math.nan, math.nan], 8, 2, 9,
+         "the middle 8 of the 10 draws that have one"),
+        ([7.0, math.nan], 1, 7, 7, "the one draw that has one"),
+        ([math.nan] * 3, 0, math.nan, math.nan, "none of the 3 draws"),
+    ],
+)  # fmt: skip
+def test_the_band_is_the_range_of_the_middle_draws_by_count(values, kept, lo, hi, words):
+    middle = whatif_page.middle_draws(values)
+    assert middle["kept"] == kept
+    assert (middle["lo"], middle["hi"]) == (lo, hi) or (math.isnan(lo) and math.isnan(middle["lo"]))
+    assert whatif_page.middle_words(middle) == words

@@ -1,6 +1,8 @@
-"""Figures of the chapters on measured runs (Fernandez et al. 2024 and other published runs),
-drawn from what :mod:`dmlimits.measured.confront` and :mod:`dmlimits.measured.runs` compute.
-Each function returns a matplotlib figure for the chapter to glue; none computes a result.
+"""Figures and sentences of the chapters on measured runs (Fernandez et al. 2024 and other
+published runs), drawn and worded from what :mod:`dmlimits.measured.confront` and
+:mod:`dmlimits.measured.runs` compute.  Each figure function returns a matplotlib figure for
+the chapter to glue, each sentence function a string worded for the case it is given (a count
+of none, one, some or all); none computes a result.
 """
 
 from __future__ import annotations
@@ -9,90 +11,118 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.text import Text
 
 from dmlimits.book import interactive
-from dmlimits.book.figures import PALETTE
+from dmlimits.book.figures import DPI, PALETTE
 from dmlimits.core import published
 from dmlimits.measured import confront, runs, transformer
 
 #: Drawn in black beside the model's curves: what Fernandez et al. (2024) report.
 PUBLISHED_STYLE = {"color": "black", "zorder": 5}
 
+#: The page's text column, 755 CSS pixels at the width the book is read at, in inches at the
+#: book's figure density (``dmlimits.book.figures.DPI``): a figure this wide is shown with
+#: its text at the sizes it was drawn with.
+COLUMN_INCHES = 755 / DPI
+
+#: The smallest font of these figures, in points, at :data:`COLUMN_INCHES`.
+FONT_PT = 9
+
+#: One colour and marker for each strategy of ``dmlimits.measured.runs.STRATEGIES``, from
+#: Okabe and Ito's colour-blind-safe set: tensor parallelism in warm colours and squares,
+#: pipeline parallelism in cool colours and triangles, FSDP alone in blue circles.
+STRATEGY_STYLES = {
+    "FSDP": {"color": "#0072B2", "marker": "o"},
+    "FSDP + TP 2": {"color": "#E69F00", "marker": "s"},
+    "FSDP + TP 4": {"color": "#D55E00", "marker": "s"},
+    "FSDP + PP 2": {"color": "#009E73", "marker": "^"},
+    "FSDP + PP 4": {"color": "#CC79A7", "marker": "^"},
+}
+
+#: The MFU figure's colour for each GPU (Okabe and Ito's blue and orange).
+GPU_COLORS = {"h100": "#0072B2", "a100": "#E69F00"}
+
+#: The MFU figure's line style and marker for each shape of
+#: ``dmlimits.measured.confront.SHAPES``, in that order.
+SHAPE_LINES = (("-", "o"), ("--", "s"))
+
 
 def scaling_figure(curves: dict):
-    """Strong scaling of both shapes on the H100: per-GPU and whole-cluster throughput and
-    exposed communication, with Fernandez et al.'s reported numbers drawn where they apply:
-    their per-GPU drop from 128 to 2048 GPUs (anchored at the model's FSDP value at 128, their
-    model not being stated), the GPU count where communication starts to bind, and the range
-    where model parallelism overtakes FSDP alone."""
+    """Strong scaling of both shapes on the H100, one column a shape and one row a measure:
+    per-GPU and whole-cluster throughput and exposed communication, with Fernandez et al.'s
+    reported numbers drawn where they apply: their per-GPU drop from 128 to 2048 GPUs (anchored
+    at the model's FSDP value at 128, their model not being stated), the GPU count where
+    communication starts to bind, and the range where model parallelism overtakes FSDP alone.
+    Each strategy has its own colour and marker (:data:`STRATEGY_STYLES`); the figure is
+    :data:`COLUMN_INCHES` wide, so that its text keeps its size on the page."""
     drop = published.value("paper2.per_gpu_throughput_drop_pct") / 100
     onset = published.value("paper2.comm_bound_onset_gpus")
     lo, hi = confront.DROP_RANGE
     band = (published.value("paper2.mp_crossover_gpus_low"),
             published.value("paper2.mp_crossover_gpus_high"))  # fmt: skip
-    fig, axes = plt.subplots(2, 3, figsize=(11, 6.8), sharex=True)
-    for row, shape in enumerate(confront.SHAPES):
-        for k, strategy in enumerate(runs.STRATEGIES):
+    fig, axes = plt.subplots(3, len(confront.SHAPES), figsize=(COLUMN_INCHES, 9.4), sharex=True)
+    for col, shape in enumerate(confront.SHAPES):
+        for strategy in runs.STRATEGIES:
             c = curves[(shape, strategy)]
-            style = dict(color=PALETTE[k % len(PALETTE)], marker="o", ms=3, lw=1.3, label=strategy)
-            axes[row, 0].plot(c["gpus"], c["tokens_per_s_per_gpu"], **style)
-            axes[row, 1].plot(c["gpus"], c["tokens_per_s"], **style)
-            axes[row, 2].plot(c["gpus"], 100 * c["exposed_s"] / c["step_s"], **style)
+            style = dict(ms=4, lw=1.4, label=strategy, **strategy_style(strategy))
+            axes[0, col].plot(c["gpus"], c["tokens_per_s_per_gpu"], **style)
+            axes[1, col].plot(c["gpus"], c["tokens_per_s"], **style)
+            axes[2, col].plot(c["gpus"], 100 * c["exposed_s"] / c["step_s"], **style)
         fsdp = curves[(shape, "FSDP")]
         at_lo = fsdp["tokens_per_s_per_gpu"][list(fsdp["gpus"]).index(lo)]
-        axes[row, 0].plot([lo, hi], [at_lo, at_lo * (1 - drop)], ls="--", marker="D", ms=5,
+        axes[0, col].plot([lo, hi], [at_lo, at_lo * (1 - drop)], ls="--", marker="D", ms=5,
                           mfc="none", lw=1.0, label=f"reported drop, {lo} to {hi} GPUs",
                           **PUBLISHED_STYLE)  # fmt: skip
-        axes[row, 1].axvspan(*band, color="0.85", zorder=0,
+        axes[1, col].axvspan(*band, color="0.85", zorder=0,
                              label="reported: model parallelism wins")  # fmt: skip
-        axes[row, 2].axvline(onset, ls="--", lw=1.0, label="reported onset", **PUBLISHED_STYLE)
-        name = transformer.shape(shape).name
-        axes[row, 0].set_ylabel(f"{name}\ntokens/s per GPU")
-        axes[row, 1].set_ylabel("tokens/s, whole cluster")
-        axes[row, 2].set_ylabel("exposed communication (% of step)")
-        axes[row, 1].set_yscale("log")
-    for ax in axes[1]:
-        ax.set_xlabel("H100 GPUs")
+        axes[2, col].axvline(onset, ls="--", lw=1.0, label="reported onset", **PUBLISHED_STYLE)
+        axes[0, col].set_title(transformer.shape(shape).name, fontsize=FONT_PT + 1)
+        axes[1, col].set_yscale("log")
+        axes[2, col].set_xlabel("H100 GPUs")
+    for ax, label in zip(axes, ("tokens/s per GPU", "tokens/s, whole cluster",
+                                 "exposed communication\n(% of step)"), strict=True):  # fmt: skip
+        for panel in ax:
+            panel.set_ylabel(label, fontsize=FONT_PT)
     for ax in axes.ravel():
         ax.set_xscale("log", base=2)
+        ax.tick_params(labelsize=FONT_PT)
     handles: dict = {}
-    for ax in axes[0]:
+    for ax in axes[:, 0]:
         for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, h)
-    fig.tight_layout(rect=(0, 0.09, 1, 1))
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=4, fontsize=8,
-               frameon=False)  # fmt: skip
+    fig.tight_layout(rect=(0, 0, 1, 0.905))
+    fig.legend(handles.values(), handles.keys(), loc="upper center", ncol=2, fontsize=FONT_PT,
+               frameon=False, bbox_to_anchor=(0.5, 1.0))  # fmt: skip
     return fig
 
 
 def mfu_figure(curves_by_gpu: dict):
     """MFU against GPU count, FSDP alone, for each GPU and shape, with the MFU Fernandez et al.
     report for each GPU in one common configuration, drawn at the configuration the chapter
-    compares it with (:data:`dmlimits.measured.confront.COMMON`)."""
-    fig, ax = plt.subplots(figsize=(7.2, 4.2))
-    k = 0
+    compares it with (:data:`dmlimits.measured.confront.COMMON`).  A GPU is a colour
+    (:data:`GPU_COLORS`), a shape a line style and marker, so that the two lines of a GPU and
+    its star read together."""
+    fig, ax = plt.subplots(figsize=(COLUMN_INCHES, 5.0))
     shape, _, n_common = confront.COMMON
     for gpu, curves in curves_by_gpu.items():
-        for s in confront.SHAPES:
+        color = GPU_COLORS[gpu]
+        name = gpu.upper()
+        for s, (ls, marker) in zip(confront.SHAPES, SHAPE_LINES, strict=True):
             c = curves[(s, "FSDP")]
-            ax.plot(
-                c["gpus"],
-                100 * c["mfu"],
-                marker="o",
-                ms=3,
-                color=PALETTE[k % len(PALETTE)],
-                label=f"{transformer.shape(s).name}, {runs.cluster(gpu).label}",
-            )
+            ax.plot(c["gpus"], 100 * c["mfu"], ls=ls, marker=marker, ms=4, lw=1.5, color=color,
+                    label=f"{transformer.shape(s).name}, {name}")  # fmt: skip
             if s == shape:
                 ax.plot([n_common], [published.value(f"paper2.mfu_{gpu}_pct")], marker="*",
-                        ms=11, ls="none", mec="black", color=PALETTE[k % len(PALETTE)],
-                        label=f"reported, {runs.cluster(gpu).label}", zorder=5)  # fmt: skip
-            k += 1
+                        ms=13, ls="none", mec="black", color=color,
+                        label=f"reported, {name}", zorder=5)  # fmt: skip
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("MFU (%), calibrated, FSDP")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    ax.set_xlabel("GPUs", fontsize=FONT_PT + 1)
+    ax.set_ylabel("MFU (%), calibrated, FSDP", fontsize=FONT_PT + 1)
+    ax.tick_params(labelsize=FONT_PT)
+    fig.tight_layout(rect=(0, 0, 1, 0.83))
+    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", ncol=2, fontsize=FONT_PT,
+               frameon=False, bbox_to_anchor=(0.5, 1.0))  # fmt: skip
     return fig
 
 
@@ -147,6 +177,65 @@ def operations_figure(cases: dict):
     return fig
 
 
+def strategy_style(strategy: str) -> dict[str, str]:
+    """The colour and marker of ``strategy`` (:data:`STRATEGY_STYLES`); a strategy it does not
+    list is refused, so that no two strategies fall back to one look."""
+    if strategy not in STRATEGY_STYLES:
+        raise KeyError(f"strategy: got {strategy!r}; expected one of {sorted(STRATEGY_STYLES)}")
+    return dict(STRATEGY_STYLES[strategy])
+
+
+def smallest_text_pt(fig: plt.Figure) -> float:
+    """The size, in points, at which the smallest visible text of ``fig`` reaches a reader:
+    its font size scaled by the column's width over the figure's (the page fits every figure
+    to :data:`COLUMN_INCHES`)."""
+    fig.draw_without_rendering()
+    scale = COLUMN_INCHES / fig.get_figwidth()
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text()]
+    return min(sizes) * scale
+
+
+# --- Sentences ---------------------------------------------------------------------------------
+def counted(
+    k: int, n: int, noun: str, verbs: tuple[str, str] = ("is", "are"), plural: str | None = None
+) -> str:
+    """``k`` of ``n`` things as the subject of a clause, with its verb: "none of the 12 rows
+    is", "one of the 12 rows is", "5 of the 12 rows are", "all 12 rows are" (``verbs`` is the
+    verb's singular and plural, ``plural`` the noun's plural when it is not ``noun + "s"``).
+    A count outside 0 to ``n`` is refused."""
+    if not (isinstance(k, int) and isinstance(n, int) and 0 <= k <= n and n >= 1):
+        raise ValueError(f"k, n: got {k!r}, {n!r}; expected whole numbers with 0 <= k <= n, n >= 1")
+    many = plural or f"{noun}s"
+    one, more = verbs
+    if n == 1:
+        return f"the one {noun} {one}" if k == 1 else f"the one {noun} {one} not"
+    if k == n:
+        return f"all {n:,} {many} {more}"
+    if k == 0:
+        return f"none of the {n:,} {many} {one}"
+    return f"{'one' if k == 1 else f'{k:,}'} of the {n:,} {many} {one if k == 1 else more}"
+
+
+def sentence(clause: str) -> str:
+    """``clause`` as the start of a sentence: its first letter in capitals."""
+    return clause[:1].upper() + clause[1:]
+
+
+def bound_sentence(n_below: int, n_rows: int) -> str:
+    """Whether the published rows sit at or below the ideal bound, said for the count there
+    is: every row, all but a few (which the chapter's table lists), or none."""
+    rows = f"{n_rows:,} rows with a throughput"
+    if n_below == n_rows:
+        return f"Every one of the {rows} sits at or below the bound."
+    others = n_rows - n_below
+    rest = ("the one above it is listed here" if others == 1
+            else f"the {others:,} above it are listed here")  # fmt: skip
+    if n_below == 0:
+        return f"None of the {rows} sits at or below the bound; all of them are listed here."
+    return (f"{sentence(counted(n_below, n_rows, 'row'))} at or below the bound "
+            f"({n_below / n_rows:.0%}); {rest}.")  # fmt: skip
+
+
 # --- Interactive -------------------------------------------------------------------------------
 def scaling_widget(curves_by_gpu: dict) -> Any:
     """The strong-scaling curves of :func:`scaling_figure` for a GPU and a model a reader picks,
@@ -172,8 +261,14 @@ def scaling_widget(curves_by_gpu: dict) -> Any:
          "labels": [f"{n:,}" for n in counts], "initial": len(counts) - 1},
     ]  # fmt: skip
     return interactive.curves(
-        "strong-scaling", "Strong scaling at a fixed batch: move the GPU, the model and the count",
-        controls, "gpus", "GPUs", "tokens per second per GPU", series, x_log=True,
+        "strong-scaling",
+        "Strong scaling at a fixed batch: move the GPU, the model and the count",
+        controls,
+        "gpus",
+        "GPUs",
+        "tokens per second per GPU",
+        series,
+        x_log=True,
         y_unit="tokens/s",
         summary="An interactive version of the figure above (needs JavaScript).",
     )
