@@ -333,3 +333,17 @@ def test_the_comparison_with_the_authors_never_says_n_of_the_n():
     some = whole_run.reference_clause(dict(ref, found=30, within=29, same_configuration=0), 0.01)
     assert "at 30 of the 31 grid points" in some and "theirs at 29" in some
     assert some.endswith("degrees at none")
+
+
+def test_equal_kernel_latencies_are_said_once():
+    """Three equal latencies and walls are one value said once, not listed three times."""
+    same = whole_run.walls_by_kernel_latency(
+        {"V100": 4.5e-6, "A100": 4.5e-6, "H100": 4.5e-6},
+        {"V100": 2.31e31, "A100": 2.31e31, "H100": 2.31e31},
+    )
+    assert same.startswith("4.5 µs on all three of the V100, A100 and H100")
+    assert same.count("2.31") == 1
+    differ = whole_run.walls_by_kernel_latency(
+        {"V100": 4.5e-6, "A100": 3e-6}, {"V100": 2.31e31, "A100": 3e31}
+    )
+    assert differ.startswith("4.5 and 3 µs for the V100 and A100, so the walls differ")

@@ -1057,3 +1057,21 @@ def generations_table(scns: list[Scenario]) -> str:
             f"{sci(end)} | {sci(gpus)} | {sci(h['last_feasible_flop'])} |"
         )
     return "\n".join(lines)
+
+
+def walls_by_kernel_latency(kernels_s: dict[str, float], walls_flop: dict[str, float]) -> str:
+    """The clause of the closed forms' exercise on GPUs: each GPU's kernel latency and the wall
+    it gives, or, when the latencies are equal, the one latency and the one wall they share
+    (three equal values are said once, not listed).  Keys are the GPUs' labels."""
+    names = list(kernels_s)
+    listed = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+    kernels = list(kernels_s.values())
+    walls = [walls_flop[n] for n in names]
+    if np.allclose(kernels, kernels[0], rtol=1e-9, atol=0):
+        same = {2: "both", 3: "all three", 4: "all four"}.get(len(names), f"all {len(names)}")
+        return (f"{kernels[0] * 1e6:g} µs on {same} of the {listed}, so their walls are the "
+                f"same, {pretty(walls[0])} FLOP at the paper's α")  # fmt: skip
+    each = ", ".join(f"{k * 1e6:g}" for k in kernels[:-1]) + f" and {kernels[-1] * 1e6:g}"
+    ends = ", ".join(pretty(w) for w in walls[:-1]) + f" and {pretty(walls[-1])}"
+    return (f"{each} µs for the {listed}, so the walls differ ({ends} FLOP at the paper's "
+            "α)")  # fmt: skip
