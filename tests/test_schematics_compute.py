@@ -8,8 +8,7 @@ import struct
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
-from dmlimits.book import figures, matmul_page, pipeline_page
-from dmlimits.book import schematics_compute as scm
+from dmlimits.book import figures, matmul_page, pipeline_page, schematics_compute
 from dmlimits.book.glue import PngOutput, quantity
 from dmlimits.core import scenario as sc
 from dmlimits.costs import matmul
@@ -54,7 +53,7 @@ def smallest_shown(fig) -> float:
 # --- The tiles ---------------------------------------------------------------------------------
 def test_memory_tiles_is_fit_legible_and_names_its_values():
     scn = h100()
-    fig = scm.memory_tiles(scn, *SHARD, 512)
+    fig = schematics_compute.memory_tiles(scn, *SHARD, 512)
     assert fit(fig) == []
     assert smallest_shown(fig) >= LEAST_POINTS
     shown = texts(fig)
@@ -65,9 +64,9 @@ def test_memory_tiles_is_fit_legible_and_names_its_values():
     l2 = tiles["hbm-l2"]
     assert any(f"{l2['height']:,.0f} × {l2['width']:,.0f}" in t for t in shown)
     # One row per level: HBM and one for each boundary the model tiles.
-    rows = scm.hierarchy_levels(scn, *SHARD, 512)
+    rows = schematics_compute.hierarchy_levels(scn, *SHARD, 512)
     assert len(rows) == 1 + len(tiles)
-    alt = scm.memory_tiles_alt(scn, *SHARD, 512)
+    alt = schematics_compute.memory_tiles_alt(scn, *SHARD, 512)
     assert quantity(levels["hbm_bandwidth"], "byte/s") in alt
     assert f"{l2['height']:,.0f} × {l2['width']:,.0f}" in alt
     assert scn.gpu_label in alt and "512 tokens" in alt
@@ -76,47 +75,51 @@ def test_memory_tiles_is_fit_legible_and_names_its_values():
 
 
 def test_memory_tiles_follow_the_hardware():
-    base = texts(scm.memory_tiles(h100(), *SHARD, 512))
+    base = texts(schematics_compute.memory_tiles(h100(), *SHARD, 512))
     bw = 2 * h100()["hardware.hbm_bandwidth"]
-    faster = texts(scm.memory_tiles(h100(**{"hardware.hbm_bandwidth": bw}), *SHARD, 512))
+    faster = texts(
+        schematics_compute.memory_tiles(h100(**{"hardware.hbm_bandwidth": bw}), *SHARD, 512)
+    )
     assert any(quantity(bw, "byte/s") in t for t in faster)
     assert not any(quantity(bw, "byte/s") in t for t in base)
     # A smaller L2 cuts the shard into more, smaller tiles.
     small = h100(**{"hardware.l2_size": h100()["hardware.l2_size"] / 4})
     tile = matmul.tiling(small, *SHARD)["hbm-l2"]
     label = f"{tile['height']:,.0f} × {tile['width']:,.0f}"
-    assert any(label in t for t in texts(scm.memory_tiles(small, *SHARD, 512)))
+    assert any(label in t for t in texts(schematics_compute.memory_tiles(small, *SHARD, 512)))
     assert not any(label in t for t in base)
     # Without distributed shared memory there is no level of one SM spread from the others.
     plain = h100(**{"hardware.distributed_shared_memory": False})
     assert (
-        len(scm.hierarchy_levels(plain, *SHARD, 512))
-        == len(scm.hierarchy_levels(h100(), *SHARD, 512)) - 1
+        len(schematics_compute.hierarchy_levels(plain, *SHARD, 512))
+        == len(schematics_compute.hierarchy_levels(h100(), *SHARD, 512)) - 1
     )
     # A shard that fits in L2 with its gradients stays there, and the drawing says so.
-    fits = scm.hierarchy_levels(h100(), 1024, 1024, 512)
+    fits = schematics_compute.hierarchy_levels(h100(), 1024, 1024, 512)
     assert [r["name"] for r in fits if r["resident"]] == ["L2 cache"]
-    assert any("stay here" in t for t in texts(scm.memory_tiles(h100(), 1024, 1024, 512)))
+    assert any(
+        "stay here" in t for t in texts(schematics_compute.memory_tiles(h100(), 1024, 1024, 512))
+    )
 
 
 def test_memory_tiles_name_the_operands_of_each_kind():
     for kind in matmul.KINDS:
-        shown = texts(scm.memory_tiles(h100(), *SHARD, 512, kind))
-        assert all(name in shown for name in scm.OPERANDS[kind])
+        shown = texts(schematics_compute.memory_tiles(h100(), *SHARD, 512, kind))
+        assert all(name in shown for name in schematics_compute.OPERANDS[kind])
     with pytest.raises(ValueError, match="kind 'sideways'"):
-        scm.memory_tiles(h100(), *SHARD, 512, "sideways")
+        schematics_compute.memory_tiles(h100(), *SHARD, 512, "sideways")
 
 
 # --- The roofline ------------------------------------------------------------------------------
 def test_roofline_places_the_models_own_points():
     scn = h100()
-    fig = scm.roofline(scn, *SHARD)
+    fig = schematics_compute.roofline(scn, *SHARD)
     assert fit(fig) == []
     assert smallest_shown(fig) >= LEAST_POINTS
     ax = fig.axes[0]
     assert ax.get_xscale() == ax.get_yscale() == "log"
     assert ax.get_xlabel() and ax.get_ylabel()
-    nb = np.array(scm.ROOFLINE_NANOBATCHES, dtype=float)
+    nb = np.array(schematics_compute.ROOFLINE_NANOBATCHES, dtype=float)
     forward = next(line for line in ax.get_lines() if line.get_label() == "model: forward")
     x, y = forward.get_xydata().T
     assert np.allclose(x, matmul.arithmetic_intensity(scn, *SHARD, nb, "forward")["hbm"])
@@ -127,22 +130,22 @@ def test_roofline_places_the_models_own_points():
     roof = np.minimum(x * scn["hardware.hbm_bandwidth"],
                       scn["hardware.effective_utilization"] * scn.peak_flops)  # fmt: skip
     assert np.all(y <= roof / 1e12 * (1 + 1e-9))
-    ridge = scm.ridge_point(scn)
+    ridge = schematics_compute.ridge_point(scn)
     assert ridge == pytest.approx(matmul.machine_balance(scn)["hbm"])
     assert any(f"{ridge:,.0f} FLOP/byte" in t for t in texts(fig))
-    alt = scm.roofline_alt(scn, *SHARD)
+    alt = schematics_compute.roofline_alt(scn, *SHARD)
     assert f"{ridge:,.0f} FLOP per byte" in alt
     assert quantity(scn["hardware.hbm_bandwidth"], "byte/s") in alt
 
 
 def test_roofline_ridge_moves_with_bandwidth_and_peak():
     def ridge_drawn(scn):
-        fig = scm.roofline(scn, *SHARD)
+        fig = schematics_compute.roofline(scn, *SHARD)
         (segment,) = fig.axes[0].collections[0].get_segments()
         return float(segment[0, 0])
 
     base = h100()
-    assert ridge_drawn(base) == pytest.approx(scm.ridge_point(base))
+    assert ridge_drawn(base) == pytest.approx(schematics_compute.ridge_point(base))
     wider = h100(**{"hardware.hbm_bandwidth": 2 * base["hardware.hbm_bandwidth"]})
     assert ridge_drawn(wider) == pytest.approx(ridge_drawn(base) / 2)
     key = "hardware.flop_per_clock_per_thread"
@@ -157,7 +160,7 @@ def bars(fig) -> list[int]:
 
 
 def test_pipeline_schedule_is_fit_legible_and_labels_the_bubble():
-    fig = scm.pipeline_schedule(4, 8, 2, steps=2)
+    fig = schematics_compute.pipeline_schedule(4, 8, 2, steps=2)
     assert fit(fig) == []
     assert smallest_shown(fig) >= LEAST_POINTS
     titles = [ax.get_title(loc="left") for ax in fig.axes]
@@ -169,7 +172,7 @@ def test_pipeline_schedule_is_fit_legible_and_labels_the_bubble():
     plain = ppm.schedule(4, 8)
     idle = sum(p.get_width() for p in fig.axes[0].patches)
     assert idle == pytest.approx(2 * 4 * plain.makespan * float(plain.bubble))
-    alt = scm.pipeline_schedule_alt(4, 8, 2, steps=2)
+    alt = schematics_compute.pipeline_schedule_alt(4, 8, 2, steps=2)
     assert f"{ppm.bubble_fraction(4, 8):.1%}" in alt and "4 GPUs" in alt
 
 
@@ -179,8 +182,8 @@ def test_pipeline_schedule_is_fit_legible_and_labels_the_bubble():
 def test_pipeline_schedule_follows_the_degrees(change):
     base = {"n_pp": 4, "m": 8, "v": 2, "steps": 2}
     other = {**base, **change}
-    drawn = bars(scm.pipeline_schedule(**other))
-    assert drawn != bars(scm.pipeline_schedule(**base))
+    drawn = bars(schematics_compute.pipeline_schedule(**other))
+    assert drawn != bars(schematics_compute.pipeline_schedule(**base))
     p, m, v, k = other["n_pp"], other["m"], other["v"], other["steps"]
     # 1F1B and interleaved: a forward and a backward pass per microbatch and chunk, per step.
     assert drawn[0] == k * 2 * m * p
@@ -190,7 +193,7 @@ def test_pipeline_schedule_follows_the_degrees(change):
 
 def test_the_chapter_figure_is_the_schematic():
     fig = pipeline_page.figure_schedule(3, 6, 2, steps=2)
-    assert bars(fig) == bars(scm.pipeline_schedule(3, 6, 2, steps=2))
+    assert bars(fig) == bars(schematics_compute.pipeline_schedule(3, 6, 2, steps=2))
 
 
 # --- The efficiency map of the matmul chapter --------------------------------------------------

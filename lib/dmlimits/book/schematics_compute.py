@@ -29,6 +29,7 @@ from dmlimits.core import checks
 from dmlimits.core.scenario import Scenario
 from dmlimits.costs import matmul
 from dmlimits.costs import pipeline as ppm
+from dmlimits.costs.pipeline import Schedule
 
 #: Width of every figure of this module, in inches: the book's column at ``figures.DPI``.
 WIDTH = 7.0
@@ -326,12 +327,13 @@ BAR_FONT = 9.5
 #: font); a number is written inside its bar only where it fits with room to spare
 #: (:data:`LABEL_ROOM` times its width), so that neighbouring numbers never run together.
 DIGIT_WIDTH = 0.636 * BAR_FONT / 72
+#: How many times a number's width its bar must be for the number to be written in it.
 LABEL_ROOM = 1.8
 _LEFT, _RIGHT = 0.1, 0.985  # the panels' share of the figure's width
 
 
 def schedules(n_pp: Any, m: Any, v: Any, steps: Any = 2, backward: Any = ppm.BACKWARD_SLOTS
-              ) -> list[tuple[str, ppm.Schedule, int]]:  # fmt: skip
+              ) -> list[tuple[str, Schedule, int]]:  # fmt: skip
     """The three schedules of :func:`pipeline_schedule`, each with its name and the chunk
     slots per stage slot: 1F1B, Megatron-LM's interleaved 1F1B with ``v`` chunks per GPU (one
     flush per step, from :func:`~dmlimits.costs.pipeline.schedule`) and ZB-H2 with ``steps``
@@ -345,7 +347,7 @@ def schedules(n_pp: Any, m: Any, v: Any, steps: Any = 2, backward: Any = ppm.BAC
     ]
 
 
-def _idle(sched: ppm.Schedule, scale: float, copies: int, span: float) -> list[list[tuple]]:
+def _idle(sched: Schedule, scale: float, copies: int, span: float) -> list[list[tuple]]:
     """Each GPU's idle intervals ``(start, width)`` in stage slots over ``copies`` flushes laid
     end to end (``span`` stage slots each)."""
     out = []
@@ -362,7 +364,7 @@ def _idle(sched: ppm.Schedule, scale: float, copies: int, span: float) -> list[l
     return out
 
 
-def _draw_passes(ax: Any, sched: ppm.Schedule, scale: float, offset: float, first_step: int,
+def _draw_passes(ax: Any, sched: Schedule, scale: float, offset: float, first_step: int,
                  slot_inches: float) -> None:  # fmt: skip
     # One collection of bars per GPU and look (kind, pale step, later chunk): a schedule has
     # hundreds of passes, and a collection each would make the figure slow to draw.
