@@ -102,6 +102,16 @@ def test_memory_tiles_follow_the_hardware():
     )
 
 
+def test_blackwell_tiles_accumulate_in_tensor_memory():
+    b200 = sc.resolve("b200")
+    last = schematics_compute.hierarchy_levels(b200, *SHARD, 512)[-1]
+    assert last["name"] == f"tensor memory of {int(b200['hardware.mma_sms'])} SMs"
+    assert last["capacity"] == matmul.memory_levels(b200)["accumulator_tile_usable"]
+    assert schematics_compute.hierarchy_levels(h100(), *SHARD, 512)[-1]["name"] == (
+        "one processing block"
+    )
+
+
 def test_memory_tiles_name_the_operands_of_each_kind():
     for kind in matmul.KINDS:
         shown = texts(schematics_compute.memory_tiles(h100(), *SHARD, 512, kind))

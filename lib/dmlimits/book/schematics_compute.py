@@ -50,6 +50,11 @@ def _bytes(value: float) -> str:
     return f"{value / KiB:.3g} KiB"
 
 
+def _tflops(value: float) -> str:
+    """A FLOP rate in TFLOP/s, as the chapters write the peak (never a power of ten)."""
+    return f"{value / 1e12:,.4g} TFLOP/s"
+
+
 def _whole(x: float) -> bool:
     return abs(x - round(x)) < 1e-6
 
@@ -103,13 +108,13 @@ def hierarchy_levels(scn: Scenario, d1: Any, d2: Any, b: Any) -> list[dict[str, 
                    (levels["hbm_bandwidth"], "HBM"), not streamed["hbm"]),
         "l2-sm": (("registers of all SMs" if multicast else "registers of one SM"),
                   levels["all_registers_usable" if multicast else "sm_registers_usable"],
-                  "usable" + (", one store with multicast" if multicast else ""),
+                  "usable" + (", pooled by multicast" if multicast else ""),
                   (levels["l2_bandwidth"], "L2"), streamed["hbm"] and not streamed["l2"]),
         "sm-sm": ("registers of one SM", levels["sm_registers_usable"],
                   "usable", shared, False),
         "shared-registers": (
             "one processing block" if scn["hardware.tensor_memory_per_sm"] == 0
-            else "tensor memory of a tile",
+            else _tensor_memory(int(scn["hardware.mma_sms"])),
             levels["accumulator_tile_usable"], "usable, the accumulators",
             shared, False),
     }  # fmt: skip
@@ -125,6 +130,12 @@ def _side_inches(words: float) -> float:
     """A tile's side, drawn on a logarithmic scale: 8 words (the padding multiple) is a sliver,
     16,384 words a little under a row's height."""
     return float(np.clip(0.05 * (np.log2(max(words, 1.0)) - 1.5), 0.04, 0.66))
+
+
+def _tensor_memory(sms: int) -> str:
+    """The level where a Blackwell tile accumulates: the tensor memory of the SMs that one
+    tensor-core instruction spans."""
+    return "tensor memory of one SM" if sms == 1 else f"tensor memory of {sms} SMs"
 
 
 def _tile_shapes(kind: str, height: float, width: float, b: float) -> list[tuple[float, float]]:
@@ -280,20 +291,16 @@ def roofline(scn: Scenario, d1: Any, d2: Any, nanobatches: Any = ROOFLINE_NANOBA
                     color=PALETTE[0])  # fmt: skip
     bottom = min(x[0] * bw, p["flops"].min()) * tflops / 2
     ax.vlines(ridge, bottom, derated * tflops, color=PALETTE[2], ls="--", lw=1.2)
-    ax.annotate(f"ridge point:\n{ridge:,.0f} FLOP/byte", (ridge, derated * tflops),
-                xytext=(-8, -46), textcoords="offset points", fontsize=MIN_FONT, ha="right",
-                color="#8a5a00")  # fmt: skip
+    # Right of the ridge and below the flat roof, where no point of the model falls.
+    ax.text(ridge * 1.15, derated * tflops / 6, f"ridge point:\n{ridge:,.0f} FLOP/byte",
+            ha="left", va="center", fontsize=MIN_FONT, color="#8a5a00")  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(bottom, peak * tflops * 3)
     ax.set_xlabel("arithmetic intensity (useful FLOP per byte of HBM traffic)")
     ax.set_ylabel("attainable TFLOP/s")
-    ax.set_title(
-        f"{scn.gpu_label}: HBM {quantity(bw, 'byte/s')}, peak "
-        f"{quantity(peak, 'FLOP/s')}, {d1:,} × {d2:,} shard",
-        fontsize=TITLE_FONT,
-    )
+    ax.set_title(f"{scn.gpu_label}, a {int(d1):,} × {int(d2):,} shard", fontsize=TITLE_FONT)
     ax.legend(loc="upper left", fontsize=MIN_FONT)
     fig.tight_layout()
     return fig
@@ -307,11 +314,11 @@ def roofline_alt(scn: Scenario, d1: Any, d2: Any, nanobatches: Any = ROOFLINE_NA
     return (
         f"On the {scn.gpu_label} the HBM roof rises at "
         f"{quantity(scn['hardware.hbm_bandwidth'], 'byte/s')} until it meets the derated peak "
-        f"of {quantity(derated, 'FLOP/s')} at the ridge point, "
+        f"of {_tflops(derated)} at the ridge point, "
         f"{ridge_point(scn):,.0f} FLOP per byte. The model's forward matmul of the "
         f"{int(d1):,} × {int(d2):,} shard climbs from {f['intensity'][0]:,.1f} FLOP per byte "
-        f"and {quantity(f['flops'][0], 'FLOP/s')} at b = {int(f['b'][0]):,} to "
-        f"{f['intensity'][-1]:,.0f} FLOP per byte and {quantity(f['flops'][-1], 'FLOP/s')} at "
+        f"and {_tflops(f['flops'][0])} at b = {int(f['b'][0]):,} to "
+        f"{f['intensity'][-1]:,.0f} FLOP per byte and {_tflops(f['flops'][-1])} at "
         f"b = {int(f['b'][-1]):,}."
     )
 
