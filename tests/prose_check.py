@@ -109,8 +109,12 @@ def prose_only(markdown: str) -> str:
         head = info.split()[0] if info else ""
         if head in NON_PROSE_FENCES or head in PLAIN_LANGUAGES or not head.startswith("{"):
             return _blank(m)
-        # A directive with prose content (figure caption, admonition): keep the body only.
-        return " " * len(m.group(0).split("\n", 1)[0]) + "\n" + m.group("body") + " " * 3
+        # A directive with prose content (figure caption, admonition): keep the body only,
+        # and the newlines of the closing fence and of the blank lines its match swallows, so
+        # that line numbers stay right.
+        head = m.group(0).split("\n", 1)[0]
+        tail = m.group(0)[m.end("body") - m.start() :]
+        return " " * len(head) + "\n" + m.group("body") + re.sub(r"[^\n]", " ", tail)
 
     text = CODE_FENCE.sub(fence, text)
     for pattern in (

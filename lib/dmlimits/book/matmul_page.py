@@ -30,31 +30,34 @@ def figure_efficiency_map(scenarios: list[Scenario], aspect: float, n: int = 64)
     nb = np.geomspace(PAD_MULTIPLE, 2**14, n)
     side = np.geomspace(2**8, 2**16, n)
     vmax = max(float(scn["hardware.effective_utilization"]) for scn in scenarios)
+    # One panel per row, at the width of the book's column, so that the contour labels, the
+    # ticks and the titles show at their set size (at least 9.5 points) on the page.
     fig, axes = plt.subplots(
-        1,
         len(scenarios),
-        figsize=(3.0 * len(scenarios) + 1.2, 3.7),
-        sharey=True,
+        1,
+        figsize=(6.8, 2.45 * len(scenarios) + 0.5),
+        sharex=True,
         squeeze=False,
         layout="constrained",
     )
     mesh = None
-    for ax, scn in zip(axes[0], scenarios, strict=True):
+    for ax, scn in zip(axes[:, 0], scenarios, strict=True):
         eff = pass_efficiency(scn, side[:, None], aspect * side[:, None], nb[None, :])
         mesh = ax.pcolormesh(nb, side, eff, vmin=0, vmax=vmax, cmap="viridis", shading="auto")
         lines = ax.contour(
-            nb, side, eff, levels=np.arange(2, 9, 2) / 10, colors="white", linewidths=0.6
+            nb, side, eff, levels=np.arange(2, 9, 2) / 10, colors="white", linewidths=0.8
         )
-        for label in ax.clabel(lines, fmt="%.1f", fontsize=7, inline_spacing=8):
+        for label in ax.clabel(lines, fmt="%.1f", fontsize=10, inline_spacing=6):
             label.set_rotation(0)  # upright, however the contour turns
-        ax.axvline(min_nanobatch(scn), color=PALETTE[2], ls="--", lw=1.4)
+        ax.axvline(min_nanobatch(scn), color=PALETTE[2], ls="--", lw=1.6)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
-        ax.set_xlabel("nanobatch $b$ (tokens)")
-        ax.set_title(scn.gpu_label, fontsize=10)
+        ax.set_ylabel("shard side $d$")
+        ax.set_title(scn.gpu_label, fontsize=11, loc="left")
         ax.grid(False)
-    axes[0][0].set_ylabel(f"shard side $d$ (shard $d \\times {aspect:g}d$)")
-    fig.colorbar(mesh, ax=list(axes[0]), label="efficiency (fraction of peak)", pad=0.02)
+    axes[-1][0].set_xlabel(f"nanobatch $b$ (tokens); each shard is $d \\times {aspect:g}d$")
+    fig.colorbar(mesh, ax=list(axes[:, 0]), label="efficiency (fraction of peak)", pad=0.02,
+                 shrink=0.6)  # fmt: skip
     return fig
 
 

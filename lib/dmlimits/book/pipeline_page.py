@@ -7,18 +7,14 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.patches import Patch
 
-from dmlimits.book import interactive
+from dmlimits.book import interactive, schematics_compute
 from dmlimits.book.figures import PALETTE
 from dmlimits.core import checks
 from dmlimits.costs.pipeline import (
     BACKWARD_SLOTS,
     ZERO_BUBBLE_MICROBATCHES_PER_STAGE,
-    Schedule,
     bubble_fraction,
-    schedule,
-    schedule_zero_bubble,
 )
 
 
@@ -69,70 +65,14 @@ def figure_bubble(
     return fig
 
 
-def _draw_schedule(
-    ax: Any, sched: Schedule, scale: float, offset: float = 0.0, first_step: int = 0
-) -> None:
-    colors = {"F": PALETTE[0], "B": PALETTE[1], "W": PALETTE[2]}
-    # One collection of bars per GPU and look (kind, pale step, later chunk): a schedule has
-    # hundreds of passes, and a collection each would make the figure slow to draw.
-    bars: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
-    for p in sched.passes:
-        step, micro = divmod(p.micro, sched.m)
-        start, width = offset + p.start / scale, (p.end - p.start) / scale
-        look = (p.gpu, p.kind, bool((step + first_step) % 2), p.chunk >= sched.n_pp)
-        bars.setdefault(look, []).append((start, width))
-        if width >= 1:
-            # Inside its bar, so inside the axes: left out of the layout's measures, which
-            # would otherwise size each of hundreds of labels to find the axes' extent.
-            ax.text(
-                start + width / 2, p.gpu, str(micro + 1), ha="center", va="center",
-                fontsize=6, color="white", in_layout=False,
-            )  # fmt: skip
-    for (gpu, kind, pale, later), ranges in bars.items():
-        ax.broken_barh(
-            ranges, (gpu - 0.42, 0.84), facecolors=colors[kind], alpha=0.55 if pale else 1.0,
-            edgecolor="white", linewidth=0.6, hatch="////" if later else None,
-        )  # fmt: skip
-
-
 def figure_schedule(n_pp: Any, m: Any, v: Any, steps: Any = 2, backward: Any = BACKWARD_SLOTS):
-    """Gantt charts of ``steps`` steps on ``N_PP`` GPUs with ``m`` microbatches: 1F1B, Megatron-LM's
-    interleaved 1F1B with ``v`` chunks per GPU (one flush per step) and ZB-H2 (steps back to
-    back), from :func:`~dmlimits.costs.pipeline.schedule` and
-    :func:`~dmlimits.costs.pipeline.schedule_zero_bubble`.  Time in slots of one forward pass
-    through a whole stage; numbers are microbatches; every second step pale, passes through
-    a GPU's second and later chunks hatched."""
-    p, mm, vv = checks.whole("n_pp", n_pp), checks.whole("m", m), checks.whole("v", v)
-    k, b = checks.whole("steps", steps), checks.whole("backward", backward)
-    plain = schedule(p, mm, 1, "1f1b", b)
-    inter = schedule(p, mm, vv, "interleaved", b)
-    zb = schedule_zero_bubble(p, mm, k)
-    fig, axes = plt.subplots(3, 1, figsize=(9.5, 6.2), sharex=True)
-    panels = [
-        (plain, 1, f"1F1B: bubble {float(plain.bubble):.0%} of every flush"),
-        (inter, vv, f"interleaved 1F1B, v = {vv}: bubble {float(inter.bubble):.0%}"),
-        (zb, 1, "ZB-H2, steps back to back: no GPU idles between its first and last pass"),
-    ]
-    for ax, (sched, scale, title) in zip(axes, panels, strict=True):
-        if sched.steps > 1:
-            _draw_schedule(ax, sched, scale)
-        else:
-            for step in range(k):
-                _draw_schedule(ax, sched, scale, step * sched.makespan / scale, step)
-        ax.set_title(title, fontsize=9, loc="left")
-        ax.set_yticks(range(p), [f"GPU {g + 1}" for g in range(p)])
-        ax.set_ylim(p - 0.5, -0.5)
-        ax.grid(False)
-    axes[-1].set_xlabel("time (slots of one forward pass through a stage)")
-    handles = [
-        Patch(color=PALETTE[0], label="forward"),
-        Patch(color=PALETTE[1], label="backward"),
-        Patch(color=PALETTE[2], label="weight gradient (ZB-H2)"),
-        Patch(facecolor="white", edgecolor=PALETTE[-1], hatch="////", label="later chunk"),
-    ]
-    fig.legend(handles=handles, loc="upper center", fontsize=8, ncol=4)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    return fig
+    """Gantt charts of ``steps`` steps on ``N_PP`` GPUs with ``m`` microbatches: 1F1B,
+    Megatron-LM's interleaved 1F1B with ``v`` chunks per GPU (one flush per step) and ZB-H2
+    (steps back to back), stacked and sized for the book's column; drawn by
+    :func:`dmlimits.book.schematics_compute.pipeline_schedule` from
+    :func:`~dmlimits.costs.pipeline.schedule` and
+    :func:`~dmlimits.costs.pipeline.schedule_zero_bubble`."""
+    return schematics_compute.pipeline_schedule(n_pp, m, v, steps, backward)
 
 
 # --- Interactive -------------------------------------------------------------------------------
