@@ -439,8 +439,9 @@ def _handle_look(handle: Any) -> tuple[Any, tuple] | None:
             return handle.get_color(), (handle.get_linestyle(), handle.get_marker(), hollow)
     if hasattr(handle, "get_facecolor"):
         face = np.atleast_2d(handle.get_facecolor())
-        if len(face) and face[0][3] > 0:
-            return face[0], ("patch",)
+        if len(face) and face[0][3] > 0:  # a hatched patch is another look
+            hatch = handle.get_hatch() if hasattr(handle, "get_hatch") else None
+            return face[0], ("patch", hatch)
     return None
 
 
@@ -455,7 +456,7 @@ def enlarge_small_text(fig: plt.Figure) -> bool:
     layout is redone up to three times, as the tight box it crops to moves with the text."""
     changed = False
     for _ in range(3):
-        need = (MIN_TEXT_PT + 0.1) / shown_points(fig, 1.0)
+        need = (MIN_TEXT_PT + 0.3) / shown_points(fig, 1.0)
         grew = False
         for ax in fig.axes:
             for axis in (ax.xaxis, ax.yaxis):

@@ -210,7 +210,7 @@ def glue(key: str, value: Any, *, digits: int = 3) -> Any:
     if type(value).__name__ == "Figure" and hasattr(value, "savefig"):
 
         share_mathtext_parses()
-        for _ in range(4):  # a legend moved under the figure may widen it: its text shrinks
+        for _ in range(6):  # a legend moved beside the figure may widen it: its text shrinks
             enlarge_small_text(value)
             tidy_legends(value)
             if not small_texts(value):

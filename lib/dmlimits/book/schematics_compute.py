@@ -214,12 +214,14 @@ def memory_tiles_alt(scn: Scenario, d1: Any, d2: Any, b: Any, kind: str = "forwa
     nb = float(checks.numbers("b", b, strict=True))
     rows = hierarchy_levels(scn, d1, d2, nb)
     first = rows[0]
-    parts = [
-        f"{level['name']} ({_bytes(level['capacity'])} {level['capacity_note']}, fed from "
-        f"{level['feed'][1]} at {quantity(level['feed'][0], 'byte/s')}) holds a "
-        f"{_shape(level['height'], level['width'])} tile"
-        for level in rows[1:]
-    ]
+    parts, fed = [], None
+    for level in rows[1:]:
+        # A level fed as the one above it was is said to be, not given the same clause again.
+        feed = (f"fed from {level['feed'][1]} at the same rate" if level["feed"] == fed else
+                f"fed from {level['feed'][1]} at {quantity(level['feed'][0], 'byte/s')}")
+        fed = level["feed"]
+        parts.append(f"{level['name']} ({_bytes(level['capacity'])} {level['capacity_note']}, "
+                     f"{feed}) holds a {_shape(level['height'], level['width'])} tile")  # fmt: skip
     resident = [level["name"] for level in rows if level["resident"]]
     stay = (f" The weights and their gradients stay in the {resident[0]}." if resident
             else " The weights stream from HBM.")  # fmt: skip

@@ -395,10 +395,13 @@ class Derivation:
             if step.using is not None:
                 kind = "assumption" if step.using.kind == "assumption" else "definition"
                 inline = step.using.latex(registry)
+                # A substitution named by the step's own sentence is not named twice.
+                said = text.lower().rstrip(". ").startswith(step.using.name.lower().rstrip(". "))
+                named = kind if said else f"{kind}: {step.using.name}"
                 if visible_width(inline) <= INLINE_WIDTH:
-                    text += f" (*{kind}: {step.using.name}*, ${inline}$)"
+                    text += f" (*{named}*, ${inline}$)"
                 else:  # too long for a line of text: each replacement displayed, unnumbered
-                    text += f" (*{kind}: {step.using.name}*):"
+                    text += f" (*{named}*):"
                     shown = _replacements(step.using, registry)
             parts.append(text)
             if shown:
