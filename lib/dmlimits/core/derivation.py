@@ -395,9 +395,12 @@ class Derivation:
             if step.using is not None:
                 kind = "assumption" if step.using.kind == "assumption" else "definition"
                 inline = step.using.latex(registry)
-                # A substitution named by the step's own sentence is not named twice.
-                said = text.lower().rstrip(". ").startswith(step.using.name.lower().rstrip(". "))
-                named = kind if said else f"{kind}: {step.using.name}"
+                # A substitution named by the step's own first sentence is not named twice:
+                # only what its name adds to that sentence is printed.
+                name, first = step.using.name, text.split(". ")[0].rstrip(". ")
+                if name.lower().startswith(first.lower()):
+                    name = name[len(first) :].lstrip(" :;,")
+                named = f"{kind}: {name}" if name else kind
                 if visible_width(inline) <= INLINE_WIDTH:
                     text += f" (*{named}*, ${inline}$)"
                 else:  # too long for a line of text: each replacement displayed, unnumbered
