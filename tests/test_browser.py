@@ -95,3 +95,28 @@ def test_a_table_wider_than_the_column_is_caught_and_named(built_book, monkeypat
     found = {(p.kind, p.detail[:14]) for p in problems}
     assert ("table wider than the column", "Compute (FLOP)") in found, problems
     assert ("table listed as wide fits the column", "Fitted nowhere") in found, problems
+
+
+def test_search_results_are_summarized_from_the_pages_words(built_book):
+    """A result's summary comes from the page's article, not its buttons or list of contents;
+    a glossary term's result is titled with its term, not a second "Glossary"."""
+    import time
+
+    with browser.serve(HTML) as base, browser.chromium() as driver:
+        driver.get(f"{base}/search.html?q=latency%20wall")
+        for _ in range(100):
+            results = driver.execute_script(
+                "return [...document.querySelectorAll('#search-results li')].map(li => "
+                "[li.querySelector('a').textContent, "
+                "(li.querySelector('p.context') || {textContent: ''}).textContent])"
+            )
+            if len(results) > 5 and all(s for t, s in results if not t.startswith("dmlimits")):
+                break
+            time.sleep(0.2)
+    titles = [t for t, _ in results]
+    assert "Glossary: latency wall" in titles, titles
+    assert titles.count("Glossary") <= 1, titles
+    pages = [(t, s) for t, s in results if not t.startswith("dmlimits")]
+    assert pages
+    for title, summary in pages:
+        assert ".md" not in summary[:12] and "Contents" not in summary, (title, summary)

@@ -3,6 +3,7 @@ one version of it: this fails when another is installed, so that the patch is re
 the new code (and its version here moved) before the pin in requirements.txt moves."""
 
 import importlib.metadata
+from pathlib import Path
 
 import pytest
 from dmlimits.build import patches
@@ -36,3 +37,16 @@ def test_the_check_fails_on_another_version():
     wrong = patches.Patch("x", "sphinx", "0.0.1", "nothing")
     with pytest.raises(AssertionError, match=r"written against sphinx 0\.0\.1"):
         test_each_patch_runs_on_the_version_it_was_written_against(wrong)
+
+
+def test_the_search_script_replaces_what_sphinx_defines():
+    """``search.js`` replaces ``Search.htmlToText`` and reads the results' markup
+    (``#search-results``, ``p.context``) of this Sphinx's ``searchtools.js``: both are there."""
+    import sphinx  # Sphinx loads only where its search script is read
+
+    tools = Path(sphinx.__file__).parent / "themes" / "basic" / "static" / "searchtools.js"
+    source = tools.read_text()
+    assert "htmlToText: (htmlString, anchor) =>" in source
+    assert 'querySelector(\'[role="main"]\')' in source
+    assert 'summary.classList.add("context")' in source
+    assert 'document.getElementById("search-results")' in source

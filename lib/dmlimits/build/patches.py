@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import functools
 import io
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from dmlimits.core import assets
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,8 @@ PATCHES = (
     Patch("no_type_comments", "sphinx", "7.4.7",
           "EventManager.listeners; sphinx.ext.autodoc.type_comment's listener"),
     Patch("plugins_looked_up_once", "pybtex", "0.26.1", "pybtex.plugin.entry_points"),
+    Patch("search_results_read_the_article", "sphinx", "7.4.7",
+          "searchtools.js: Search.htmlToText and the markup of #search-results"),
 )  # fmt: skip
 
 
@@ -228,3 +234,24 @@ def share_doctrees_while_numbering(app) -> None:
     # The numbering is the only other listener (sphinx.environment.collectors.toctree).
     app.connect("env-get-updated", start, priority=1)
     app.connect("env-get-updated", end, priority=999)
+
+
+#: The script that makes the search page's summaries come from each page's article and titles a
+#: glossary term's result with its term (``lib/dmlimits/static/search.js`` says why), written
+#: into the output's ``_static``.
+SEARCH_SCRIPT = "dmlimits-search.js"
+
+
+def search_results_read_the_article(app) -> None:
+    """Link :data:`SEARCH_SCRIPT` from every page (it does nothing where Sphinx's search is not
+    loaded), written into the output's ``_static`` when the builder starts.  It replaces
+    ``Search.htmlToText`` of Sphinx's ``searchtools.js`` and rewrites the results' titles."""
+    def write(app) -> None:
+        if app.builder.format != "html":
+            return
+        static = Path(app.outdir) / "_static"
+        static.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(assets.STATIC / "search.js", static / SEARCH_SCRIPT)
+
+    app.connect("builder-inited", write)
+    app.add_js_file(SEARCH_SCRIPT, defer="defer")

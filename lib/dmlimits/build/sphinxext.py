@@ -25,6 +25,9 @@
   at a phone's width many of the derivations' steps are wider than the column.  A script of
   the book's own (:data:`EQUATIONS_SCRIPT`, written beside the style sheet) sets each such
   equation smaller until it fits, to no less than half the text's size.
+* **Search results that read as the pages do.**  A result's summary comes from the page's
+  article (not its buttons and list of contents), and a glossary term's result is titled with
+  its term (:func:`dmlimits.build.patches.search_results_read_the_article`).
 * **Glued values in the body's type.**  MyST-NB's style sheet sets every pasted value bold; the
   book's resets it, so that emphasis is the prose's own.
 * **Binder opens the MyST source.**  The build executes each chapter into an ``.ipynb`` beside
@@ -232,6 +235,7 @@ def _declared_not_built(module, name, *default):
 
 def setup(app):
     patches.search_index_as_built_afresh()
+    patches.search_results_read_the_article(app)
     patches.plugins_looked_up_once()
     patches.share_doctrees_while_numbering(app)
     app.add_autodoc_attrgetter(types.ModuleType, _declared_not_built)
