@@ -47,10 +47,10 @@ CHANGED = {  # a scenario file that changes the GPU, the run's length and the ba
 REPOSITORY = "https://github.com/example-owner/data-movement-limits"
 
 
-#: The chapters that read nothing of the scenario: a symbolic table, the notation, the
+#: The chapters that read nothing of the scenario: the notation, the
 #: chapters on measured runs and their appendix (which model the clusters the runs were
 #: measured on).
-SCENARIO_FREE = {"notebooks/notation", "notebooks/summary", "notebooks/diminishing_returns",
+SCENARIO_FREE = {"notebooks/notation", "notebooks/diminishing_returns",
                  "notebooks/real_runs", "notebooks/appendix_measured"}  # fmt: skip
 
 

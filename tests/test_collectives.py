@@ -521,7 +521,7 @@ def test_figures_draw_for_every_topology(scn):
         collectives_page.figure_allreduce_participants(scn, 1e9, 64),
     ):
         assert fig.axes and all(ax.lines for ax in fig.axes)
-        figures.tidy_legends(fig)
+        figures.fit_to_read(fig)
         assert figures.check_figure(fig, drawn=True) == []
         plt.close(fig)
 

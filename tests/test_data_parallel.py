@@ -261,7 +261,7 @@ def test_figures_are_fit_to_read(name):
     for make in (data_parallel_page.figure_dp_time, data_parallel_page.figure_dp_memory):
         fig = make(scn)
         assert fig.axes
-        figures.tidy_legends(fig)
+        figures.fit_to_read(fig)
         assert figures.check_figure(fig, drawn=True) == []
         plt.close(fig)
 

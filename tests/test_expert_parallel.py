@@ -386,7 +386,7 @@ def test_the_sweep_figure_is_fit_to_read_with_unbounded_bandwidth():
 
     figures.apply_style()
     fig = expert_parallel_page.figure_sweep(sc.resolve("h100-infinite-network-low-latency-sparse"))
-    figures.tidy_legends(fig)
+    figures.fit_to_read(fig)
     assert figures.check_figure(fig, drawn=True) == []
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
     assert any(label.endswith(": zero, not drawn") for label in labels)

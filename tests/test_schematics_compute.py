@@ -33,7 +33,7 @@ def h100(**overrides):
 
 def fit(fig) -> list[str]:
     """What glue checks before it stores a figure."""
-    figures.tidy_legends(fig)
+    figures.fit_to_read(fig)
     return figures.check_figure(fig, drawn=True)
 
 

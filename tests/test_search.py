@@ -380,7 +380,7 @@ def test_the_decision_chart_is_drawn_from_the_map(h100):
 
     m = search.parallelism_map(h100, every=9, doublings=30)
     fig = whole_run.decision_chart(h100, m)
-    figures.tidy_legends(fig)
+    figures.fit_to_read(fig)
     assert figures.check_figure(fig) == []
     labels = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
     assert {x for row in m["labels"] for x in row if x} <= labels

@@ -57,7 +57,7 @@ def test_figures_are_fit_to_read_with_unbounded_bandwidth(sets):
     scn = sc.resolve("h100", sets=sets)
     page = tensor_parallel_page
     for fig in (page.figure_time_vs_degree(scn, DM, TOK), page.figure_reference_shards(scn)):
-        figures.tidy_legends(fig)
+        figures.fit_to_read(fig)
         assert figures.check_figure(fig) == []
         labels = [line.get_label() for ax in fig.axes for line in ax.get_lines()]
         left_out = [label for label in labels if "not drawn" in label or "no crossover" in label]

@@ -136,7 +136,7 @@ def figure_allreduce_participants(scn: Scenario, words: float, max_nodes: int) -
     vector = float(words) * float(scn["model.word_bytes"])
     flat = allreduce_bytes(scn, words, p)
     intra, inter = allreduce_bytes_split(scn, words, p0, p1)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 4.0))
+    fig, (left, right) = plt.subplots(2, 1, figsize=(7.0, 7.6))  # stacked: legible in the column
     left.plot(p, flat / vector, "o-", ms=3, color=PALETTE[0], label="flat ring: all bytes")
     left.plot(p, intra / vector, "s--", ms=3, color=PALETTE[3], label="two levels: in the node")
     left.plot(p, inter / vector, "^--", ms=3, color=PALETTE[1], label="two levels: between nodes")

@@ -479,6 +479,38 @@ def enlarge_small_text(fig: plt.Figure) -> bool:
     return changed
 
 
+#: How much wider than its own size a figure's saved box may grow while its text is enlarged: a
+#: legend wider than the figure grows as fast as its text, and enlarging it further would only
+#: shrink the whole on the page.
+MAX_WIDENING = 1.3
+
+
+def fit_to_read(fig: plt.Figure) -> None:
+    """What glue does to every figure before checking it: text enlarged to be legible in the
+    column (:func:`enlarge_small_text`) and legends moved off the data (:func:`tidy_legends`),
+    again while a legend moved beside the figure widens it and shrinks its text on the page (such
+    a legend goes under its axes instead).  The figure is left laid out as a draw would leave
+    it."""
+    for attempt in range(8):
+        if _tight_box(fig).width > MAX_WIDENING * fig.get_figwidth():
+            break  # text outgrowing the figure: the figure itself must change (check_figure says)
+        enlarge_small_text(fig)
+        tidy_legends(fig)
+        if not small_texts(fig):
+            break
+        if attempt == 2:  # a legend beside the axes widens the figure as fast as its text grows
+            for ax in fig.axes:
+                legend = ax.get_legend()
+                anchor = legend.get_bbox_to_anchor() if legend is not None else None
+                if anchor is not None and anchor.x0 > ax.get_window_extent().x1:
+                    legend.set_bbox_to_anchor((0.5, -0.2), transform=ax.transAxes)
+                    legend.set_loc("upper center")
+            for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes)]:
+                if legend is not None:  # entries side by side widen it the same way
+                    legend.set_ncols(1)
+            fig.draw_without_rendering()
+
+
 def close_colours(fig: plt.Figure) -> list[tuple[str, str, float]]:
     """Pairs of a legend's entries drawn alike but for colours closer than
     :data:`MIN_COLOUR_DIFFERENCE`, with their difference: ``(label, label, ΔE)``."""

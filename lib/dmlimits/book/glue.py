@@ -10,9 +10,9 @@
   for ``{glue}`key``` inline or ``{glue:math}`` as display math;
 * a string is stored as text for ``{glue:text}`key```;
 * a matplotlib figure is first checked for what a reader would trip over
-  (its small text first enlarged to be legible in the column,
-  :func:`dmlimits.book.figures.enlarge_small_text`; then
-  :func:`dmlimits.book.figures.check_figure`; a problem stops the notebook), then stored as a PNG
+  (first made fit to read, :func:`dmlimits.book.figures.fit_to_read`: its small text enlarged
+  for the column, its legends off the data; then :func:`dmlimits.book.figures.check_figure`; a
+  problem stops the notebook), then stored as a PNG
   (twice the screen resolution, no timestamp) for ``{glue:figure}``, and closed.
 
 :func:`read_glued` reads the values back from an executed notebook, which is how the tests compare
@@ -32,14 +32,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import sympy as sp
 
-from dmlimits.book.figures import (
-    check_figure,
-    enlarge_small_text,
-    png_bytes,
-    share_mathtext_parses,
-    small_texts,
-    tidy_legends,
-)
+from dmlimits.book.figures import check_figure, fit_to_read, png_bytes, share_mathtext_parses
 from dmlimits.core import published
 from dmlimits.core.symbols import REGISTRY
 
@@ -210,11 +203,7 @@ def glue(key: str, value: Any, *, digits: int = 3) -> Any:
     if type(value).__name__ == "Figure" and hasattr(value, "savefig"):
 
         share_mathtext_parses()
-        for _ in range(6):  # a legend moved beside the figure may widen it: its text shrinks
-            enlarge_small_text(value)
-            tidy_legends(value)
-            if not small_texts(value):
-                break
+        fit_to_read(value)
         problems = check_figure(value, drawn=True)
         if problems:
             plt.close(value)

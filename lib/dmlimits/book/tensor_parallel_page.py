@@ -112,11 +112,11 @@ def figure_reference_shards(scn: Scenario):
             label="its $d_{\\mathrm{model}}$ side")  # fmt: skip
     for level, color, name in ((0, PALETTE[3], "NVLink"), (1, PALETTE[1], "InfiniBand")):
         side = crossover_shard(scn, level)
-        label = f"crossover of a square shard, {name} ({scn.name})"
+        label = f"crossover of a square shard, {name}"
         if side > 0:
             ax.axhline(side, color=color, ls="--", label=label)
         else:  # unbounded bandwidth: every shard hides its traffic; no line on a log axis
-            ax.plot([], [], color=color, ls="--", label=f"no crossover, {name} ({scn.name})")
+            ax.plot([], [], color=color, ls="--", label=f"no crossover, {name}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("training compute (FLOP)")
