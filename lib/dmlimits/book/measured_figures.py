@@ -127,7 +127,9 @@ def mfu_figure(curves_by_gpu: dict):
 
 
 def scatter_figure(cmp: runs.Comparison):
-    fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.6), sharey=True)
+    # Stacked, not side by side: at the column's width two panels side by side set their
+    # labels under nine points.
+    fig, axes = plt.subplots(2, 1, figsize=(7.0, 9.0))
     labels = [confront.source_label(r) for r in cmp.rows]
     kinds = list(dict.fromkeys(labels))
     for ax, pred, title in (
@@ -150,8 +152,9 @@ def scatter_figure(cmp: runs.Comparison):
         ax.set_ylim(0, max(70.0, 5 * np.ceil(21 * float(np.nanmax(cmp.reported)))))
         ax.set_xlabel(f"predicted utilization (%), {title}")
         ax.set_title(title)
-    axes[0].set_ylabel("reported utilization (%)")
-    axes[1].legend(fontsize=7)
+    for ax in axes:
+        ax.set_ylabel("reported utilization (%)")
+    axes[1].legend(fontsize=8)
     fig.tight_layout()
     return fig
 

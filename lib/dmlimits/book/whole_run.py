@@ -284,16 +284,19 @@ def _draw_curves(ax: plt.Axes, scns: list[Scenario], labels: list[str] | None) -
 
 
 def comparison_figure(panels: list[tuple[str, list[Scenario]]]) -> plt.Figure:
-    """Side-by-side utilization curves, one panel per group of scenarios (dense, sparse)."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(7.0 * min(len(panels), 2) / 1.35, 4.0),
-                             sharey=True, squeeze=False)  # fmt: skip
-    for ax, (title, scns) in zip(axes[0], panels, strict=True):
+    """Utilization curves, one panel per group of scenarios (dense, sparse), stacked: side by
+    side, at the column's width, their legends of preset names were too small to read."""
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7.0, 4.2 * len(panels)), sharex=True,
+                             squeeze=False)  # fmt: skip
+    for ax, (title, scns) in zip(axes[:, 0], panels, strict=True):
         _draw_curves(ax, scns, None)
         # The paper's threshold only when every curve shares it (one GPU's derate).
         same = len({float(s["hardware.effective_utilization"]) for s in scns}) == 1
         _finish(ax, scns[0], threshold=same)
         ax.set_title(title, fontsize=10)
-        ax.legend(loc="lower left", fontsize=7)
+        ax.legend(loc="lower left", fontsize=9)
+    for ax in axes[:-1, 0]:  # the shared compute axis is labelled under the last panel
+        ax.set_xlabel("")
     fig.tight_layout()
     return fig
 
@@ -430,7 +433,7 @@ def step_split_figure(scn: Scenario, r: dict[str, Any]) -> plt.Figure:
     parts = step_split(scn, r)
     unseen = set(step_split_unseen(scn, r))
     labels = {"ideal": IDEAL_LABEL, **search.LOSS_LABELS}
-    fig, ax = plt.subplots(figsize=(7.0, 2.2))
+    fig, ax = plt.subplots(figsize=(7.0, 2.6))
     left = 0.0
     for i, (k, v) in enumerate(parts.items()):
         if k not in unseen:
@@ -439,7 +442,7 @@ def step_split_figure(scn: Scenario, r: dict[str, Any]) -> plt.Figure:
     ax.set_yticks([])
     ax.set_xlabel("time of one step (ms)")
     ax.grid(axis="y", visible=False)
-    ax.legend(fontsize=7, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.02))
+    ax.legend(fontsize=9, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.02))
     fig.tight_layout()
     return fig
 
