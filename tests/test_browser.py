@@ -120,3 +120,23 @@ def test_search_results_are_summarized_from_the_pages_words(built_book):
     assert pages
     for title, summary in pages:
         assert ".md" not in summary[:12] and "Contents" not in summary, (title, summary)
+
+
+def test_the_headline_figure_and_its_text_agree_on_the_wall(built_book):
+    """Fig. 9.1's caption, its text and the introduction's opening figure name the same two grid
+    points around the latency wall: the last run that finishes in time and the first that does
+    not (once a caption shaded from one and the text stopped at the other)."""
+    from dmlimits.book import whole_run
+    from selenium.webdriver.common.by import By
+
+    marks = whole_run.regimes(resolve("h100"))
+    last, first = sci(marks["last_feasible"]), sci(marks["first_infeasible"])
+    with browser.serve(HTML) as base, browser.chromium() as driver:
+        for page, figure in (("notebooks/reproduction.html", "fig-reproduction-headline"),
+                             ("notebooks/intro.html", "fig-intro-headline")):  # fmt: skip
+            driver.get(f"{base}/{page}")
+            caption = driver.find_element(By.CSS_SELECTOR, f"#{figure} figcaption").text
+            text = driver.find_element(By.TAG_NAME, "main").text.replace(caption, "")
+            for value in (last, first):
+                assert value in caption, (page, value, caption)
+                assert value in text, (page, value)

@@ -413,3 +413,40 @@ def test_series_in_colours_a_reader_cannot_tell_apart_are_named():
     gaps = [np.linalg.norm(a - b) for i, a in enumerate(labs) for b in labs[i + 1 :]]
     assert min(gaps) >= figures.MIN_COLOUR_DIFFERENCE
     plt.close("all")
+
+
+def test_a_legend_beside_its_axes_leaves_the_figure_legible_and_its_width_bounded():
+    """A legend of long entries beside the axes can widen the figure as fast as its text grows,
+    so that enlarging alone would never make it legible in the column; fitted, the figure's
+    text is legible and the figure no wider than it may grow."""
+    figures.apply_style()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for k in range(3):
+        ax.plot([1, 2, 3], [k, k + 1, k + 2],
+                label=f"a very long description of series {k}, as long as the axes are wide")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7)
+    fig.tight_layout()
+    figures.fit_to_read(fig)
+    assert figures.small_texts(fig) == []
+    box = fig.get_tightbbox(fig.canvas.get_renderer())
+    assert box.width <= figures.MAX_WIDENING * fig.get_figwidth()
+    assert not any("show under" in p for p in figures.check_figure(fig))
+    plt.close(fig)
+
+
+def test_legends_under_moves_a_legend_beside_its_axes_and_stacks_its_entries():
+    figures.apply_style()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for k in range(4):
+        ax.plot([1, 2], [k, k + 1], label=f"series {k}")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), ncol=2)
+    figures.legends_under(fig)
+    legend = ax.get_legend()
+    assert legend.get_window_extent().y1 < ax.get_window_extent().y0
+    lefts = {round(t.get_window_extent().x0) for t in legend.get_texts()}
+    assert len(lefts) == 1  # one column
+    plt.close(fig)

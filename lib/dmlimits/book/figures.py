@@ -491,24 +491,47 @@ def fit_to_read(fig: plt.Figure) -> None:
     again while a legend moved beside the figure widens it and shrinks its text on the page (such
     a legend goes under its axes instead).  The figure is left laid out as a draw would leave
     it."""
+    moved = False
     for attempt in range(8):
-        if _tight_box(fig).width > MAX_WIDENING * fig.get_figwidth():
+        wide = _tight_box(fig).width > MAX_WIDENING * fig.get_figwidth()
+        if (wide or attempt == 2) and not moved:
+            legends_under(fig)  # a legend beside the axes widens the figure as its text grows
+            moved = True
+            wide = _tight_box(fig).width > MAX_WIDENING * fig.get_figwidth()
+        if wide:
             break  # text outgrowing the figure: the figure itself must change (check_figure says)
         enlarge_small_text(fig)
         tidy_legends(fig)
         if not small_texts(fig):
             break
-        if attempt == 2:  # a legend beside the axes widens the figure as fast as its text grows
-            for ax in fig.axes:
-                legend = ax.get_legend()
-                anchor = legend.get_bbox_to_anchor() if legend is not None else None
-                if anchor is not None and anchor.x0 > ax.get_window_extent().x1:
-                    legend.set_bbox_to_anchor((0.5, -0.2), transform=ax.transAxes)
-                    legend.set_loc("upper center")
-            for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes)]:
-                if legend is not None:  # entries side by side widen it the same way
-                    legend.set_ncols(1)
-            fig.draw_without_rendering()
+
+
+def legends_under(fig: plt.Figure) -> None:
+    """Each legend placed beside or under its axes goes under them with its entries in one
+    column, and so does a legend of the whole figure."""
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        handles, labels = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
+        size = legend_fontsize(ax)
+        anchor, box = legend.get_bbox_to_anchor(), ax.get_window_extent()
+        # Beside the axes or under them: under them, in one column (a legend's columns are
+        # fixed when it is made, so it is made again); a legend inside its axes stays.
+        if anchor.x0 > box.x1 or anchor.y1 < box.y0:
+            ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+                      ncols=1, fontsize=size)  # fmt: skip
+    for legend in list(fig.legends):
+        handles, labels = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
+        size = legend.get_texts()[0].get_fontsize() if labels else None
+        legend.remove()
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=1,
+                   frameon=False, fontsize=size)  # fmt: skip
+    if not _places_axes(fig.get_layout_engine()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            fig.tight_layout()
+    fig.draw_without_rendering()
 
 
 def close_colours(fig: plt.Figure) -> list[tuple[str, str, float]]:
