@@ -77,9 +77,11 @@ test: _build/html/index.html lint browser-deps
 # executed chapters they share with other books are taken from the caches).  The template-prose
 # test reads them: `make presets` then `.venv/bin/python -m pytest tests/test_template_prose.py`.
 presets: $(STAMP)
-	@for p in $$($(PY) -c 'from dmlimits.core import scenario as sc; print(*sc.preset_names())'); do \
-	  echo "== $$p"; $(PY) -m dmlimits build --scenario $$p || exit 1; \
-	done
+	@failed=""; \
+	for p in $$($(PY) -c 'from dmlimits.core import scenario as sc; print(*sc.preset_names())'); do \
+	  echo "== $$p"; $(PY) -m dmlimits build --scenario $$p || failed="$$failed $$p"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "these presets' books failed:$$failed"; exit 1; fi
 
 # The browser test drives Debian's Chromium through its driver; never a downloaded browser.
 browser-deps:
