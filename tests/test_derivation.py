@@ -457,3 +457,20 @@ def test_a_proof_is_kept_only_for_the_same_derivation_and_registry():
     assert not wrong.__dict__.get("_proved")
     with pytest.raises(DerivationError, match=f"step {last}"):
         wrong.verify()
+
+
+def test_a_substitution_its_sentence_names_is_not_named_again():
+    """"Each token uses one expert per block. (*definition: each token uses one expert per
+    block*, ...)" said one thing twice: only what the name adds to the sentence is printed."""
+    start = sp.Eq(s.n_params, s.n_layers * s.d_model * s.d_ff)
+    same_name = Substitution("four times wider", {s.d_ff: 4 * s.d_model})
+    more = Substitution("four times wider: the usual ratio", {s.d_ff: 4 * s.d_model})
+    other = Substitution("the usual ratio", {s.d_ff: 4 * s.d_model})
+    for sub, shown in ((same_name, "(*definition*, $"),
+                       (more, "(*definition: the usual ratio*, $"),
+                       (other, "(*definition: the usual ratio*, $")):  # fmt: skip
+        d = derivation("test-named", "t", [Step("a", start),
+                                           Step("Four times wider.", sub.apply(start), using=sub)])
+        md = d.verify().markdown()
+        assert shown in md, md
+        assert md.lower().count("four times wider") == 1
