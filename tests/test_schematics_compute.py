@@ -16,8 +16,8 @@ from dmlimits.costs import pipeline as ppm
 from matplotlib.text import Text
 
 SHARD = (4096, 16384)  # the largest shard of the authors' printed table
-COLUMN_PX = 755  # the book's column, in pixels
-LEAST_POINTS = 9.0  # the smallest text a reader should meet in the column
+COLUMN_PX = figures.COLUMN_PX  # the book's column, in pixels
+LEAST_POINTS = figures.MIN_TEXT_PT  # the smallest text a reader should meet in the column
 
 
 @pytest.fixture(autouse=True)

@@ -14,17 +14,17 @@ import numpy as np
 from matplotlib.text import Text
 
 from dmlimits.book import interactive
-from dmlimits.book.figures import DPI, PALETTE
+from dmlimits.book.figures import COLUMN_PX, DPI, PALETTE
 from dmlimits.core import published
 from dmlimits.measured import confront, runs, transformer
 
 #: Drawn in black beside the model's curves: what Fernandez et al. (2024) report.
 PUBLISHED_STYLE = {"color": "black", "zorder": 5}
 
-#: The page's text column, 755 CSS pixels at the width the book is read at, in inches at the
-#: book's figure density (``dmlimits.book.figures.DPI``): a figure this wide is shown with
-#: its text at the sizes it was drawn with.
-COLUMN_INCHES = 755 / DPI
+#: The page's text column (``dmlimits.book.figures.COLUMN_PX``) in inches at the book's figure
+#: density (``dmlimits.book.figures.DPI``): a figure this wide is shown with its text at the
+#: sizes it was drawn with.
+COLUMN_INCHES = COLUMN_PX / DPI
 
 #: The smallest font of these figures, in points, at :data:`COLUMN_INCHES`.
 FONT_PT = 9

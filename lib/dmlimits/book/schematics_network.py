@@ -31,6 +31,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
+from dmlimits.book.figures import COLUMN_PX as FIGURES_COLUMN_PX
 from dmlimits.book.figures import DPI, PALETTE, apply_style
 from dmlimits.book.glue import quantity
 from dmlimits.core.checks import counts, require_scenario
@@ -42,8 +43,8 @@ from dmlimits.costs import tensor_parallel as tpm
 #: Width of every schematic (inches): the book's column shows it at
 #: ``COLUMN_PX / (WIDTH * figures.DPI)`` of its size, about one.
 WIDTH = 7.0
-#: The width of the book's text column, in pixels.
-COLUMN_PX = 755
+#: The width of the book's text column, in pixels (:data:`dmlimits.book.figures.COLUMN_PX`).
+COLUMN_PX = FIGURES_COLUMN_PX
 #: How much of its size a schematic's text keeps in the column (a font of ``f`` points shows
 #: at ``f * COLUMN_SCALE``), before the tight crop of the PNG, which only enlarges it.
 COLUMN_SCALE = COLUMN_PX / (WIDTH * DPI)
