@@ -430,7 +430,7 @@ def test_predict_table(capsys):
         (["--gpu", "a100", "--precision", "fp8"], "no FP8"),
         (["--model", "llama9"], "unknown model shape 'llama9'"),
         (["--gpu", "tpu"], "unknown GPU 'tpu'"),
-        (["--runs", "/nonexistent.csv"], "cannot read"),
+        (["--runs", "/nonexistent.csv"], "no such file: /nonexistent.csv"),
     ],
 )
 def test_predict_bad_input_is_one_line_and_exit_2(capsys, args, needle):

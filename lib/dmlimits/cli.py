@@ -33,29 +33,48 @@ from pathlib import Path
 from dmlimits.build.engine import RepositoryError
 from dmlimits.core.scenario import DEFAULT_SCENARIO, ScenarioError, describe_presets, resolve
 
+#: The help of every ``--scenario`` option that takes one scenario: a preset or a file.
+SCENARIO_HELP = (
+    "the assumptions to use: a preset name (list them with 'scenarios') or a YAML file of "
+    "your own, e.g. --scenario a100 or --scenario my.yaml; default: %(default)s"
+)
+#: The help of every ``--set`` option.
+SET_HELP = (
+    "change one assumption of the scenario, e.g. --set network.latency=2e-6 or --set "
+    "training.months=6 (repeatable; every key and its meaning: 'scenarios --keys')"
+)
+
+
+def _add_scenario_options(p: argparse.ArgumentParser, several: bool = False) -> None:
+    """The pair of options every command that reads a scenario takes: ``--scenario`` (one, or
+    with ``several`` a comma-separated list) and ``--set``."""
+    if several:
+        p.add_argument(
+            "--scenario",
+            default=DEFAULT_SCENARIO,
+            metavar="NAME|FILE[,...]",
+            help="preset names or YAML files, comma-separated, or 'all' (every preset), e.g. "
+            "--scenario h100,a100 or --scenario my.yaml; default: %(default)s",
+        )
+    else:
+        p.add_argument(
+            "--scenario", default=DEFAULT_SCENARIO, metavar="NAME|FILE", help=SCENARIO_HELP
+        )
+    p.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP
+    )
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m dmlimits",
         description="Data Movement Limits: build, inspect and check the book's model.",
+        epilog="Every command's own help: python -m dmlimits COMMAND --help.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     b = sub.add_parser("build", help="execute every notebook and build the HTML book")
-    b.add_argument(
-        "--scenario",
-        default=DEFAULT_SCENARIO,
-        metavar="NAME|FILE",
-        help="a preset name (see 'scenarios') or a YAML file; default: %(default)s",
-    )
-    b.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override one assumption, e.g. --set training.months=6 (repeatable)",
-    )
+    _add_scenario_options(b)
     b.add_argument(
         "--output",
         metavar="DIR",
@@ -68,8 +87,14 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("scenarios", help="list presets, keys, or one resolved scenario")
     s.add_argument("--keys", action="store_true", help="every key a scenario may set")
-    s.add_argument("--show", metavar="NAME|FILE", help="print one scenario, resolved, as YAML")
-    s.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    s.add_argument(
+        "--show",
+        metavar="NAME|FILE",
+        help="print one scenario, resolved, as YAML, e.g. --show a100 or --show my.yaml",
+    )
+    s.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP
+    )
 
     d = sub.add_parser("derivations", help="list the library's derivations")
     d.add_argument(
@@ -89,28 +114,27 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a hardware assumption, e.g. hardware.max_clock=1755e6",
+        help="change one hardware assumption of the GPU preset, e.g. --set "
+        "hardware.max_clock=1755e6 or --set hardware.kernel_latency=2e-6 (repeatable; every "
+        "key: 'scenarios --keys')",
     )
     m.add_argument("--json", action="store_true", help="print JSON for machines")
 
     w = sub.add_parser("sweep", help="the optimal parallelism at every model size of the sweep")
-    w.add_argument(
-        "--scenario",
-        default=DEFAULT_SCENARIO,
-        metavar="NAME[,NAME...]",
-        help="preset names or YAML files, comma-separated, or 'all' (every preset); "
-        "default: %(default)s",
-    )
-    w.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    _add_scenario_options(w, several=True)
     w.add_argument("--format", choices=("json", "csv"), default="csv", help="default: csv")
     w.add_argument(
         "--jobs", type=int, default=None, help="scenarios swept at once (default: one per core)"
     )
 
     h = sub.add_parser("headline", help="a scenario's headline numbers")
-    h.add_argument("--scenario", default=DEFAULT_SCENARIO, metavar="NAME|FILE")
-    h.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    _add_scenario_options(h)
     h.add_argument("--json", action="store_true", help="print JSON for machines")
+    h.add_argument(
+        "--explain",
+        action="store_true",
+        help="say what each output key means (its unit and the chapter that derives it) and stop",
+    )
     _add_predict(sub)
     return p
 
@@ -242,6 +266,10 @@ def _cmd_matmul(args: argparse.Namespace) -> int:
     return 0
 
 
+def _looks_like_path(spec: str) -> bool:
+    return spec.endswith((".yaml", ".yml")) or "/" in spec or os.sep in spec
+
+
 def _scenario_specs(text: str) -> list[str]:
     """The scenarios a ``--scenario`` argument names; an unknown preset is refused with the
     list of valid names before anything runs."""
@@ -259,6 +287,8 @@ def _scenario_specs(text: str) -> list[str]:
     if not specs:
         raise ScenarioError("--scenario: got an empty list; expected preset names or 'all'")
     for spec in specs:
+        if spec not in names and _looks_like_path(spec) and not Path(spec).is_file():
+            raise ScenarioError(f"--scenario: no such file: {spec}")
         if spec not in names and not Path(spec).is_file():
             raise ScenarioError(
                 f"--scenario: unknown scenario {spec!r}; expected 'all', a YAML file or one "
@@ -387,6 +417,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                 reader = csv.DictReader(line for line in fh if not line.startswith("#"))
                 rows = [{k: v for k, v in r.items() if k is not None} for r in reader]
                 columns = list(reader.fieldnames or [])
+        except FileNotFoundError:
+            raise ScenarioError(f"--runs: no such file: {args.runs}") from None
         except OSError as exc:
             raise ScenarioError(f"--runs: cannot read {args.runs!r} ({exc.strerror})") from None
         out = runs.predict_rows(rows)

@@ -356,7 +356,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise ScenarioError(f"scenario file {str(path)!r} does not exist") from None
+        raise ScenarioError(f"no such file: {path}") from None
     except OSError as exc:
         raise ScenarioError(f"scenario file {str(path)!r} cannot be read: {exc.strerror}") from None
     try:

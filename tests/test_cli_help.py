@@ -1,0 +1,48 @@
+"""The command line a student can learn from its help: every option that reads a scenario
+says what it takes with an example, and a missing file is named in one line."""
+
+from __future__ import annotations
+
+import pytest
+from dmlimits import cli
+from dmlimits.cli import main
+
+
+def _subparsers():
+    parser = cli._parser()
+    (action,) = [a for a in parser._actions if a.dest == "command"]
+    return action.choices
+
+
+def _help(capsys, command: str) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # argparse wraps lines: unwrap them
+
+
+@pytest.mark.parametrize("command", sorted(_subparsers()))
+def test_scenario_and_set_are_described_with_an_example(capsys, command):
+    text = _help(capsys, command)
+    options = {o for a in _subparsers()[command]._actions for o in a.option_strings}
+    if "--scenario" in options:
+        assert "--scenario a100" in text or "--scenario h100,a100" in text
+        assert "--scenario my.yaml" in text
+    if "--set" in options:
+        assert "e.g. --set " in text and "scenarios --keys" in text
+
+
+def test_the_commands_that_read_one_scenario_take_the_same_pair():
+    subs = _subparsers()
+    for command in ("build", "headline"):
+        helps = {a.dest: a.help for a in subs[command]._actions}
+        assert helps["scenario"] == cli.SCENARIO_HELP and helps["sets"] == cli.SET_HELP
+
+
+@pytest.mark.parametrize("command", ["headline", "sweep", "build", "scenarios"])
+def test_a_missing_scenario_file_says_no_such_file(capsys, tmp_path, command):
+    path = tmp_path / "mine.yaml"
+    flag = "--show" if command == "scenarios" else "--scenario"
+    assert main([command, flag, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no such file: {path}" in err
