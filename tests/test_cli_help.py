@@ -3,6 +3,8 @@ says what it takes with an example, and a missing file is named in one line."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from dmlimits import cli
 from dmlimits.cli import main
@@ -46,3 +48,34 @@ def test_a_missing_scenario_file_says_no_such_file(capsys, tmp_path, command):
     assert main([command, flag, str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"no such file: {path}" in err
+
+
+def test_every_headline_key_has_a_meaning_and_its_chapter_exists():
+    from dmlimits import search
+    from dmlimits.core.scenario import resolve
+
+    root = Path(__file__).resolve().parents[1]
+    for spec in ("h100", "h100-sparse"):  # a sparse scenario has NaN closed forms: same keys
+        assert set(search.headline(resolve(spec))) == set(search.HEADLINE_MEANINGS), spec
+    for key, m in search.HEADLINE_MEANINGS.items():
+        assert m.unit and len(m.meaning.split()) >= 8, key
+        assert (root / f"{m.chapter}.md").is_file(), (key, m.chapter)
+
+
+def test_headline_explain_prints_each_key_with_its_unit_and_chapter(capsys):
+    from dmlimits import search
+
+    assert main(["headline", "--explain"]) == 0
+    out = capsys.readouterr().out
+    heads = [line for line in out.splitlines() if not line.startswith(" ")]
+    assert heads == [
+        f"{k}  [{m.unit}; derived in {m.chapter}]" for k, m in search.HEADLINE_MEANINGS.items()
+    ]
+    text = " ".join(out.split())  # the meanings are wrapped: unwrap them
+    assert all(m.meaning in text for m in search.HEADLINE_MEANINGS.values())
+
+
+def test_headline_text_names_the_units_and_points_to_explain(capsys):
+    assert main(["headline", "--scenario", "h100"]) == 0
+    out = capsys.readouterr().out
+    assert "t_limit_flop" in out and " FLOP\n" in out and "headline --explain" in out

@@ -9,6 +9,7 @@ Commands:
 * ``matmul``      time and efficiency of one matmul on one GPU (the single-GPU model);
 * ``sweep``       the optimal parallelism at every model size, one CSV or JSON row each;
 * ``headline``    a scenario's headline numbers (linear-scaling end, latency wall, ...);
+                  ``--explain`` says what each means, its unit and the chapter deriving it;
 * ``predict``     step time, throughput and MFU of one training configuration (transformer,
                   sharded data, tensor, pipeline and context parallelism), or of every row of
                   a CSV of runs (``--runs FILE.csv``).
@@ -26,6 +27,7 @@ import math
 import os
 import signal
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -334,6 +336,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_headline(args: argparse.Namespace) -> int:
     from dmlimits import search  # a command imports the layers it runs only
 
+    if args.explain:
+        pad = " " * 4
+        for key, m in search.HEADLINE_MEANINGS.items():
+            print(f"{key}  [{m.unit}; derived in {m.chapter}]")
+            print(textwrap.fill(m.meaning, 96, initial_indent=pad, subsequent_indent=pad))
+        return 0
     specs = _scenario_specs(args.scenario)
     if len(specs) != 1:
         raise ScenarioError(f"--scenario: got {args.scenario!r}; expected one scenario")
@@ -342,8 +350,10 @@ def _cmd_headline(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({k: _jsonable(v) for k, v in result.items()}, indent=2))
     else:
+        width = max(map(len, result))
         for key, value in result.items():
-            print(f"{key:<26} {value:.3g}")
+            print(f"{key:<{width}} {value:.3g} {search.HEADLINE_MEANINGS[key].unit}")
+        print("(what each number means: headline --explain)")
     return 0
 
 

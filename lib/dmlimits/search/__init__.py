@@ -91,8 +91,10 @@ from dmlimits.search.reference import (
     reference_summary,
 )
 from dmlimits.search.results import (
+    HEADLINE_MEANINGS,
     PARALLELISMS,
     ROW_FIELDS,
+    Meaning,
     headline,
     linear_end_threshold,
     parallelism_label,
@@ -119,6 +121,7 @@ __all__ = [
     "CODES",
     "COUNTS",
     "DEGREES",
+    "HEADLINE_MEANINGS",
     "LAYOUTS_KEPT",
     "LOOKAHEAD",
     "LOOKAHEAD_PAIRS",
@@ -136,6 +139,7 @@ __all__ = [
     "SEEDS",
     "CandidateRows",
     "Choices",
+    "Meaning",
     "Point",
     "bases",
     "best_on",

@@ -5,7 +5,7 @@ of linear scaling, critical compute and the latency wall (:func:`headline`).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -104,13 +104,76 @@ def linear_end_threshold(scn: Scenario) -> float:
     )
 
 
+class Meaning(NamedTuple):
+    """What one headline number is: its unit, the chapter that derives it (a page of the book,
+    ``notebooks/NAME``) and a sentence a reader can take it from."""
+
+    unit: str
+    chapter: str
+    meaning: str
+
+
+#: What each key of :func:`headline` means: the command line prints these for
+#: ``headline --explain`` and names the units beside the numbers, and a test checks that every
+#: key :func:`headline` returns has one.
+HEADLINE_MEANINGS: dict[str, Meaning] = {
+    "linear_scaling_end_flop": Meaning(
+        "FLOP", "notebooks/search",
+        "training compute of the first feasible grid point whose utilization is at or below "
+        "the linear-scaling threshold (a published fraction, paper1.linear_end_fraction, of "
+        "the GPU's effective utilization): the first point past the end of linear scaling",
+    ),
+    "linear_scaling_before_flop": Meaning(
+        "FLOP", "notebooks/search",
+        "training compute of the feasible grid point just before that end: the last point "
+        "still scaling linearly",
+    ),
+    "linear_scaling_crossing_flop": Meaning(
+        "FLOP", "notebooks/search",
+        "where utilization crosses the threshold, interpolated in log compute between the two "
+        "points above: the end of linear scaling to within the grid's spacing",
+    ),
+    "plateau_utilization": Meaning(
+        "fraction of peak FLOP/s", "notebooks/search",
+        "the largest utilization of any feasible grid point: the plateau before linear scaling "
+        "ends",
+    ),
+    "last_feasible_flop": Meaning(
+        "FLOP", "notebooks/search",
+        "training compute of the largest grid point that finishes within the training time at "
+        "all: the searched latency wall",
+    ),
+    "t_crit_flop": Meaning(
+        "FLOP", "notebooks/closed_forms",
+        "critical compute, the paper's closed form: the largest run whose every node still "
+        "runs its matmuls at full rate, with the paper's batch-to-depth ratio (closed_forms.*)",
+    ),
+    "t_limit_flop": Meaning(
+        "FLOP", "notebooks/closed_forms",
+        "the latency wall, the paper's closed form: the largest run whose steps are no shorter "
+        "than the latencies on their critical path allow, with the paper's batch-to-depth ratio",
+    ),
+    "t_crit_own_flop": Meaning(
+        "FLOP", "notebooks/closed_forms",
+        "critical compute with the batch-to-depth ratio the scenario's own batch and depth laws "
+        "give (batch.*, depth.*)",
+    ),
+    "t_limit_own_flop": Meaning(
+        "FLOP", "notebooks/closed_forms",
+        "the latency wall with the batch-to-depth ratio the scenario's own batch and depth laws "
+        "give (batch.*, depth.*)",
+    ),
+}  # fmt: skip
+
+
 def headline(scn: Scenario) -> dict[str, float]:
     """The scenario's headline numbers: where linear scaling ends (the first feasible grid
     point at or below :func:`linear_end_threshold`), the feasible grid point before it and the
     crossing interpolated between the two in log compute (the grid's spacing sets the end to
     within that bracket), the utilization of the plateau before it (the largest), the last
     feasible grid point, and the closed forms: the paper's (``t_crit_flop``, ``t_limit_flop``)
-    and those of the scenario's own laws (``t_crit_own_flop``, ``t_limit_own_flop``)."""
+    and those of the scenario's own laws (``t_crit_own_flop``, ``t_limit_own_flop``).  Each key's
+    unit and meaning are in :data:`HEADLINE_MEANINGS`."""
     scn = require_scenario(scn)
     results = sweep(scn)
     feasible = [r for r in results if r["feasible"]]
