@@ -3,6 +3,7 @@ says what it takes with an example, and a missing file is named in one line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,48 @@ def test_headline_text_names_the_units_and_points_to_explain(capsys):
     assert main(["headline", "--scenario", "h100"]) == 0
     out = capsys.readouterr().out
     assert "t_limit_flop" in out and " FLOP\n" in out and "headline --explain" in out
+
+
+def test_list_models_gives_each_preset_its_main_numbers(capsys):
+    from dmlimits.measured import runs, transformer
+
+    assert main(["predict", "--list-models"]) == 0
+    rows = {
+        line.split()[0]: line.split()
+        for line in capsys.readouterr().out.splitlines()
+        if line.strip()
+    }
+    for name, sh in transformer.SHAPES.items():
+        assert rows[name][1:5] == [
+            str(sh.layers),
+            str(sh.d_model),
+            str(sh.heads),
+            f"{sh.params / 1e9:.3g}",
+        ]
+    for name, c in runs.CLUSTERS.items():
+        assert name in rows and c.label.split()[0] in rows[name]
+
+
+@pytest.mark.parametrize(
+    ("flag", "spelt", "meant"),
+    [("--model", "Llama-3-8B", "llama3-8b"), ("--model", "LLAMA_2_7B", "llama2-7b"),
+     ("--model", "mixtral8x7b", "mixtral-8x7b"), ("--gpu", "H100-500W", "h100-500w"),
+     ("--gpu", "B200", "b200")],
+)  # fmt: skip
+def test_model_and_gpu_names_match_whatever_their_case_and_dashes(capsys, flag, spelt, meant):
+    def config(name):
+        assert main(["predict", flag, name, "--mode", "bound", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["config"]
+
+    assert config(spelt) == config(meant)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [(["--model", "lama-2-7b"], "(did you mean llama2-7b?)"),
+     (["--gpu", "h2000"], "(did you mean h200?)")],
+)  # fmt: skip
+def test_a_misspelt_name_is_refused_with_the_nearest(capsys, args, needle):
+    assert main(["predict", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and err.rstrip().endswith(needle)

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import difflib
 import json
 import math
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -370,8 +372,24 @@ def _add_predict(sub) -> None:
         default="csv",
         help="output of --runs (default: %(default)s)",
     )
-    p.add_argument("--model", default="llama2-7b", help="a shape preset; default: %(default)s")
-    p.add_argument("--gpu", default="h100", help="a GPU and fabric; default: %(default)s")
+    p.add_argument(
+        "--model",
+        default="llama2-7b",
+        help="a shape preset, in any case, with or without dashes (Llama-3-8B is llama3-8b); "
+        "--list-models lists them; default: %(default)s",
+    )
+    p.add_argument(
+        "--gpu",
+        default="h100",
+        help="a GPU and its fabric, named as --model is; --list-models lists them; "
+        "default: %(default)s",
+    )
+    p.add_argument(
+        "--list-models",
+        action="store_true",
+        help="list the shape presets (layers, d_model, heads, parameters) and the GPU presets, "
+        "and stop",
+    )
     p.add_argument("--gpus", type=int, default=8, help="GPU count; default: %(default)s")
     for name in ("tp", "pp", "dp", "ep", "cp"):
         p.add_argument(
@@ -413,6 +431,48 @@ def _add_predict(sub) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+def _bare(name: str) -> str:
+    """A name without its case, spaces, dashes, underscores and dots: how names are matched."""
+    return re.sub(r"[\s_.-]", "", name.lower())
+
+
+def _pick(what: str, flag: str, text: str, names: Sequence[str]) -> str:
+    """The one of ``names`` that ``text`` spells whatever its case and separators (as the rows
+    of a runs file are matched, ``measured.runs.row_shape``); otherwise a one-line error with
+    the names and the nearest one."""
+    matches = [n for n in names if _bare(n) == _bare(text)]
+    if len(matches) == 1:
+        return matches[0]
+    bare = {_bare(n): n for n in names}
+    close = difflib.get_close_matches(_bare(text), list(bare), n=1)
+    hint = f" (did you mean {bare[close[0]]}?)" if close else ""
+    raise ScenarioError(
+        f"{flag}: unknown {what} {text!r}; expected one of {', '.join(names)}{hint}"
+    )
+
+
+def _list_models() -> None:
+    from dmlimits.measured import runs, transformer  # a command imports the layers it runs only
+
+    print("Model shapes (--model):")
+    width = max(map(len, transformer.SHAPES))
+    print(f"  {'name':<{width}}  {'layers':>6}  {'d_model':>7}  {'heads':>5}  parameters")
+    for name, sh in transformer.SHAPES.items():
+        experts = f" ({sh.experts} experts, {sh.top_k} a token)" if sh.moe else ""
+        print(
+            f"  {name:<{width}}  {sh.layers:>6}  {sh.d_model:>7}  {sh.heads:>5}  "
+            f"{sh.params / 1e9:.3g} B{experts}"
+        )
+    print("\nGPUs and their fabrics (--gpu):")
+    clusters = runs.CLUSTERS
+    width = max(map(len, clusters))
+    for name, c in clusters.items():
+        print(
+            f"  {name:<{width}}  {c.label}: {c.peak_16bit / 1e12:.4g} TFLOP/s dense 16-bit, "
+            f"{c.hbm / 1e9:.4g} GB HBM, {c.node_size} GPUs a node"
+        )
+
+
 def _cmd_predict(args: argparse.Namespace) -> int:
     from dmlimits.measured import (  # a command imports the layers it runs only
         memory,
@@ -420,6 +480,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         transformer,
     )
 
+    if args.list_models:
+        _list_models()
+        return 0
     if args.runs:
         try:
             with open(args.runs, newline="") as fh:
@@ -443,7 +506,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         writer.writerows(out)
         return 0
     try:
-        shape = transformer.shape(args.model)
+        shape = transformer.shape(
+            _pick("model shape", "--model", args.model, list(transformer.SHAPES))
+        )
+        gpu = _pick("GPU", "--gpu", args.gpu, list(runs.CLUSTERS))
         dp = args.dp
         if dp is None:
             rest = args.tp * args.pp * args.cp
@@ -452,7 +518,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             dp = args.gpus // rest
         cfg = runs.Config(
             shape=shape,
-            cluster=runs.cluster(args.gpu),
+            cluster=runs.cluster(gpu),
             n_gpus=args.gpus,
             global_batch_tokens=args.global_batch_tokens,
             seq_len=args.seq_len,
