@@ -125,3 +125,48 @@ def test_a_misspelt_name_is_refused_with_the_nearest(capsys, args, needle):
     assert main(["predict", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and err.rstrip().endswith(needle)
+
+
+def _note_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("note: ")]
+
+
+def test_headline_says_once_when_the_closed_forms_ignore_a_change(capsys):
+    from dmlimits.costs import closed_forms
+
+    assert main(["headline", "--set", "network.latency=1e-7"]) == 0
+    (note,) = _note_lines(capsys.readouterr().out)
+    assert "network.latency" in note and closed_forms.LEFT_OUT["network.latency"] in note
+    assert "t_limit_flop" in note
+
+
+def test_headline_is_silent_where_the_closed_forms_follow_the_change(capsys):
+    # The latency wall follows the kernel latency; nothing changed, nothing to say.
+    for sets in (["--set", "hardware.kernel_latency=2e-6"], []):
+        assert main(["headline", *sets]) == 0
+        assert _note_lines(capsys.readouterr().out) == [], sets
+
+
+def test_headline_json_stays_json_and_the_note_goes_to_stderr(capsys):
+    assert main(["headline", "--json", "--set", "search.zero_bubble=false"]) == 0
+    out = capsys.readouterr()
+    assert "t_limit_flop" in json.loads(out.out)
+    (note,) = _note_lines(out.err)
+    assert "search.zero_bubble" in note
+
+
+def test_ignored_names_only_keys_the_limits_do_not_follow():
+    from dmlimits.core.scenario import resolve
+    from dmlimits.costs import closed_forms
+
+    base = resolve("h100")
+    changed = resolve(
+        "h100", ["network.latency=1e-7", "hardware.kernel_latency=2e-6", "training.months=6"]
+    )
+    keys = ["network.latency", "hardware.kernel_latency", "training.months"]
+    assert [k for k, _ in closed_forms.ignored(changed, base, keys)] == ["network.latency"]
+    # The claim checked directly: the limits are the same with and without the change.
+    alone = resolve("h100", ["network.latency=1e-7"])
+    here, there = closed_forms.values(alone), closed_forms.values(base)
+    assert all(here[k] == there[k] for k in closed_forms.LIMITS)
+    assert closed_forms.values(changed)["t_limit_flop"] != there["t_limit_flop"]

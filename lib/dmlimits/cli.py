@@ -10,6 +10,7 @@ Commands:
 * ``sweep``       the optimal parallelism at every model size, one CSV or JSON row each;
 * ``headline``    a scenario's headline numbers (linear-scaling end, latency wall, ...);
                   ``--explain`` says what each means, its unit and the chapter deriving it;
+                  a ``--set`` no closed form depends on is named with why;
 * ``predict``     step time, throughput and MFU of one training configuration (transformer,
                   sharded data, tensor, pipeline and context parallelism), or of every row of
                   a CSV of runs (``--runs FILE.csv``).
@@ -356,7 +357,29 @@ def _cmd_headline(args: argparse.Namespace) -> int:
         for key, value in result.items():
             print(f"{key:<{width}} {value:.3g} {search.HEADLINE_MEANINGS[key].unit}")
         print("(what each number means: headline --explain)")
+    # Tell a reader whose change left the closed forms where they were why (on stderr under
+    # --json, which machines read).
+    for line in _ignored_changes(specs[0], scn, args.sets):
+        print(line, file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def _ignored_changes(spec: str, scn, sets: Sequence[str]) -> list[str]:
+    """One line for each assumption the reader changed with ``--set`` (other than ``gpu``,
+    which changes the hardware with it) that no closed form depends on."""
+    from dmlimits.core.scenario import parse_set  # a command imports the layers it runs only
+    from dmlimits.costs import closed_forms  # a command imports the layers it runs only
+
+    keys = [parse_set(text)[0] for text in sets]
+    keys = [k for k in keys if k != "gpu"]
+    if not keys:
+        return []
+    limits = ", ".join(closed_forms.LIMITS)
+    return [
+        f"note: you changed {key}, but no closed form ({limits}) depends on it"
+        + (f": {why}" if why else "")
+        for key, why in closed_forms.ignored(scn, resolve(spec), keys)
+    ]
 
 
 def _add_predict(sub) -> None:

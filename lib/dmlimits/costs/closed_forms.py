@@ -27,7 +27,7 @@ from dmlimits.core import symbols as s
 from dmlimits.core import units as u
 from dmlimits.core.checks import require_scenario
 from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
-from dmlimits.core.scenario import Scenario
+from dmlimits.core.scenario import Scenario, ScenarioError, resolve_overrides
 from dmlimits.costs import collectives as co
 from dmlimits.costs import matmul, model
 
@@ -384,6 +384,53 @@ def values(scn: Scenario) -> dict[str, float]:
         "rho_own": float(symbol_values(scn, laws="own")[rho]),
         "latency_s": symbol_values(scn)[t_lam],
     }
+
+
+#: The closed forms' values that :func:`ignored` checks: the two limits, as the paper takes the
+#: batch-to-depth ratio and as the scenario's own laws give it.
+LIMITS = ("t_crit_flop", "t_limit_flop", "t_crit_own_flop", "t_limit_own_flop")
+
+#: Why the closed forms leave out assumptions a reader may expect them to read, by key or by
+#: the prefix of a group of keys; :func:`ignored` names any other key they leave out without a
+#: reason.
+LEFT_OUT: dict[str, str] = {
+    "network.latency": (
+        f"the latency wall takes its latency as {KERNELS_PER_COMMUNICATION} kernel latencies "
+        "(hardware.kernel_latency), not the network's"
+    ),
+    "search.": (
+        "the closed forms search nothing: every layer is its own pipeline stage, with the "
+        "smallest nanobatch and weight shard"
+    ),
+    "sweep.": "the closed forms are formulas, not a sweep over model sizes",
+}
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-12)
+
+
+def ignored(scn: Scenario, reference: Scenario, keys: Any) -> list[tuple[str, str]]:
+    """The assumptions among ``keys`` in which ``scn`` differs from ``reference`` that none of
+    the closed forms' :data:`LIMITS` depends on, each with the reason from :data:`LEFT_OUT`
+    (``""`` where it has none).  A key is left out when putting back its value of
+    ``reference`` leaves every limit as it is, so that a reader who changed it is told why
+    those numbers did not move (the searched ones may)."""
+    scn, reference = require_scenario(scn), require_scenario(reference)
+    here = values(scn)
+    out = []
+    for key in dict.fromkeys(keys):
+        if key not in scn.values or reference.values.get(key) == scn.values[key]:
+            continue
+        try:
+            back = values(resolve_overrides(scn, {key: reference.values[key]}))
+        except (ScenarioError, KeyError):  # a value valid only with the others changed too
+            continue
+        if all(_same(here[k], back[k]) for k in LIMITS):
+            why = next((r for p, r in LEFT_OUT.items() if key == p or (
+                p.endswith(".") and key.startswith(p))), "")  # fmt: skip
+            out.append((key, why))
+    return out
 
 
 def implied_alpha(scn: Scenario) -> float:
