@@ -96,6 +96,7 @@ def executed(tmp_path):
     return run
 
 
+@pytest.mark.slow  # executes a notebook
 def test_the_template_records_before_it_runs_and_detects_a_changed_prediction(executed, tmp_path):
     from dmlimits.core.scenario import resolve
     from dmlimits.costs import closed_forms
