@@ -157,18 +157,34 @@ def weeks() -> list[tuple[int, str]]:
     return [(int(parts[i]), parts[i + 1].split("\n## ")[0]) for i in range(1, len(parts), 2)]
 
 
+#: The weeks of the course that read, lecture and set problems; the week after them is the
+#: final project's own.
+TEACHING_WEEKS = 6
+
+
+def teaching_weeks() -> list[tuple[int, str]]:
+    return [(n, body) for n, body in weeks() if n <= TEACHING_WEEKS]
+
+
 def test_the_course_has_six_weeks_each_read_lectured_set_and_handed_in():
     found = weeks()
-    assert [n for n, _ in found] == [1, 2, 3, 4, 5, 6]
-    for n, body in found:
+    assert [n for n, _ in found] == list(range(1, TEACHING_WEEKS + 2))
+    for n, body in teaching_weeks():
         for part in ("**Read.**", "**Lectures.**", "**Problem set.**", "**Hand in.**"):
             assert part in body, f"week {n} has no {part}"
+        assert "course-project" not in body.split("**Hand in.**")[1], (
+            f"week {n} hands in the final project, which has a week of its own"
+        )
+    project_week = found[-1][1]
+    for part in ("**Read.**", "**Lectures.**", "**Problem set.**"):
+        assert part not in project_week, f"the project week has a {part}"
+    assert "{ref}`final project <course-project>`" in project_week.split("**Hand in.**")[1]
     assert "## The final project" in COURSE.read_text()
 
 
 def test_the_course_reads_every_chapter_once_in_order_and_sets_its_problems():
     read: list[str] = []
-    for n, body in weeks():
+    for n, body in teaching_weeks():
         chapters_of_week = re.findall(
             r"\{doc\}`\.\./(notebooks/\w+)`", body.split("**Lectures.**")[0]
         )
