@@ -324,12 +324,12 @@ def test_unnamed_symbols_finds_a_symbol_named_nowhere():
     """The check of the Derive snippets can fail: a symbol that the Python-name column does not
     list is reported unless the exercise's text names it in code."""
     from dmlimits.book import notation
-    from dmlimits.costs import pipeline
+    from dmlimits.costs import pipeline as ppm
 
     code = "from dmlimits.costs import pipeline as ppm\nx = ppm.n_pp\n"
-    scope = {"ppm": pipeline}
+    scope = {"ppm": ppm}
     full = "dmlimits.costs.pipeline.n_pp"
-    assert full in notation.python_names()[pipeline.n_pp]
+    assert full in notation.python_names()[ppm.n_pp]
     assert unnamed_symbols(code, scope, "", notation.python_names()) == []
     assert unnamed_symbols(code, scope, "", {}) == [f"ppm.n_pp ({full})"]
     assert unnamed_symbols(code, scope, "Use `ppm.n_pp`.", {}) == []
