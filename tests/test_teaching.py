@@ -292,13 +292,97 @@ def test_shown_code_prints_no_stray_value(built_book, name):
                 )
 
 
+def typed_symbols(code: str, scope: dict) -> list[tuple[str, str, object]]:
+    """The sympy Symbols a snippet types by a module's name: ``(typed, full,
+    symbol)`` for every ``alias.attr`` whose ``alias`` is a module of ``scope`` (the snippet's
+    namespace once run) and whose value is a Symbol (``("ppm.n_pp", "dmlimits.costs.pipeline.n_pp",
+    n_pp)``), and for every Symbol imported by name (``from dmlimits.core.symbols import batch``).
+    Expressions held by a module (``transformer.flop_token``) are not symbols and are left out."""
+    import ast
+    import types
+
+    import sympy as sp
+
+    out = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            module = scope.get(node.value.id)
+            if isinstance(module, types.ModuleType):
+                value = getattr(module, node.attr, None)
+                if isinstance(value, sp.Symbol):
+                    out.append(
+                        (f"{node.value.id}.{node.attr}", f"{module.__name__}.{node.attr}", value)
+                    )
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                value = scope.get(alias.asname or alias.name)
+                if isinstance(value, sp.Symbol):
+                    out.append((alias.asname or alias.name, f"{node.module}.{alias.name}", value))
+    return out
+
+
+def unnamed_symbols(code: str, scope: dict, exercise: str, names: dict) -> list[str]:
+    """The symbols a solution's code types that are not named on the page (see
+    :func:`test_derive_snippets_work_as_printed`); ``names`` is the Notation page's Python-name
+    column, :func:`dmlimits.book.notation.python_names`."""
+    from dmlimits.core.symbols import REGISTRY
+
+    in_text = set(re.findall(r"`([^`\n]+)`", exercise))
+    missing = []
+    for typed, full, symbol in typed_symbols(code, scope):
+        listed = symbol in REGISTRY and full in names.get(symbol, [])
+        if not (listed or typed in in_text or full in in_text):
+            missing.append(f"{typed} ({full})")
+    return missing
+
+
+def test_unnamed_symbols_finds_a_symbol_named_nowhere():
+    """The check of the Derive snippets can fail: a symbol that the Python-name column does not
+    list is reported unless the exercise's text names it in code."""
+    from dmlimits.book import notation
+    from dmlimits.costs import pipeline as ppm
+
+    code = "from dmlimits.costs import pipeline as ppm\nx = ppm.n_pp\n"
+    scope = {"ppm": ppm}
+    full = "dmlimits.costs.pipeline.n_pp"
+    assert full in notation.python_names()[ppm.n_pp]
+    assert unnamed_symbols(code, scope, "", notation.python_names()) == []
+    assert unnamed_symbols(code, scope, "", {}) == [f"ppm.n_pp ({full})"]
+    assert unnamed_symbols(code, scope, "Use `ppm.n_pp`.", {}) == []
+
+
+def test_notation_page_shows_the_python_name_column():
+    """The Notation page renders the generated table, whose last column is the Python names."""
+    from dmlimits.book import notation
+    from dmlimits.core import symbols as s
+
+    assert "notation.markdown_table()" in (ROOT / "notebooks" / "notation.md").read_text()
+    header, _, *rows = notation.markdown_table().splitlines()
+    assert header.rstrip(" |").endswith("Python name")
+    row = next(r for r in rows if f"`{notation.python_names()[s.depth_coef][0]}`" in r)
+    assert row.startswith(f"| ${s.REGISTRY[s.depth_coef].latex}$ |")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_derive_snippets_work_as_printed(name):
     """Each Derive solution's code, run as printed, verifies; the same step with its right-hand
-    side doubled is refused, naming the broken link."""
+    side doubled is refused, naming the broken link.  And every symbol the code types is named
+    on the page.
+
+    "Named on the page" means: each sympy Symbol that the code reaches by a module's name
+    (``ppm.n_pp`` after ``from dmlimits.costs import pipeline as ppm``) or imports by name is
+    either listed, under that module and attribute (``dmlimits.costs.pipeline.n_pp``), in the
+    Python-name column of the Notation page (:func:`dmlimits.book.notation.python_names`, which
+    the page renders: so the symbol is also registered, with its notation and meaning), or is
+    written in inline code in the exercise's own text, as the code types it or by its full name.
+    A name that only the hidden solution shows fails.  Expressions a module holds (not Symbols)
+    are not checked."""
     import sympy as sp
+    from dmlimits.book import notation
     from dmlimits.core.derivation import DerivationError
+
+    names = notation.python_names()
 
     text = markdown(name)
     for kind, label in exercises(name):
@@ -316,3 +400,13 @@ def test_derive_snippets_work_as_printed(name):
         wrong = sp.Eq(mine.lhs, 2 * mine.rhs) if isinstance(mine, sp.Equality) else 2 * mine
         with pytest.raises(DerivationError):
             d.with_step(index, wrong).verify()
+        exercise = re.search(
+            rf":{{3,}}\{{exercise\}}[^\n]*\n:label: {re.escape(label)}\n(.*?)\n:{{3,}}\n",
+            text,
+            re.S,
+        ).group(1)
+        missing = unnamed_symbols(code, scope, exercise, names)
+        assert not missing, (
+            f"{name}: {label}'s solution types {', '.join(missing)}, named neither in the "
+            "exercise's text nor in the Notation page's Python-name column"
+        )

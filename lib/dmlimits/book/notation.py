@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+
+import sympy as sp
+
 from dmlimits.core.derivation import all_derivations, import_library
 from dmlimits.core.symbols import REGISTRY
 from dmlimits.core.units import unit_latex
@@ -21,6 +25,10 @@ CHAPTER_TITLES = {
     "real_runs": "How close is the bound to real runs",
 }
 
+#: What the Python-name column says of a symbol that only a function builds, so that no
+#: module attribute holds it (the per-level link times, for instance).
+NO_PYTHON_NAME = "built by a function"
+
 
 def used_symbols() -> set:
     """Every symbol that appears in a derivation of the library."""
@@ -30,10 +38,30 @@ def used_symbols() -> set:
     return out
 
 
-def markdown_table() -> str:
-    """A MyST table: symbol, meaning, unit, where defined; sorted by chapter then symbol."""
+def python_names() -> dict[sp.Symbol, list[str]]:
+    """For each registered symbol, every public module-level name of the library that holds it
+    (``"dmlimits.costs.pipeline.n_pp"``), sorted: the names a student types to use the symbol in
+    code (``from dmlimits.costs import pipeline as ppm`` then ``ppm.n_pp``).  Read from the
+    imported modules themselves, so the Notation page cannot name an attribute that does not
+    exist.  Symbols that only a function builds (no module attribute holds them) are absent."""
     import_library()  # every module that declares symbols
-    rows = ["| Symbol | Meaning | Unit | Defined in |", "|---|---|---|---|"]
+    out: dict[sp.Symbol, list[str]] = {}
+    for name in sorted(m for m in sys.modules if m == "dmlimits" or m.startswith("dmlimits.")):
+        for attr, value in vars(sys.modules[name]).items():
+            if not attr.startswith("_") and isinstance(value, sp.Symbol) and value in REGISTRY:
+                out.setdefault(value, []).append(f"{name}.{attr}")
+    return out
+
+
+def markdown_table() -> str:
+    """A MyST table: symbol, meaning, unit, where defined, and the Python names that hold the
+    symbol (:func:`python_names`); sorted by chapter then symbol."""
+    import_library()  # every module that declares symbols
+    names = python_names()
+    rows = [
+        "| Symbol | Meaning | Unit | Defined in | Python name |",
+        "|---|---|---|---|---|",
+    ]
     order = list(CHAPTER_TITLES)
     infos = sorted(
         REGISTRY,
@@ -51,5 +79,6 @@ def markdown_table() -> str:
             else f"library module `dmlimits.{info.defined_in}`"
         )
         meaning = info.meaning.replace("|", "\\|")
-        rows.append(f"| ${info.latex}$ | {meaning} | ${unit}$ | {where} |")
+        python = ", ".join(f"`{n}`" for n in names.get(info.symbol, [])) or NO_PYTHON_NAME
+        rows.append(f"| ${info.latex}$ | {meaning} | ${unit}$ | {where} | {python} |")
     return "\n".join(rows)
