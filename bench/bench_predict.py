@@ -63,6 +63,8 @@ TARGETS = {
     "memory_median_error": 0.15,
     "oom_agreement": 0.90,
     "coverage": 0.95,
+    # Issue #55's: the share of the lockbox's rows inside their predicted interval.
+    "interval_coverage_lockbox": 0.80,
 }
 
 
@@ -395,6 +397,9 @@ def lockbox() -> dict:
         "development": measure(),
         "lockbox": _figures(confront.outside_split(rows=rows)),
         "coverage_lockbox": {"modelled": ok, "rows": n, "share": ok / n},
+        "interval_development": confront.interval_coverage(runs.dev_rows()),
+        "interval_lockbox": confront.interval_coverage(rows),
+        "interval_target": TARGETS["interval_coverage_lockbox"],
     }
 
 

@@ -65,3 +65,11 @@ def test_predict_prints_the_interval(capsys):
     assert main(["predict", "--gpus", "64", "--mode", "calibrated"]) == 0
     text = capsys.readouterr().out
     assert "80% interval" in text and "held-out errors of" in text
+
+
+def test_interval_coverage_counts_rows_inside_their_interval():
+    result = confront.interval_coverage(runs.dev_rows())
+    central = confront.INTERVAL_QUANTILES[1] - confront.INTERVAL_QUANTILES[0]
+    assert result["rows"] == sum(g["rows"] for g in result["by_regime"].values())
+    # In sample, the residuals are smaller than held out: at least the central share holds.
+    assert result["inside"] >= central - 0.05

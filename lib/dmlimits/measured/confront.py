@@ -1006,3 +1006,24 @@ def with_intervals(out_rows: list[dict]) -> list[dict]:
                 }
         result.append({**row, **extra})
     return result
+
+
+def interval_coverage(rows) -> dict:
+    """How often a set of rows' measured step time lies inside its predicted interval
+    (:func:`interval`), the model fitted on the development rows only; by regime too.  Returns
+    ``rows``, ``inside`` (the share) and ``by_regime`` (regime name: rows and share)."""
+    cmp = runs.compare(rows, runs.calibrated())
+    hits: dict[str, list[bool]] = {}
+    for row, it, rep, cal in zip(cmp.rows, cmp.interpretations, cmp.reported, cmp.calibrated,
+                                 strict=True):  # fmt: skip
+        bar = interval(it.config, 1.0, runs.normalize(row)[0].get("framework", ""))
+        # Measured over predicted step time is predicted over reported utilization.
+        ratio = cal / rep
+        inside = bar["predicted_step_time_low_s"] <= ratio <= bar["predicted_step_time_high_s"]
+        hits.setdefault(bar["interval_regime"], []).append(bool(inside))
+    every = [h for v in hits.values() for h in v]
+    return {
+        "rows": len(every),
+        "inside": float(np.mean(every)) if every else float("nan"),
+        "by_regime": {k: {"rows": len(v), "inside": float(np.mean(v))} for k, v in hits.items()},
+    }
