@@ -48,6 +48,11 @@ from dmlimits.measured import confront, memory, operations, runs, transformer
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT.parent / "shared" / "data" / "hf_ultrascale_benchmarks.csv"
 GIB = 2**30
+#: The lockbox (issue #55): published runs recorded before the model was changed, read by
+#: nothing but :func:`lockbox` here, and only when ``--lockbox`` is asked for.
+LOCKBOX = ROOT / "lib" / "dmlimits" / "data" / "lockbox" / "published_runs_lockbox.csv"
+#: The lockbox's sha256 as recorded with it: a lockbox that has changed is not scored.
+LOCKBOX_DIGEST = ROOT / "bench" / "lockbox.sha256"
 
 #: Issue #14's targets.
 TARGETS = {
@@ -58,6 +63,8 @@ TARGETS = {
     "memory_median_error": 0.15,
     "oom_agreement": 0.90,
     "coverage": 0.95,
+    # Issue #55's: the share of the lockbox's rows inside their predicted interval.
+    "interval_coverage_lockbox": 0.80,
 }
 
 
@@ -366,10 +373,49 @@ def report(m: dict) -> str:
     return "\n".join(lines)
 
 
+def lockbox_digest_ok() -> bool:
+    """Whether the lockbox's bytes still have the sha256 recorded in :data:`LOCKBOX_DIGEST`."""
+    import hashlib  # only the --lockbox mode needs it
+
+    recorded = LOCKBOX_DIGEST.read_text().split()[0]
+    return hashlib.sha256(LOCKBOX.read_bytes()).hexdigest() == recorded
+
+
+def lockbox() -> dict:
+    """Score the lockbox once: its rows compared with the model's predictions (the model never
+    fitted on them), beside the development split's in-sample and leave-one-source-out figures
+    of :func:`measure`. Refuses a lockbox whose digest differs from the recorded one."""
+    if not lockbox_digest_ok():
+        raise SystemExit(
+            f"{LOCKBOX}: sha256 differs from {LOCKBOX_DIGEST}; expected the recorded lockbox"
+        )
+    from dmlimits.core import published  # only the --lockbox mode reads the lockbox
+
+    rows = published.data_rows(LOCKBOX)
+    ok, n = _coverage(rows)
+    return {
+        "development": measure(),
+        "lockbox": _figures(confront.outside_split(rows=rows)),
+        "coverage_lockbox": {"modelled": ok, "rows": n, "share": ok / n},
+        "interval_development": confront.interval_coverage(runs.dev_rows()),
+        "interval_lockbox": confront.interval_coverage(rows),
+        "interval_target": TARGETS["interval_coverage_lockbox"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument(
+        "--lockbox",
+        action="store_true",
+        help="score the lockbox once, when the model is finished (its README gives the rule)",
+    )
     args = ap.parse_args(argv)
+    if args.lockbox:
+        m = lockbox()
+        print(json.dumps(m, indent=2, default=str))
+        return 0
     m = measure()
     print(json.dumps(m, indent=2) if args.json else report(m))
     return 0

@@ -498,6 +498,7 @@ def _list_models() -> None:
 
 def _cmd_predict(args: argparse.Namespace) -> int:
     from dmlimits.measured import (  # a command imports the layers it runs only
+        confront,
         memory,
         runs,
         transformer,
@@ -517,11 +518,12 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             raise ScenarioError(f"--runs: no such file: {args.runs}") from None
         except OSError as exc:
             raise ScenarioError(f"--runs: cannot read {args.runs!r} ({exc.strerror})") from None
-        out = runs.predict_rows(rows)
+        out = confront.with_intervals(runs.predict_rows(rows))
         if args.format == "json":
             print(json.dumps(out, indent=1))
             return 0
-        fields = columns + [c for c in runs.OUTPUT_COLUMNS if c not in columns]
+        added = (*runs.OUTPUT_COLUMNS, *confront.INTERVAL_COLUMNS)
+        fields = columns + [c for c in added if c not in columns]
         writer = csv.DictWriter(
             sys.stdout, fieldnames=fields, lineterminator="\n", extrasaction="ignore", restval=""
         )
@@ -563,6 +565,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     if args.mode != "both":
         modes = {args.mode: modes[args.mode]}
     result = {name: runs.predict(cfg, f).as_dict() for name, f in modes.items()}
+    if "calibrated" in result:
+        result["calibrated"]["interval"] = confront.interval(
+            cfg, result["calibrated"]["step_time_s"]
+        )
     mem = memory.peak(cfg)
     if args.json:
         fit = {
@@ -594,6 +600,14 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     for name, r in result.items():
         print(f"\n[{name}]")
         print(f"  step time                {r['step_time_s']:.4g} s")
+        if bar := r.get("interval"):
+            lo, hi = bar["predicted_step_time_low_s"], bar["predicted_step_time_high_s"]
+            print(
+                f"  80% interval             {lo:.4g} to {hi:.4g} s (held-out errors of "
+                f"{bar['interval_rows']} rows: {bar['interval_regime']})"
+            )
+            if bar["outside_validated_regimes"]:
+                print("  OUTSIDE every regime the model was validated on: trust it less")
         print(f"  tokens/s per GPU         {r['tokens_per_s_per_gpu']:.4g}")
         print(f"  MFU                      {r['mfu']:.1%}")
         print(f"  exposed communication    {r['exposed_comm_s']:.4g} s")

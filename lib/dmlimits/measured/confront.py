@@ -388,7 +388,9 @@ def held_out(
     )
     labels = [label(r) for r in rows]
     out, pooled_in, pooled_out, step_in, step_out = [], [], [], [], []
-    per_row: dict[str, list] = {"reported": [], "in_sample": [], "held_out": [], "multi_node": []}
+    per_row: dict[str, list] = {
+        "reported": [], "in_sample": [], "held_out": [], "multi_node": [], "regime": [],
+    }  # fmt: skip
     for label in dict.fromkeys(labels):
         mine = [r for r, lab in zip(rows, labels, strict=True) if lab == label]
         rest = [r for r, lab in zip(rows, labels, strict=True) if lab != label]
@@ -409,6 +411,15 @@ def held_out(
         per_row["multi_node"].append(
             np.array(
                 [it.config.n_gpus > it.config.cluster.node_size for it in inside.interpretations]
+            )
+        )
+        per_row["regime"].append(
+            np.array(
+                [
+                    regime(it.config, r.get("framework", ""))
+                    for r, it in zip(inside.rows, inside.interpretations, strict=True)
+                ],
+                dtype=object,
             )
         )
         out.append(
@@ -867,4 +878,152 @@ def outside_the_fit() -> dict[str, Any]:
         "peak_median_abs_error": float(np.median(np.abs(err))),
         "peak_median_signed_error": float(np.median(err)),
         "peak_worst": [(r["notes"], e) for r, e in worst],
+    }
+
+
+# --- The error bar of a prediction (issue #55, item 3) -------------------------------------
+
+#: The regimes a prediction's error bar is read from, each named by four facts of the run:
+#: the GPU (the cluster's name), the framework family (the row's ``framework`` column, or
+#: ``unstated``), the scale (:data:`SCALES`) and the sequence length (:data:`SEQUENCES`).  A
+#: regime is the set of development rows that share those facts.
+REGIME_FACTS = ("gpu", "family", "scale", "sequence")
+#: Scale bins, by GPUs (the cluster's node size sets "one node"): upper bounds in nodes, with
+#: the name of each bin.  Communication across nodes, then at many nodes, changes what sets the
+#: step.
+SCALES = ((1, "one node"), (32, "2-32 nodes"), (float("inf"), "more than 32 nodes"))
+#: Sequence bins: upper bounds in tokens and their names.  Attention's share of the step grows
+#: with the sequence.
+SEQUENCES = ((2048, "up to 2K"), (8192, "2K-8K"), (float("inf"), "over 8K"))
+#: Fewest leave-one-source-out residuals a regime needs for its own interval; a regime with
+#: fewer borrows the interval of the coarser regime that drops its last fact (sequence, then
+#: scale, then family), and the pooled residuals of every row when even the GPU has too few.
+MIN_REGIME_ROWS = 8
+#: The quantiles of the held-out step-time ratio (measured over predicted) that bound the
+#: interval: a central 80% interval, the issue's coverage target.
+INTERVAL_QUANTILES = (0.10, 0.90)
+#: The columns :func:`with_intervals` adds to ``predict --runs``'s output.
+INTERVAL_COLUMNS = (
+    "predicted_step_time_low_s",
+    "predicted_step_time_high_s",
+    "interval_regime",
+    "interval_rows",
+    "outside_validated_regimes",
+)
+
+
+def regime(cfg: runs.Config, framework: str = "") -> tuple[str, str, str, str]:
+    """The regime of a configuration (:data:`REGIME_FACTS`): its GPU, framework family (the
+    row's ``framework``, ``unstated`` where empty), scale and sequence-length bins."""
+    nodes = cfg.n_gpus / cfg.cluster.node_size
+    scale = next(name for top, name in SCALES if nodes <= top)
+    sequence = next(name for top, name in SEQUENCES if cfg.seq_len <= top)
+    return (cfg.cluster.name, (framework or "").strip() or "unstated", scale, sequence)
+
+
+def regime_levels(key: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The regime and its coarser ones, finest first: each drops the last fact kept."""
+    return [key[:n] for n in range(len(key), 0, -1)] + [()]
+
+
+_INTERVALS: dict[tuple[str, ...], tuple[float, float, int]] = {}
+
+
+def regime_intervals() -> dict[tuple[str, ...], tuple[float, float, int]]:
+    """For every regime (and each coarser prefix of its facts, down to ``()``: every row), the
+    :data:`INTERVAL_QUANTILES` of the development rows' held-out ratio of measured to predicted
+    step time, each row predicted by the fit that left its source out (:func:`held_out`), and
+    the number of rows.  Only regimes with :data:`MIN_REGIME_ROWS` rows or more are kept."""
+    if not _INTERVALS:
+        per_row = held_out()["per_row"]
+        # Utilization is FLOP time over step time: measured / predicted step time is the
+        # predicted over the reported utilization.
+        ratio = np.asarray(per_row["held_out"]) / np.asarray(per_row["reported"])
+        groups: dict[tuple[str, ...], list[float]] = {}
+        for key, r in zip(per_row["regime"], ratio, strict=True):
+            for level in regime_levels(tuple(key)):
+                groups.setdefault(level, []).append(float(r))
+        lo, hi = INTERVAL_QUANTILES
+        for level, values in groups.items():
+            if len(values) >= MIN_REGIME_ROWS or level == ():
+                q = np.quantile(values, [lo, hi])
+                _INTERVALS[level] = (float(q[0]), float(q[1]), len(values))
+    return _INTERVALS
+
+
+def interval(cfg: runs.Config, step_time_s: float, framework: str = "") -> dict:
+    """The error bar of a predicted step time: the low and high step times of the finest
+    regime of ``cfg`` with enough held-out rows (:func:`regime_intervals`), that regime's
+    facts and rows, and whether the configuration lies outside every regime the model was
+    validated on (no development row shares its GPU, family, scale and sequence bins; a
+    family left unstated matches any).  Raises ValueError for a step time that is not a
+    positive number of seconds."""
+    if not step_time_s > 0:
+        raise ValueError(f"step_time_s must be a positive time in seconds, got {step_time_s!r}")
+    table = regime_intervals()
+    key = regime(cfg, framework)
+    # A row that does not name its family is given its GPU's interval (over every family).
+    levels = [key[:1], ()] if key[1] == "unstated" else regime_levels(key)
+    level = next(k for k in levels if k in table)
+    lo, hi, n = table[level]
+
+    # An unstated family matches any: the other three facts decide.
+    def same(k: tuple) -> bool:
+        return all(a == b or (f == "family" and b == "unstated")
+                   for f, a, b in zip(REGIME_FACTS, k, key, strict=True))  # fmt: skip
+
+    validated = any(same(tuple(k)) for k in held_out()["per_row"]["regime"])
+    named = ", ".join(f"{f}={v}" for f, v in zip(REGIME_FACTS, level, strict=False)) or "every row"
+    return {
+        "predicted_step_time_low_s": step_time_s * lo,
+        "predicted_step_time_high_s": step_time_s * hi,
+        "interval_regime": named,
+        "interval_rows": n,
+        "outside_validated_regimes": not validated,
+    }
+
+
+def with_intervals(out_rows: list[dict]) -> list[dict]:
+    """``predict --runs``'s rows (:func:`dmlimits.measured.runs.predict_rows`) with
+    :data:`INTERVAL_COLUMNS` added where a step time was predicted (empty where not)."""
+    result = []
+    for row in out_rows:
+        extra = dict.fromkeys(INTERVAL_COLUMNS, "")
+        step = row.get("predicted_step_time_s")
+        if step not in (None, "") and not row.get("prediction_error"):
+            try:
+                cfg = runs.interpret(row).config
+            except ValueError:
+                cfg = None
+            if cfg is not None:
+                framework = runs.normalize(row)[0].get("framework", "")
+                bar = interval(cfg, float(step), framework)
+                extra = {
+                    **bar,
+                    "predicted_step_time_low_s": f"{bar['predicted_step_time_low_s']:.6g}",
+                    "predicted_step_time_high_s": f"{bar['predicted_step_time_high_s']:.6g}",
+                    "outside_validated_regimes": str(bar["outside_validated_regimes"]).lower(),
+                }
+        result.append({**row, **extra})
+    return result
+
+
+def interval_coverage(rows) -> dict:
+    """How often a set of rows' measured step time lies inside its predicted interval
+    (:func:`interval`), the model fitted on the development rows only; by regime too.  Returns
+    ``rows``, ``inside`` (the share) and ``by_regime`` (regime name: rows and share)."""
+    cmp = runs.compare(rows, runs.calibrated())
+    hits: dict[str, list[bool]] = {}
+    for row, it, rep, cal in zip(cmp.rows, cmp.interpretations, cmp.reported, cmp.calibrated,
+                                 strict=True):  # fmt: skip
+        bar = interval(it.config, 1.0, runs.normalize(row)[0].get("framework", ""))
+        # Measured over predicted step time is predicted over reported utilization.
+        ratio = cal / rep
+        inside = bar["predicted_step_time_low_s"] <= ratio <= bar["predicted_step_time_high_s"]
+        hits.setdefault(bar["interval_regime"], []).append(bool(inside))
+    every = [h for v in hits.values() for h in v]
+    return {
+        "rows": len(every),
+        "inside": float(np.mean(every)) if every else float("nan"),
+        "by_regime": {k: {"rows": len(v), "inside": float(np.mean(v))} for k, v in hits.items()},
     }

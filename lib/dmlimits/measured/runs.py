@@ -883,6 +883,47 @@ def gpu_name(text: str) -> str:
 
 
 def row_shape(row: dict, assumed: list[str]) -> transformer.Shape:
+    """The shape a row's run trained: the preset its model names (or the shape its layers and
+    d_model give), with every shape column the row states (:data:`OVERRIDE_COLUMNS`) put in
+    place of the preset's value, so that a row means what it says: a model truncated to 12 of
+    its 80 layers is timed and sized with 12 (its embedding and output layer kept, since those
+    depend on the vocabulary and width, not on the layer count)."""
+    return _row_overrides(_named_shape(row, assumed), row)
+
+
+#: The shape columns a row may state that override its preset's values: the layer count, the
+#: model width, query heads, key-value heads, the MLP width and the vocabulary.  (The sequence
+#: is the row's ``seq_len`` always: a shape has none of its own.)
+OVERRIDE_COLUMNS = ("layers", "d_model", "heads", "kv_heads", "d_ff", "vocab")
+
+
+def _row_overrides(shape: transformer.Shape, row: dict) -> transformer.Shape:
+    """``shape`` with the values the row states in :data:`OVERRIDE_COLUMNS` (and ``tied`` and
+    ``dropout``) in place of its own.  Query heads given without key-value heads keep the
+    preset's grouping where it divides them (multi-head attention stays multi-head)."""
+    values = {k: v for k in OVERRIDE_COLUMNS if (v := _int(row, k)) is not None}
+    for flag in ("tied", "dropout"):
+        if (stated := _flag(row, flag)) is not None:
+            values[flag] = stated
+    changed = {k: v for k, v in values.items() if getattr(shape, k) != v}
+    if not changed:
+        return shape
+    if "heads" in changed and "kv_heads" not in values:
+        heads = changed["heads"]
+        if shape.kv_heads == shape.heads or heads % shape.kv_heads:
+            changed["kv_heads"] = heads
+    layers = changed.get("layers", shape.layers)
+    if shape.moe and shape.dense_layers >= layers:
+        raise ValueError(
+            f"row {row.get('model', '')!r}: layers={layers} leaves no MoE layer of {shape.name} "
+            f"(it has {shape.dense_layers} dense layers first); expected more than "
+            f"{shape.dense_layers} layers"
+        )
+    given = ", ".join(f"{k}={v}" for k, v in changed.items())
+    return replace(shape, **changed, source=f"the row's {given} over {shape.name}; {shape.source}")
+
+
+def _named_shape(row: dict, assumed: list[str]) -> transformer.Shape:
     name = row.get("model", "")
     layers, width = _int(row, "layers"), _int(row, "d_model")
     params = float(row["params_b"]) * 1e9 if (row.get("params_b") or "").strip() else None

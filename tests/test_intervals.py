@@ -1,0 +1,75 @@
+"""The error bar of a prediction (issue #55): an interval from the leave-one-source-out
+residuals of the run's regime, and a flag for a run outside every regime the model was
+validated on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from dmlimits.cli import main
+from dmlimits.measured import confront, runs
+
+
+def test_every_regime_level_has_its_quantiles_and_enough_rows():
+    table = confront.regime_intervals()
+    assert () in table
+    for level, (lo, hi, n) in table.items():
+        assert 0 < lo < hi
+        assert n >= confront.MIN_REGIME_ROWS or level == ()
+
+
+def test_the_interval_holds_the_held_out_rows_as_its_quantiles_say():
+    per_row = confront.held_out()["per_row"]
+    ratio = per_row["held_out"] / per_row["reported"]
+    table = confront.regime_intervals()
+    inside = []
+    for key, r in zip(per_row["regime"], ratio, strict=True):
+        level = next(k for k in confront.regime_levels(tuple(key)) if k in table)
+        lo, hi, _ = table[level]
+        inside.append(lo <= r <= hi)
+    share = float(np.mean(inside))
+    central = confront.INTERVAL_QUANTILES[1] - confront.INTERVAL_QUANTILES[0]
+    assert share == pytest.approx(central, abs=0.1)
+
+
+def test_predicted_rows_carry_the_interval_of_their_regime():
+    out = confront.with_intervals(runs.predict_rows(runs.dev_rows()[:12]))
+    table = confront.regime_intervals()
+    for row in out:
+        step = float(row["predicted_step_time_s"])
+        low, high = (
+            float(row["predicted_step_time_low_s"]),
+            float(row["predicted_step_time_high_s"]),
+        )
+        assert 0 < low < high
+        level = next(k for k in table if len(k) == 4 and row["interval_regime"].endswith(k[3]))
+        assert low / step == pytest.approx(table[level][0], rel=1e-4)
+        assert row["outside_validated_regimes"] == "false"
+
+
+def test_a_family_the_model_never_saw_is_flagged():
+    foundry = [r for r in runs.holdout_rows() if r.get("framework") == "llm-foundry"][:3]
+    assert foundry
+    out = confront.with_intervals(runs.predict_rows(foundry))
+    assert {r["outside_validated_regimes"] for r in out} == {"true"}
+    assert all(r["predicted_step_time_low_s"] for r in out)
+
+
+def test_a_step_time_that_is_not_positive_is_refused():
+    cfg = runs.interpret(runs.dev_rows()[0]).config
+    with pytest.raises(ValueError, match="step_time_s must be a positive time"):
+        confront.interval(cfg, 0.0)
+
+
+def test_predict_prints_the_interval(capsys):
+    assert main(["predict", "--gpus", "64", "--mode", "calibrated"]) == 0
+    text = capsys.readouterr().out
+    assert "80% interval" in text and "held-out errors of" in text
+
+
+def test_interval_coverage_counts_rows_inside_their_interval():
+    result = confront.interval_coverage(runs.dev_rows())
+    central = confront.INTERVAL_QUANTILES[1] - confront.INTERVAL_QUANTILES[0]
+    assert result["rows"] == sum(g["rows"] for g in result["by_regime"].values())
+    # In sample, the residuals are smaller than held out: at least the central share holds.
+    assert result["inside"] >= central - 0.05
