@@ -1,5 +1,6 @@
 # Data Movement Limits: two commands do everything on a fresh machine (Python 3.11 and make).
 #   make book   set up .venv, then build the whole book into _build/html
+#   make student  the student edition (no solutions, no instructors' pages) into _build/student/html
 #   make test   build what the tests need, then run every test
 #   make lab    JupyterLab on the project: the chapters open as notebooks (jupytext), library installed
 # Options: SCENARIO=FILE.yaml|NAME (make book), SET="key=value ..." (make book), PYTHON=python3.11,
@@ -13,7 +14,7 @@ STAMP := $(VENV)/.installed
 BUILD_ARGS := $(if $(SCENARIO),--scenario $(SCENARIO)) $(foreach s,$(SET),--set $(s))
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test check lint derivations clean venv browser-deps lab presets
+.PHONY: book student test check lint derivations clean venv browser-deps lab presets
 
 # Sweeps are cached on disk, content-addressed by the search's modules, the data and the
 # scenario: a changed formula or constant never reads an old sweep.  DMLIMITS_SWEEP_CACHE=off
@@ -60,6 +61,16 @@ $(STAMP): requirements.txt pyproject.toml
 book: $(STAMP)
 	$(PY) -m dmlimits build $(BUILD_ARGS)
 
+# The student edition (no solutions, no instructors' pages) into _build/student/html, from the
+# same sources; the executed chapters come from the cache the default book filled.
+student: $(STAMP)
+	$(PY) -m dmlimits build --edition student $(BUILD_ARGS)
+
+# tests/test_editions.py reads it beside the default book; built after it, so that it reuses
+# its executed chapters.
+_build/student/html/index.html: _build/html/index.html
+	$(PY) -m dmlimits build --edition student
+
 # The tests read the default book (executed notebooks and HTML); build it first when missing
 # or older than its sources.
 _build/html/index.html: $(STAMP) $(shell find lib notebooks book -type f -not -name '*.pyc' 2>/dev/null) _config.yml _toc.yml
@@ -70,7 +81,7 @@ _build/html/index.html: $(STAMP) $(shell find lib notebooks book -type f -not -n
 # (pytest-xdist); a file's tests stay on one worker, so each notebook runs in one kernel.  The
 # files go out longest first (tests/conftest.py's LONGEST_FIRST): --no-loadscope-reorder keeps
 # that order instead of xdist's, which sorts files by how many tests they hold.
-test: _build/html/index.html lint browser-deps
+test: _build/html/index.html _build/student/html/index.html lint browser-deps
 	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=15 tests _build/executed --nbval
 
 # The book of every scenario preset, each into _build/scenarios/NAME/html (the sweeps and the

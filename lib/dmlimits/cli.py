@@ -89,6 +89,14 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--jobs", type=int, default=None, help="notebooks executed at once (default: one per core)"
     )
+    b.add_argument(
+        "--edition",
+        default="instructors",
+        choices=("instructors", "student"),
+        help="instructors: the book with every solution (collapsed) and the instructors' pages "
+        "(default); student: no solution and no instructors' page, into "
+        "_build/student/html (or beside the scenario's own html)",
+    )
 
     s = sub.add_parser("scenarios", help="list presets, keys, or one resolved scenario")
     s.add_argument("--keys", action="store_true", help="every key a scenario may set")
@@ -163,7 +171,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         raise ScenarioError(f"--jobs: got {args.jobs}; expected a whole number of at least 1")
     print(f"scenario: {scn.name} ({scn.origin})", flush=True)
     try:
-        build(scn, output=args.output, jobs=args.jobs)
+        build(scn, output=args.output, jobs=args.jobs, edition=args.edition)
     except BuildInterrupted as exc:
         print(
             f"build {exc}: every notebook stopped, the stage removed; the previous book is "

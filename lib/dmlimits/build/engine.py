@@ -298,13 +298,40 @@ def notebook_parameters(scn: Scenario) -> dict:
     }
 
 
-def output_dir(root: Path, scn: Scenario, output: str | None) -> Path:
+#: The book's editions, the default first.  The instructors' edition is today's book: every
+#: exercise's solution collapsed under it, the instructors' guide and the rubrics.  The student
+#: edition, built from the same sources, leaves out every solution (from the pages, the search
+#: index and the copied sources) and the pages of :data:`INSTRUCTOR_PAGES`.
+EDITIONS = ("instructors", "student")
+
+#: The pages only the instructors' edition holds (as ``_toc.yml`` names them): the student
+#: edition drops them from its table of contents and its staged sources.  A sentence elsewhere
+#: that links one of them sits in an ``{only} instructors`` block (the tag
+#: :mod:`dmlimits.build.sphinxext` sets from the edition), so the student build has no broken
+#: link.  tests/test_editions.py checks that each is in the table of contents.
+INSTRUCTOR_PAGES = ("book/instructors", "book/rubrics")
+
+
+def check_edition(edition: str) -> str:
+    """``edition`` if it is one of :data:`EDITIONS`; else a one-line :class:`ValueError`."""
+    if edition not in EDITIONS:
+        raise ValueError(f"edition {edition!r}: expected one of {', '.join(EDITIONS)}")
+    return edition
+
+
+def output_dir(root: Path, scn: Scenario, output: str | None, edition: str = EDITIONS[0]) -> Path:
+    """Where the HTML goes: ``output`` if given; the instructors' edition of the default
+    scenario in ``_build/html``, of any other in ``_build/scenarios/NAME/html``; the student
+    edition in a ``student/html`` folder beside that ``html`` (``_build/student/html`` for the
+    default scenario), never over the instructors' book."""
     if output:
         return Path(output).resolve()
     # Only the default preset itself, unchanged, is the default book.
     if scn.origin == f"preset {DEFAULT_SCENARIO}" and not scn.overrides:
-        return root / "_build" / "html"
-    return root / "_build" / "scenarios" / scn.slug / "html"
+        folder = root / "_build"
+    else:
+        folder = root / "_build" / "scenarios" / scn.slug
+    return folder / "html" if edition == EDITIONS[0] else folder / edition / "html"
 
 
 def _say(message: str) -> None:
@@ -1126,24 +1153,64 @@ def check_repository(root: Path | None = None) -> str:
     return repository_url(yaml.safe_load((root / "_config.yml").read_text()))
 
 
-def stage_config(stage: Path) -> None:
+def stage_config(stage: Path, edition: str = EDITIONS[0]) -> None:
     """Launch buttons and the repository button need the public repository's URL (the theme
     fails without one).  With it (:func:`repository_url`), the staged copy shows the repository
-    button and a Binder launch button (Binder opens the MyST notebooks through jupytext; Colab
-    cannot open them, so it has none); without it, it leaves them all out and says so."""
+    button, the issues button (every page's way to report a problem; without a URL
+    :mod:`dmlimits.build.sphinxext` links every page to the errata page instead) and a Binder
+    launch button (Binder opens the MyST notebooks through jupytext; Colab cannot open them, so
+    it has none); without it, it leaves them all out and says so.  The edition
+    (:func:`stage_edition`) is written into the staged configuration, so that the two editions'
+    Sphinx states never mix."""
     path = stage / "_config.yml"
     config = yaml.safe_load(path.read_text())
     url = repository_url(config)
     if url:
         config.setdefault("repository", {})["url"] = url
         config.setdefault("html", {})["use_repository_button"] = True
+        config["html"]["use_issues_button"] = True
         (config.get("launch_buttons") or {}).pop("colab_url", None)
         _say(f"launch buttons on, for {url}")
     else:
         config.pop("launch_buttons", None)
         config.pop("repository", None)
         _say(f"launch buttons off: set {REPOSITORY_ENV} or repository.url in _config.yml")
+    stage_edition(stage, config, edition)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def stage_edition(stage: Path, config: dict, edition: str) -> None:
+    """Make the staged book ``edition``'s: its name goes into the Sphinx configuration
+    (``dmlimits_edition``, which sets the ``only`` tag of the same name; the instructors'
+    edition is the extension's default and is not written).  The student edition also
+    switches on sphinx-exercise's ``hide_solutions`` (its directive then makes no node at all,
+    so a solution is in neither the pages nor the search index), copies no page source into
+    the output (``_sources`` would hold every solution; :mod:`dmlimits.build.sphinxext` takes
+    the download button, which offers them, off the pages), and drops
+    :data:`INSTRUCTOR_PAGES` from the staged table of contents and sources."""
+    if check_edition(edition) == EDITIONS[0]:
+        return  # the extension's default: the configuration, and so its key, as it always was
+    sphinx = config.setdefault("sphinx", {}).setdefault("config", {})
+    sphinx["dmlimits_edition"] = edition
+    sphinx["hide_solutions"] = True
+    sphinx["html_copy_source"] = False
+    toc_path = stage / "_toc.yml"
+    toc = yaml.safe_load(toc_path.read_text())
+
+    def drop(node: object) -> object:
+        if isinstance(node, dict):
+            return {k: drop(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [
+                drop(v) for v in node
+                if not (isinstance(v, dict) and v.get("file") in INSTRUCTOR_PAGES)
+            ]  # fmt: skip
+        return node
+
+    toc_path.write_text(yaml.safe_dump(drop(toc), sort_keys=False))
+    for page in INSTRUCTOR_PAGES:
+        (stage / f"{page}.md").unlink(missing_ok=True)
+    _say(f"student edition: no solutions; left out {', '.join(INSTRUCTOR_PAGES)}")
 
 
 def start_html(config: Path, library: bool) -> subprocess.Popen:
@@ -1452,25 +1519,32 @@ def _swap(new: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def build(scn: Scenario, output: str | None = None, jobs: int | None = None) -> Path:
-    """Build the whole book for ``scn``; return the HTML folder.  Raises :class:`BuildError`
-    (the previous book unchanged), :class:`BuildInterrupted` on SIGINT or SIGTERM."""
+def build(
+    scn: Scenario, output: str | None = None, jobs: int | None = None,
+    edition: str = EDITIONS[0],
+) -> Path:  # fmt: skip
+    """Build the whole book for ``scn``, in ``edition`` (one of :data:`EDITIONS`); return the
+    HTML folder.  Raises :class:`BuildError` (the previous book unchanged),
+    :class:`BuildInterrupted` on SIGINT or SIGTERM.  The editions share the executed chapters'
+    cache: a student build after the instructors' runs no chapter again."""
     root = project_root()
     check_repository(root)
+    check_edition(edition)
     STOPPING.clear()
     names = toc_notebooks(root)
-    final = output_dir(root, scn, output)
+    final = output_dir(root, scn, output, edition)
     work = root / "_build"
     work.mkdir(exist_ok=True)
     with stop_on_signals(), output_lock(final):
         for stale in remove_stale_stages(work):
             _say(f"removed {stale.name}, left by a build that was killed")
-        return _build(root, names, scn, final, work, jobs)
+        return _build(root, names, scn, final, work, jobs, edition)
 
 
 def _build(
-    root: Path, names: list[str], scn: Scenario, final: Path, work: Path, jobs: int | None
-) -> Path:
+    root: Path, names: list[str], scn: Scenario, final: Path, work: Path, jobs: int | None,
+    edition: str = EDITIONS[0],
+) -> Path:  # fmt: skip
     stage = Path(tempfile.mkdtemp(prefix=f"{STAGE_PREFIX}{os.getpid()}-{scn.slug}-", dir=work))
     started = time.perf_counter()
     try:
@@ -1480,7 +1554,7 @@ def _build(
                 shutil.copytree(src, stage / item)
             elif src.is_file():
                 shutil.copy2(src, stage / item)
-        stage_config(stage)
+        stage_config(stage, edition)
         params = notebook_parameters(scn)
         jobs = jobs or max(1, min(len(names), os.cpu_count() or 1))
         keep_formulas(work)

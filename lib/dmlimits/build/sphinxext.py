@@ -25,6 +25,12 @@
   at a phone's width many of the derivations' steps are wider than the column.  A script of
   the book's own (:data:`EQUATIONS_SCRIPT`, written beside the style sheet) sets each such
   equation smaller until it fits, to no less than half the text's size.
+* **A way to report a problem on every page.**  While the book names no repository, every
+  page's article ends with a link to the errata page (:func:`report_a_problem`); with one, the
+  theme's issues button links its tracker.
+* **The edition as a tag.**  ``dmlimits_edition`` (set in the staged configuration by
+  :func:`dmlimits.build.engine.stage_edition`) is added to Sphinx's tags, for ``{only}`` blocks;
+  a reference inside a block the build leaves out is not reported as missing.
 * **Search results that read as the pages do.**  A result's summary comes from the page's
   article (not its buttons and list of contents), and a glossary term's result is titled with
   its term (:func:`dmlimits.build.patches.search_results_read_the_article`).
@@ -233,6 +239,56 @@ def _declared_not_built(module, name, *default):
     return safe_getattr(module, name, *default)
 
 
+#: The page every page links to report a problem while the book names no repository (with one,
+#: the theme's issues button points to its tracker instead), as Sphinx names it.
+ERRATA_PAGE = "book/errata"
+
+#: The editions' names (:data:`dmlimits.build.engine.EDITIONS`, which the build layer keeps):
+#: the Sphinx configuration value ``dmlimits_edition`` is one of them, the instructors' by
+#: default, and is added as a tag, so that ``{only} instructors`` holds what the student edition
+#: leaves out (a sentence linking an instructors' page).
+EDITION_DEFAULT = "instructors"
+
+
+def _edition_tag(app, config) -> None:
+    """Add the edition's tag; the student edition's pages have no download button (its
+    sources, which it would offer, hold the solutions and are not copied into that edition).
+    Jupyter Book 1 does not pass ``html.use_download_button`` on to the theme, so it is set
+    here, in the theme's options."""
+    app.tags.add(config.dmlimits_edition)
+    if config.dmlimits_edition != EDITION_DEFAULT:
+        config.html_theme_options = {**config.html_theme_options, "use_download_button": False}
+
+
+def _left_out_reference(app, env, node, contnode):
+    """A reference inside an ``{only}`` block this build leaves out is not missing: Sphinx
+    resolves references before it drops such blocks, and without this the student edition's
+    strict build would fail on a sentence, left out, that links an instructors' page."""
+    from sphinx import addnodes  # Sphinx loads only inside its own build
+
+    parent = node.parent
+    while parent is not None:
+        if isinstance(parent, addnodes.only) and not app.tags.eval_condition(parent["expr"]):
+            return contnode  # dropped with its block before any page is written
+        parent = parent.parent
+    return None
+
+
+def report_a_problem(app, pagename, templatename, context, doctree) -> None:
+    """End every page's article with a link to report a problem: to the errata page, which
+    says how, while the theme's issues button is off (no repository URL configured)."""
+    if app.config.html_theme_options.get("use_issues_button") or "body" not in context:
+        return
+    if ERRATA_PAGE not in app.env.all_docs:
+        return
+    href = context["pathto"](ERRATA_PAGE)
+    context["body"] += (
+        '<p class="dmlimits-report">Found an error on this page? '
+        f'<a class="reference internal" href="{href}">Report a problem</a> '
+        "(the errata page says how, and lists the corrections made).</p>"
+    )
+
+
 def setup(app):
     patches.search_index_as_built_afresh()
     patches.search_results_read_the_article(app)
@@ -243,6 +299,9 @@ def setup(app):
         patches.read_alone_in_parallel()
     app.connect("config-inited", _declare_parallel_read_safe)
     app.connect("config-inited", patches.no_type_comments)
+    app.add_config_value("dmlimits_edition", EDITION_DEFAULT, "env")
+    app.connect("config-inited", _edition_tag)
+    app.connect("missing-reference", _left_out_reference)
     app.add_domain(patches.numref_sharing_domain(), override=True)
     app.connect("build-finished", _copy_mathjax)
     app.connect("build-finished", _copy_widgets)
@@ -253,4 +312,5 @@ def setup(app):
     app.connect("html-page-context", _dedupe_scripts, priority=100)
     # After the theme adds its launch buttons (priority 501).
     app.connect("html-page-context", binder_opens_myst, priority=502)
+    app.connect("html-page-context", report_a_problem)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
