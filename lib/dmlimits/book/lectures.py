@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 import shlex
 import subprocess
 import sys
@@ -114,3 +115,24 @@ def compare(base, variant, values=None) -> HTML:
     changed = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
                         for k, v in dict(variant.overrides).items())
     return output(f"changed: {changed}", "\n".join(lines))
+
+
+#: A cross-reference role of the chapters' MyST (``{eq}`label```, ``{ref}`...```), which a
+#: slide cannot resolve: it is read as the words :data:`REFERENCE_WORDS`.
+ROLE = re.compile(r"\{(eq|ref|numref|doc)\}`[^`]*`")
+#: What a slide says in place of a chapter's cross-reference.
+REFERENCE_WORDS = "the chapter's earlier result"
+
+
+def derivation(d) -> HTML:
+    """A chapter's :class:`~dmlimits.core.derivation.Derivation` on a slide: its title, then
+    each step's sentence and its equation as display math (the chapter's MyST roles, which a
+    deck cannot resolve, read as :data:`REFERENCE_WORDS`)."""
+    parts = [f"<p><strong>{html.escape(d.title)}</strong></p>"]
+    for step in d.steps:
+        text = ROLE.sub(REFERENCE_WORDS, step.text)
+        if step.using is not None:
+            text += f" ({step.using.kind}: {step.using.name})"
+        parts.append(f"<p>{html.escape(text)}</p>")
+        parts.append(f"<p>$$ {html.escape(step.latex())} $$</p>")
+    return HTML(f'<div class="lecture-derivation">{"".join(parts)}</div>')

@@ -127,6 +127,7 @@ def export(notebook) -> str:
     exporter.reveal_width, exporter.reveal_height = (str(n) for n in SLIDE_SIZE)
     exporter.reveal_theme = "white"
     exporter.font_awesome_url = ""
+    exporter.exclude_input_prompt = exporter.exclude_output_prompt = True
     body, _ = exporter.from_notebook_node(
         notebook, resources={"dmlimits_mathjax": "mathjax/tex-chtml.js"})
     return body
