@@ -84,7 +84,7 @@ def output(heading: str, text: str) -> HTML:
 
 def settings(scn) -> list[str]:
     """A scenario's overrides as the command line's ``--set KEY=VALUE`` arguments, so that a
-    demo runs the variant the library made (e.g. one of :func:`dmlimits.search.whatif`'s)."""
+    demo runs the variant the library made (e.g. one of :mod:`dmlimits.search.whatif`'s)."""
     args: list[str] = []
     for key, value in dict(scn.overrides).items():
         args += ["--set", f"{key}={value!r}" if isinstance(value, float) else f"{key}={value}"]
@@ -120,6 +120,8 @@ def compare(base, variant, values=None) -> HTML:
 #: A cross-reference role of the chapters' MyST (``{eq}`label```, ``{ref}`...```), which a
 #: slide cannot resolve: it is read as the words :data:`REFERENCE_WORDS`.
 ROLE = re.compile(r"\{(eq|ref|numref|doc)\}`[^`]*`")
+#: MyST's inline math role (``{math}`x```), which a slide writes as ``$x$`` for MathJax.
+MATH_ROLE = re.compile(r"\{math\}`([^`]*)`")
 #: What a slide says in place of a chapter's cross-reference.
 REFERENCE_WORDS = "the chapter's earlier result"
 
@@ -130,9 +132,10 @@ def derivation(d) -> HTML:
     deck cannot resolve, read as :data:`REFERENCE_WORDS`)."""
     parts = [f"<p><strong>{html.escape(d.title)}</strong></p>"]
     for step in d.steps:
-        text = ROLE.sub(REFERENCE_WORDS, step.text)
+        text = step.text
         if step.using is not None:
             text += f" ({step.using.kind}: {step.using.name})"
+        text = MATH_ROLE.sub(r"$\1$", ROLE.sub(REFERENCE_WORDS, text))
         parts.append(f"<p>{html.escape(text)}</p>")
         parts.append(f"<p>$$ {html.escape(step.latex())} $$</p>")
     return HTML(f'<div class="lecture-derivation">{"".join(parts)}</div>')

@@ -47,6 +47,9 @@ LECTURES = ROOT / "lectures"
 TEMPLATE = Path(__file__).resolve().parent / "slides_template"
 #: Where the decks are written.
 OUT = ROOT / "_build" / "slides"
+#: The reveal.js theme of the decks; only its style sheet is copied (others, such as beige and
+#: sky, import fonts from Google's servers).
+THEME = "white"
 #: The size of a slide, in CSS pixels (reveal.js scales it to the window).
 SLIDE_SIZE = (1280, 800)
 
@@ -72,6 +75,14 @@ def reveal_folder(folder: Path | None = None) -> Path:
                 atomic_write(target / name, data)
                 (target / name).chmod(0o644)
     return target
+
+
+def other_themes(folder: str, names: list[str]) -> set[str]:
+    """The style sheets of reveal.js's themes other than :data:`THEME` (``shutil.copytree``'s
+    ``ignore``), which are not copied."""
+    if Path(folder).name != "theme":
+        return set()
+    return {n for n in names if n.endswith(".css") and n != f"{THEME}.css"}
 
 
 def lectures(folder: Path = LECTURES) -> list[Path]:
@@ -125,7 +136,7 @@ def export(notebook) -> str:
                               extra_template_basedirs=[str(TEMPLATE.parent)])
     exporter.reveal_url_prefix = "reveal.js"
     exporter.reveal_width, exporter.reveal_height = (str(n) for n in SLIDE_SIZE)
-    exporter.reveal_theme = "white"
+    exporter.reveal_theme = THEME
     exporter.font_awesome_url = ""
     exporter.exclude_input_prompt = exporter.exclude_output_prompt = True
     body, _ = exporter.from_notebook_node(
@@ -151,7 +162,7 @@ def build(out: Path = OUT, sources: list[Path] | None = None) -> list[tuple[str,
     out.mkdir(parents=True, exist_ok=True)
     executed = out / "_executed"
     executed.mkdir(exist_ok=True)
-    shutil.copytree(reveal_folder(), out / "reveal.js", dirs_exist_ok=True)
+    shutil.copytree(reveal_folder(), out / "reveal.js", dirs_exist_ok=True, ignore=other_themes)
     shutil.copytree(sphinxext.mathjax_source(), out / "mathjax", dirs_exist_ok=True)
     decks = []
     for source in sources or lectures():
