@@ -109,10 +109,10 @@ def compare(base, variant, values=None) -> HTML:
     a, b = get(base), get(variant)
     names = HEADLINE_WORDS if values is None else {k: k for k in a if isinstance(a[k], float)}
     width = max(len(w) for w in names.values())
-    lines = [f"{'':{width}}  {base.name:>14}  {variant.name}"]
+    lines = [f"{'':{width}}  {'as the book':>14}  changed"]
     for key, words in names.items():
         lines.append(f"{words:{width}}  {sci(a[key]):>14}  {sci(b[key])}")
-    changed = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
+    changed = ", ".join(f"{k} = {sci(v)}" if isinstance(v, float) else f"{k} = {v}"
                         for k, v in dict(variant.overrides).items())
     return output(f"changed: {changed}", "\n".join(lines))
 
