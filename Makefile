@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 BUILD_ARGS := $(if $(SCENARIO),--scenario $(SCENARIO)) $(foreach s,$(SET),--set $(s))
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book student test check lint derivations clean venv browser-deps lab presets
+.PHONY: book student test check lint derivations clean venv browser-deps lab presets slides
 
 # Sweeps are cached on disk, content-addressed by the search's modules, the data and the
 # scenario: a changed formula or constant never reads an old sweep.  DMLIMITS_SWEEP_CACHE=off
@@ -81,8 +81,17 @@ _build/html/index.html: $(STAMP) $(shell find lib notebooks book -type f -not -n
 # (pytest-xdist); a file's tests stay on one worker, so each notebook runs in one kernel.  The
 # files go out longest first (tests/conftest.py's LONGEST_FIRST): --no-loadscope-reorder keeps
 # that order instead of xdist's, which sorts files by how many tests they hold.
-test: _build/html/index.html _build/student/html/index.html lint browser-deps
+test: _build/html/index.html _build/student/html/index.html _build/slides/index.html lint browser-deps
 	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=15 tests _build/executed --nbval
+
+# The course's twelve lectures (lectures/*.md) as reveal.js decks that work offline, into
+# _build/slides with an index.html that lists them (tests/test_slides.py reads them).
+slides: $(STAMP)
+	$(PY) -m dmlimits.build.slides
+
+# make test builds the decks when missing or older than the lectures and the library.
+_build/slides/index.html: $(STAMP) $(shell find lib lectures -type f -not -name '*.pyc' 2>/dev/null)
+	$(PY) -m dmlimits.build.slides
 
 # The book of every scenario preset, each into _build/scenarios/NAME/html (the sweeps and the
 # executed chapters they share with other books are taken from the caches).  The template-prose
