@@ -119,7 +119,7 @@ def test_pages_fit_the_text(built_book: Path, pdf: Path) -> None:
 
 def test_a_missing_tex_is_one_line_naming_it(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setattr(pdf_build.shutil, "which", lambda name: None)
-    with pytest.raises(pdf_build.engine.BuildError) as err:
+    with pytest.raises(pdf_build.build.BuildError) as err:
         pdf_build.build_pdf(tmp_path)
     message = str(err.value)
     assert "\n" not in message and "xelatex and latexmk" in message

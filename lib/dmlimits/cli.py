@@ -162,7 +162,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def _build_pdf(args: argparse.Namespace) -> int:
     """``build --pdf``: the default book's PDF, from the chapters its HTML build executed."""
     from dmlimits.build.engine import BuildError  # a command imports the layers it runs only
-    from dmlimits.build.pdf import build_pdf
+    from dmlimits.build.pdf import build_pdf  # a command imports the layers it runs only
 
     if args.scenario != DEFAULT_SCENARIO or args.sets or args.output:
         raise ScenarioError(

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from dmlimits.build import engine
+from dmlimits.build import engine as build
 from dmlimits.core.plumbing import atomic_copy
 
 #: Where the PDF goes, relative to the project's folder.
@@ -132,17 +132,17 @@ def setup(app: Any) -> dict:
 def stage_pdf(root: Path, stage: Path, executed: Path) -> None:
     """Copy the book's sources into ``stage``, each chapter as its executed notebook from
     ``executed``, and write the staged ``_config.yml`` for the PDF (:func:`latex_config`)."""
-    for item in engine.STAGED:
+    for item in build.STAGED:
         src = root / item
         if src.is_dir():
             shutil.copytree(src, stage / item)
         elif src.is_file():
             shutil.copy2(src, stage / item)
-    engine.stage_config(stage)
-    for name in engine.toc_notebooks(root):
+    build.stage_config(stage)
+    for name in build.toc_notebooks(root):
         nb = executed / f"{Path(name).name}.ipynb"
         if not nb.is_file():
-            raise engine.BuildError(
+            raise build.BuildError(
                 f"no executed chapter {nb}: build the HTML book first (make book)"
             )
         target = stage / f"{name}.ipynb"
@@ -157,7 +157,7 @@ def stage_pdf(root: Path, stage: Path, executed: Path) -> None:
 
 def run_latex(stage: Path) -> Path:
     """Jupyter Book's LaTeX builder on ``stage`` (``-W -n --keep-going``), then latexmk with
-    XeLaTeX; return the PDF written.  Raises :class:`dmlimits.build.engine.BuildError` with
+    XeLaTeX; return the PDF written.  Raises :class:`dmlimits.build.build.BuildError` with
     the warnings (or the log's end) when either fails."""
     args = ["build", str(stage), "--builder", "pdflatex", "--all", "-W", "-n", "--keep-going",
             "--path-output", str(stage)]  # fmt: skip
@@ -174,22 +174,22 @@ def run_latex(stage: Path) -> Path:
         raise
     pdf = stage / "_build" / "latex" / PDF_NAME.name
     if proc.returncode != 0 or not pdf.is_file():
-        lines = engine.ANSI.sub("", log).strip().splitlines()
+        lines = build.ANSI.sub("", log).strip().splitlines()
         warnings = [line for line in lines if "WARNING" in line or "ERROR" in line]
         tex_errors = [line for line in lines if line.startswith("!")]
         shown = warnings + tex_errors or lines[-40:]
-        raise engine.BuildError("the PDF build failed (warnings are errors):\n" + "\n".join(shown))
+        raise build.BuildError("the PDF build failed (warnings are errors):\n" + "\n".join(shown))
     return pdf
 
 
 def build_pdf(root: Path | None = None) -> Path:
     """Build the default book's PDF into ``root / PDF_NAME`` from ``root/_build/executed``;
-    return its path.  Raises :class:`dmlimits.build.engine.BuildError` (the previous PDF
+    return its path.  Raises :class:`dmlimits.build.build.BuildError` (the previous PDF
     unchanged) when a tool is missing, a chapter was not executed or the build fails."""
-    root = root or engine.project_root()
+    root = root or build.project_root()
     missing = [tool for tool in ("xelatex", "latexmk") if shutil.which(tool) is None]
     if missing:
-        raise engine.BuildError(
+        raise build.BuildError(
             f"the PDF needs {' and '.join(missing)}: got none on PATH; expected Debian's "
             f"{' '.join(TEX_PACKAGES)} (make pdf installs them)"
         )
