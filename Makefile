@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 BUILD_ARGS := $(if $(SCENARIO),--scenario $(SCENARIO)) $(foreach s,$(SET),--set $(s))
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book student test check lint derivations clean venv browser-deps lab presets slides
+.PHONY: book student test check lint derivations clean venv browser-deps lab presets slides pdf pdf-deps
 
 # Sweeps are cached on disk, content-addressed by the search's modules, the data and the
 # scenario: a changed formula or constant never reads an old sweep.  DMLIMITS_SWEEP_CACHE=off
@@ -81,7 +81,7 @@ _build/html/index.html: $(STAMP) $(shell find lib notebooks book -type f -not -n
 # (pytest-xdist); a file's tests stay on one worker, so each notebook runs in one kernel.  The
 # files go out longest first (tests/conftest.py's LONGEST_FIRST): --no-loadscope-reorder keeps
 # that order instead of xdist's, which sorts files by how many tests they hold.
-test: _build/html/index.html _build/student/html/index.html _build/slides/index.html lint browser-deps
+test: _build/html/index.html _build/student/html/index.html _build/slides/index.html _build/pdf/data-movement-limits.pdf lint browser-deps
 	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=15 tests _build/executed --nbval
 
 # The course's twelve lectures (lectures/*.md) as reveal.js decks that work offline, into
@@ -102,6 +102,24 @@ presets: $(STAMP)
 	  echo "== $$p"; $(PY) -m dmlimits build --scenario $$p || failed="$$failed $$p"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "these presets' books failed:$$failed"; exit 1; fi
+
+# The book's PDF (XeLaTeX, from the default book's executed chapters; docs/performance.md gives
+# its time).  Debian's TeX is installed when missing (about 150 MB to download).
+pdf: _build/html/index.html pdf-deps
+	$(PY) -m dmlimits build --pdf
+
+_build/pdf/data-movement-limits.pdf: _build/html/index.html
+	@$(MAKE) --no-print-directory pdf
+
+pdf-deps:
+	@if ! { command -v xelatex && command -v latexmk && command -v pdftotext \
+	        && fc-list | grep -q FreeSerif; } >/dev/null 2>&1; then \
+	  echo "installing Debian's TeX (XeLaTeX, latexmk, FreeFont) and poppler-utils for the PDF"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+	    texlive-xetex texlive-latex-recommended texlive-latex-extra texlive-fonts-recommended \
+	    latexmk fonts-freefont-otf poppler-utils; \
+	fi
 
 # The browser test drives Debian's Chromium through its driver; never a downloaded browser.
 browser-deps:

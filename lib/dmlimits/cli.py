@@ -3,6 +3,7 @@
 Commands:
 
 * ``build``       build the whole book for a scenario (validated before anything runs);
+                  ``--pdf``: the default book's PDF, from its executed chapters;
 * ``scenarios``   list the scenario presets, or every key a scenario may set (``--keys``),
                   or one resolved scenario (``--show NAME``);
 * ``derivations`` list every derivation of the library; ``--verify`` proves each step;
@@ -97,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
         "(default); student: no solution and no instructors' page, into "
         "_build/student/html (or beside the scenario's own html)",
     )
+    b.add_argument(
+        "--pdf",
+        action="store_true",
+        help="build the default book's PDF (_build/pdf/) from its executed chapters instead",
+    )
 
     s = sub.add_parser("scenarios", help="list presets, keys, or one resolved scenario")
     s.add_argument("--keys", action="store_true", help="every key a scenario may set")
@@ -165,6 +171,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     # SIGINT once it runs (build.stop_on_signals), and main() turns an earlier one into 130.
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+    if args.pdf:
+        return _build_pdf(args)
     scn = resolve(args.scenario, args.sets)  # validated before anything runs
     check_repository()
     if args.jobs is not None and args.jobs < 1:
@@ -184,6 +192,24 @@ def _cmd_build(args: argparse.Namespace) -> int:
         os._exit(exc.exit_code)
     except BuildError as exc:
         print(f"build failed; the previous book is unchanged.\n{exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _build_pdf(args: argparse.Namespace) -> int:
+    """``build --pdf``: the default book's PDF, from the chapters its HTML build executed."""
+    from dmlimits.build.engine import BuildError  # a command imports the layers it runs only
+    from dmlimits.build.pdf import build_pdf  # a command imports the layers it runs only
+
+    if args.scenario != DEFAULT_SCENARIO or args.sets or args.output:
+        raise ScenarioError(
+            "build --pdf: got --scenario, --set or --output; expected none (the PDF is the "
+            "default book's, from _build/executed)"
+        )
+    try:
+        build_pdf()
+    except BuildError as exc:
+        print(f"build --pdf failed; the previous PDF is unchanged.\n{exc}", file=sys.stderr)
         return 1
     return 0
 
