@@ -1,6 +1,8 @@
 # Data Movement Limits: two commands do everything on a fresh machine (Python 3.11 and make).
 #   make book   set up .venv, then build the whole book into _build/html
 #   make student  the student edition (no solutions, no instructors' pages) into _build/student/html
+#   make slides   the twelve lectures as offline reveal.js decks into _build/slides
+#   make pdf      the book's PDF (installs Debian's TeX when missing) into _build/pdf
 #   make test   build what the tests need, then run every test
 #   make lab    JupyterLab on the project: the chapters open as notebooks (jupytext), library installed
 # Options: SCENARIO=FILE.yaml|NAME (make book), SET="key=value ..." (make book), PYTHON=python3.11,
