@@ -157,7 +157,7 @@ def stage_pdf(root: Path, stage: Path, executed: Path) -> None:
 
 def run_latex(stage: Path) -> Path:
     """Jupyter Book's LaTeX builder on ``stage`` (``-W -n --keep-going``), then latexmk with
-    XeLaTeX; return the PDF written.  Raises :class:`dmlimits.build.build.BuildError` with
+    XeLaTeX; return the PDF written.  Raises :class:`dmlimits.build.engine.BuildError` with
     the warnings (or the log's end) when either fails."""
     args = ["build", str(stage), "--builder", "pdflatex", "--all", "-W", "-n", "--keep-going",
             "--path-output", str(stage)]  # fmt: skip
@@ -184,7 +184,7 @@ def run_latex(stage: Path) -> Path:
 
 def build_pdf(root: Path | None = None) -> Path:
     """Build the default book's PDF into ``root / PDF_NAME`` from ``root/_build/executed``;
-    return its path.  Raises :class:`dmlimits.build.build.BuildError` (the previous PDF
+    return its path.  Raises :class:`dmlimits.build.engine.BuildError` (the previous PDF
     unchanged) when a tool is missing, a chapter was not executed or the build fails."""
     root = root or build.project_root()
     missing = [tool for tool in ("xelatex", "latexmk") if shutil.which(tool) is None]
