@@ -36,8 +36,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dmlimits.build.engine import RepositoryError
-from dmlimits.core.scenario import DEFAULT_SCENARIO, ScenarioError, describe_presets, resolve
+from dmlimits.build.engine import EDITIONS, BuildError, RepositoryError
+from dmlimits.core.scenario import (
+    DEFAULT_SCENARIO,
+    ScenarioError,
+    describe_presets,
+    parse_set,
+    resolve,
+)
 
 #: The help of every ``--scenario`` option that takes one scenario: a preset or a file.
 SCENARIO_HELP = (
@@ -92,8 +98,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     b.add_argument(
         "--edition",
-        default="instructors",
-        choices=("instructors", "student"),
+        default=EDITIONS[0],
+        choices=EDITIONS,
         help="instructors: the book with every solution (collapsed) and the instructors' pages "
         "(default); student: no solution and no instructors' page, into "
         "_build/student/html (or beside the scenario's own html)",
@@ -198,7 +204,6 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _build_pdf(args: argparse.Namespace) -> int:
     """``build --pdf``: the default book's PDF, from the chapters its HTML build executed."""
-    from dmlimits.build.engine import BuildError  # a command imports the layers it runs only
     from dmlimits.build.pdf import build_pdf  # a command imports the layers it runs only
 
     if args.scenario != DEFAULT_SCENARIO or args.sets or args.output:
@@ -401,7 +406,6 @@ def _cmd_headline(args: argparse.Namespace) -> int:
 def _ignored_changes(spec: str, scn, sets: Sequence[str]) -> list[str]:
     """One line for each assumption the reader changed with ``--set`` (other than ``gpu``,
     which changes the hardware with it) that no closed form depends on."""
-    from dmlimits.core.scenario import parse_set  # a command imports the layers it runs only
     from dmlimits.costs import closed_forms  # a command imports the layers it runs only
 
     keys = [parse_set(text)[0] for text in sets]
@@ -636,8 +640,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         print(f"  step time                {r['step_time_s']:.4g} s")
         if bar := r.get("interval"):
             lo, hi = bar["predicted_step_time_low_s"], bar["predicted_step_time_high_s"]
+            share = confront.INTERVAL_QUANTILES[1] - confront.INTERVAL_QUANTILES[0]
             print(
-                f"  80% interval             {lo:.4g} to {hi:.4g} s (held-out errors of "
+                f"  {share:.0%} interval             {lo:.4g} to {hi:.4g} s (held-out errors of "
                 f"{bar['interval_rows']} rows: {bar['interval_regime']})"
             )
             if bar["outside_validated_regimes"]:

@@ -2,10 +2,11 @@
 
 The course page (``book/course.md``) plans a week of reading by the words of each page it
 assigns, counted on the built HTML as a reader meets it: the text of the page's article (its
-prose, equations' rendered text, tables, figure captions, glued numbers and the solutions under
-the exercises), without the site's navigation, the code a reader has to click to show (the
-hidden input of every executed cell), scripts and styles.  A week's reading is the sum over its
-pages; ``tests/test_course.py`` holds every week to :data:`WEEK_WORDS_MAX`.
+prose, equations as their TeX source, tables, figure captions, glued numbers and, in the
+instructors' edition, the solutions under the exercises), without the site's navigation, the code
+a reader has to click to show (the hidden input of every executed cell), scripts and styles.  The
+course counts the student edition's pages, which hold no solutions.  A week's reading is the sum
+over its pages; ``tests/test_course.py`` holds every week to :data:`WEEK_WORDS_MAX`.
 """
 
 from __future__ import annotations

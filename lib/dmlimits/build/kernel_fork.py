@@ -69,11 +69,13 @@ PRELOAD = (
 )
 # Not matplotlib_inline's backend: importing it hooks matplotlib into the running IPython
 # shell, and there is none before the fork; pyplot imports it with the kernel's first figure.
-#: The library's modules the server does not import: the build's side (the build, this module,
-#: the command line) and the Sphinx extension and its patches, which no chapter imports.
+#: The library's modules the server does not import: the build's side (the build, the PDF and
+#: the slides' builds, this module, the command line) and the Sphinx extension and its patches,
+#: which no chapter imports.
 LIBRARY_SKIP = ("dmlimits.__main__", "dmlimits.build.engine", "dmlimits.cli",
                 "dmlimits.build.kernel_fork", "dmlimits.build.jupyter_book_run",
-                "dmlimits.build.sphinxext", "dmlimits.build.patches")  # fmt: skip
+                "dmlimits.build.sphinxext", "dmlimits.build.patches",
+                "dmlimits.build.pdf", "dmlimits.build.slides")  # fmt: skip
 #: The environment variables the server's imports set (filled in by :func:`serve`).
 _IMPORTS_SET: dict[str, str] = {}
 #: The kernel command the server knows how to run: ``python -m ipykernel_launcher ...``.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -926,29 +927,36 @@ def regime_levels(key: tuple[str, ...]) -> list[tuple[str, ...]]:
     return [key[:n] for n in range(len(key), 0, -1)] + [()]
 
 
-_INTERVALS: dict[tuple[str, ...], tuple[float, float, int]] = {}
-
-
 def regime_intervals() -> dict[tuple[str, ...], tuple[float, float, int]]:
     """For every regime (and each coarser prefix of its facts, down to ``()``: every row), the
     :data:`INTERVAL_QUANTILES` of the development rows' held-out ratio of measured to predicted
     step time, each row predicted by the fit that left its source out (:func:`held_out`), and
-    the number of rows.  Only regimes with :data:`MIN_REGIME_ROWS` rows or more are kept."""
-    if not _INTERVALS:
-        per_row = held_out()["per_row"]
-        # Utilization is FLOP time over step time: measured / predicted step time is the
-        # predicted over the reported utilization.
-        ratio = np.asarray(per_row["held_out"]) / np.asarray(per_row["reported"])
-        groups: dict[tuple[str, ...], list[float]] = {}
-        for key, r in zip(per_row["regime"], ratio, strict=True):
-            for level in regime_levels(tuple(key)):
-                groups.setdefault(level, []).append(float(r))
-        lo, hi = INTERVAL_QUANTILES
-        for level, values in groups.items():
-            if len(values) >= MIN_REGIME_ROWS or level == ():
-                q = np.quantile(values, [lo, hi])
-                _INTERVALS[level] = (float(q[0]), float(q[1]), len(values))
-    return _INTERVALS
+    the number of rows.  Only regimes with :data:`MIN_REGIME_ROWS` rows or more are kept.
+    Computed once for each state of the single-GPU models, as
+    :func:`dmlimits.measured.runs.calibrated` is."""
+    return validation(operations.utilization_state())[0]
+
+
+@cache
+def validation(_state: tuple) -> tuple[dict[tuple[str, ...], tuple[float, float, int]], tuple]:
+    """:func:`regime_intervals`' table and the regimes of the development rows (each a tuple of
+    :data:`REGIME_FACTS`), for one state of the single-GPU models
+    (:func:`dmlimits.measured.operations.utilization_state`)."""
+    per_row = held_out()["per_row"]
+    # Utilization is FLOP time over step time: measured / predicted step time is the
+    # predicted over the reported utilization.
+    ratio = np.asarray(per_row["held_out"]) / np.asarray(per_row["reported"])
+    groups: dict[tuple[str, ...], list[float]] = {}
+    for key, r in zip(per_row["regime"], ratio, strict=True):
+        for level in regime_levels(tuple(key)):
+            groups.setdefault(level, []).append(float(r))
+    lo, hi = INTERVAL_QUANTILES
+    table = {}
+    for level, values in groups.items():
+        if len(values) >= MIN_REGIME_ROWS or level == ():
+            q = np.quantile(values, [lo, hi])
+            table[level] = (float(q[0]), float(q[1]), len(values))
+    return table, tuple(sorted({tuple(k) for k in per_row["regime"]}))
 
 
 def interval(cfg: runs.Config, step_time_s: float, framework: str = "") -> dict:
@@ -960,7 +968,7 @@ def interval(cfg: runs.Config, step_time_s: float, framework: str = "") -> dict:
     positive number of seconds."""
     if not step_time_s > 0:
         raise ValueError(f"step_time_s must be a positive time in seconds, got {step_time_s!r}")
-    table = regime_intervals()
+    table, validated_regimes = validation(operations.utilization_state())
     key = regime(cfg, framework)
     # A row that does not name its family is given its GPU's interval (over every family).
     levels = [key[:1], ()] if key[1] == "unstated" else regime_levels(key)
@@ -972,7 +980,7 @@ def interval(cfg: runs.Config, step_time_s: float, framework: str = "") -> dict:
         return all(a == b or (f == "family" and b == "unstated")
                    for f, a, b in zip(REGIME_FACTS, k, key, strict=True))  # fmt: skip
 
-    validated = any(same(tuple(k)) for k in held_out()["per_row"]["regime"])
+    validated = any(same(k) for k in validated_regimes)
     named = ", ".join(f"{f}={v}" for f, v in zip(REGIME_FACTS, level, strict=False)) or "every row"
     return {
         "predicted_step_time_low_s": step_time_s * lo,
