@@ -15,6 +15,9 @@ the model is):
   (``published_runs_holdout.csv``) and on NVIDIA's Megatron-Bridge benchmarks
   (``published_runs_nemo.csv``: FP8, Blackwell GPUs, a mixture of experts), which no fit reads,
   each file alone and the two pooled.
+* **Small shapes on one node**: vTrain's d_model 1024 runs with both modelled causes of their
+  time (an unfused attention, the framework's host-side floor), with each taken away and with
+  neither (:func:`dmlimits.measured.confront.small_shapes`; in sample for the floor).
 * **Two step models**: the calibrated mode's (each operation timed,
   :mod:`dmlimits.measured.operations`) and the step's FLOP at one matmul efficiency, with the
   same errors (:func:`dmlimits.measured.confront.operations_compared`).
@@ -173,6 +176,8 @@ def measure() -> dict:
     pooled = confront.outside_split(rows=(*runs.holdout_rows(), *runs.nemo_rows()))
     out["outside_pooled"] = _figures(pooled)
     out["memory_published"] = _memory_published()
+    # Small shapes on one node: vTrain's d_model 1024 half (in sample for the host floor).
+    out["small_shapes"] = confront.small_shapes()
     # The calibrated mode times operations; the step's FLOP at one efficiency, for comparison.
     out["step_models"] = confront.operations_compared()
     # No overlap (the calibrated mode's) against each collective behind its own window.
@@ -294,6 +299,20 @@ def report(m: dict) -> str:
         f"{m['nemo_faster_hopper']['step_multi_node']:.0%}, single-node "
         f"{m['nemo_faster_hopper']['step_single_node']:.0%}",
     ]
+    ss = m["small_shapes"]
+    lines += [
+        f"small shapes on one node (vTrain's Megatron-DeepSpeed runs, d_model 1024, "
+        f"{ss['rows']} rows; development file: the host-side floor is measured on it, so these "
+        f"are in sample; the target {t['step_single_node_held_out']:.0%} is for the d_model "
+        "2048 half, which the project does not hold):",
+    ]
+    for name in ("both", "without unfused attention", "without host-side floor", "neither"):
+        g = ss[name]
+        by = ", ".join(f"{b}: {e:.0%}" for b, e in g["by_micro_batch"].items())
+        lines.append(
+            f"  {name:28s} step time median {g['median_abs']:.1%} (signed "
+            f"{g['median_signed']:+.1%}); by sequences a micro-batch {by}"
+        )
     op = m["outside_pooled"]
     lines += [
         f"outside the development split, both files pooled ({op['rows']} rows; not wholly "

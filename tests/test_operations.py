@@ -26,6 +26,8 @@ def test_derivation_is_registered_and_has_units():
     assert {d.name for d in derivations_of("measured.operations")} == {
         "run-operations-bytes",
         "run-operations-memory",
+        "run-operations-scores-bytes",
+        "run-operations-scores",
     }
     for expr, unit in operations.COST_FORMULAS.values():
         u.check_unit(expr, REGISTRY.units, unit)

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dmlimits.build.engine import EDITIONS, BuildError, RepositoryError
+from dmlimits.core import published
 from dmlimits.core.scenario import (
     DEFAULT_SCENARIO,
     ScenarioError,
@@ -548,10 +549,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     if args.runs:
         try:
             with open(args.runs, newline="") as fh:
-                # Leading '#' lines (a data file's source) are comments.
-                reader = csv.DictReader(line for line in fh if not line.startswith("#"))
-                rows = [{k: v for k, v in r.items() if k is not None} for r in reader]
-                columns = list(reader.fieldnames or [])
+                # '#' lines (a data file's source) are comments.
+                columns, rows = published.read_table(fh.read().splitlines())
         except FileNotFoundError:
             raise ScenarioError(f"--runs: no such file: {args.runs}") from None
         except OSError as exc:

@@ -161,13 +161,16 @@ def scatter_figure(cmp: runs.Comparison):
 
 def operations_figure(cases: dict):
     """Each configuration's step split by operation (:func:`dmlimits.measured.runs.operation_split`,
-    the calibrated mode), as shares of the step, one bar a configuration."""
+    the calibrated mode), as shares of the step, one bar a configuration; an operation that
+    takes no time in any of them (the framework overhead of a large model) is left out."""
     splits = {label: runs.operation_split(cfg) for label, cfg in cases.items()}
     fig, ax = plt.subplots(figsize=(8.4, 0.5 * len(cases) + 1.6))
     labels = list(splits)
     left = np.zeros(len(labels))
     for k, op in enumerate(runs.OPERATIONS):
         share = np.array([100 * splits[lab][op] / sum(splits[lab].values()) for lab in labels])
+        if not share.any():  # an operation no configuration here runs: not in the legend
+            continue
         ax.barh(labels, share, left=left, color=PALETTE[k % len(PALETTE)], label=op)
         left += share
     ax.invert_yaxis()

@@ -218,6 +218,8 @@ STAGE_PLACEMENTS = ("last", "nanotron", "layers", "layout", "torchtitan")
 #: The splits whose stages the calibrated mode times by laying the schedule out pass by pass
 #: (:func:`dmlimits.measured.operations.pipeline_stretch`).
 UNEVEN_SPLITS = ("nanotron", "layers", "torchtitan")
+#: How a run's attention core can run (:class:`Config`'s ``attention_kernel``).
+ATTENTION_KERNELS = ("flash", "unfused")
 
 
 @dataclass(frozen=True)
@@ -261,6 +263,16 @@ class Config:
     # loss (STAGE_PLACEMENTS).  Read by the calibrated mode's placement, operations.placement
     # ("placed", the default), and by operations.stage_times; the bound counts equal stages.
     stages: str = "last"
+    # How attention's core runs (ATTENTION_KERNELS): "flash", one fused kernel that never writes
+    # the scores to HBM (FlashAttention's, or kernels counted as it); "unfused", a batched
+    # matmul for the scores, a softmax kernel, dropout and a second batched matmul, the scores
+    # written to and read from HBM at each (Megatron-DeepSpeed's GPT model).  Read by the
+    # calibrated mode (operations.parts).
+    attention_kernel: str = "flash"
+    # Seconds of the framework's host-side work for one block and one micro-batch, forward,
+    # recomputed forward and backward together: the floor under a block's time when its kernels
+    # are too small to keep the GPU busy (runs.HOST_FLOOR); 0 where not measured.
+    host_floor_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("n_gpus", "tp", "pp", "dp", "cp", "ep", "mbs", "vpp", "seq_len"):
@@ -309,6 +321,16 @@ class Config:
                 f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
             )
         self.cluster.peak(self.precision)  # refuses FP8 on a GPU without it
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise ValueError(
+                f"attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}, "
+                f"got {self.attention_kernel!r}"
+            )
+        floor = self.host_floor_s
+        if isinstance(floor, bool) or not (
+            isinstance(floor, int | float) and math.isfinite(floor) and floor >= 0
+        ):
+            raise ValueError(f"host_floor_s must be a number of seconds >= 0, got {floor!r}")
         if self.selective_policy not in ("attention", "op"):
             raise ValueError(
                 f"selective_policy must be 'attention' or 'op', got {self.selective_policy!r}"

@@ -1035,3 +1035,42 @@ def interval_coverage(rows) -> dict:
         "inside": float(np.mean(every)) if every else float("nan"),
         "by_regime": {k: {"rows": len(v), "inside": float(np.mean(v))} for k, v in hits.items()},
     }
+
+
+#: The two causes of small shapes' time the calibrated mode models (:func:`small_shapes`), each
+#: as the change to a configuration that takes it away.
+SMALL_SHAPE_CAUSES = {
+    "unfused attention": {"attention_kernel": "flash"},
+    "host-side floor": {"host_floor_s": 0.0},
+}
+
+
+def small_shapes(rows=None) -> dict[str, Any]:
+    """How vTrain's single-node runs (the project's d_model 1024 half, ``rows`` by default) are
+    predicted with both causes of their time that the FLOP count alone misses, with each taken
+    away, and with neither (:data:`SMALL_SHAPE_CAUSES`): the median absolute relative error of
+    the step time and its median signed error (positive: predicted slower), pooled and by
+    sequences a micro-batch.  In sample: the host-side floor is measured on these rows
+    (:func:`dmlimits.measured.runs.host_floor`)."""
+    rows = published.data_rows(runs.HOST_FLOOR["megatron-deepspeed"]) if rows is None else rows
+    factors = runs.calibrated()
+    its = [runs.interpret(r) for r in rows]
+    measured = np.array([runs.ideal_time(it.config, it.counting) / it.reported for it in its])
+    mbs = np.array([it.config.mbs for it in its])
+    variants = {"both": {}, **{f"without {k}": v for k, v in SMALL_SHAPE_CAUSES.items()}}
+    variants["neither"] = {
+        k: v for change in SMALL_SHAPE_CAUSES.values() for k, v in change.items()
+    }
+    out: dict[str, Any] = {"rows": len(its)}
+    for name, change in variants.items():
+        pred = np.array([runs.predict(replace(it.config, **change), factors).step_time_s
+                         for it in its])  # fmt: skip
+        err = pred / measured - 1
+        out[name] = {
+            "median_abs": float(np.median(np.abs(err))),
+            "median_signed": float(np.median(err)),
+            "by_micro_batch": {
+                int(b): float(np.median(np.abs(err[mbs == b]))) for b in sorted(set(mbs.tolist()))
+            },
+        }
+    return out

@@ -352,8 +352,7 @@ def layer_bytes_per_token(shape: transformer.Shape) -> tuple[float, float]:
     mixture of experts keeps the MLP tensors of the experts a token goes to
     (``Shape.active_d_ff``)."""
     d = shape.d_model
-    dropout = (not shape.gated) if shape.dropout is None else shape.dropout
-    drop = DROPOUT_MASK_BYTES * d if dropout else 0.0
+    drop = DROPOUT_MASK_BYTES * d if shape.trains_with_dropout else 0.0
     total = float(
         _activation_fn()(d, shape.active_d_ff, shape.kv_width, shape.mlp_mats, VALUE_BYTES, drop)
     )  # fmt: skip

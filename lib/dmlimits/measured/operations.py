@@ -206,11 +206,114 @@ def memory_ops_derivation() -> Derivation:
     )
 
 
+q_sc = _decl("Q_sc", r"Q_{\mathrm{sc}}", "bytes an unfused attention's score operations move "
+             "per token and block in a step", _B, defined_in=CHAPTER)  # fmt: skip
+q_sf = _decl("q_sf", r"q_{\mathrm{sf}}", "bytes the score operations' forward pass moves per "
+             "score", _B, defined_in=CHAPTER)  # fmt: skip
+q_sb = _decl("q_sb", r"q_{\mathrm{sb}}", "bytes the score operations' backward pass moves per "
+             "score", _B, defined_in=CHAPTER)  # fmt: skip
+c_mask = _decl("c_mask", r"c_{\mathrm{mask}}", "bytes of a dropout mask per element", _B,
+               defined_in=CHAPTER)  # fmt: skip
+drop = _decl("delta_drop", r"\delta_{\mathrm{drop}}", "1 where attention's probabilities pass "
+             "through dropout, 0 where not", defined_in=CHAPTER)  # fmt: skip
+t_sc = _decl("t_sc", r"t_{\mathrm{sc}}", "time of a step's unfused score operations on one GPU",
+             _S, defined_in=CHAPTER)  # fmt: skip
+n_sk = _decl("n_sk", r"n_{\mathrm{sk}}", "score kernels of a block's forward pass",
+             defined_in=CHAPTER)  # fmt: skip
+
+#: Bytes of a dropout mask per element: PyTorch's dropout keeps a one-byte boolean mask.
+MASK_BYTES = 1
+
+
+@register
+def scores_bytes_derivation() -> Derivation:
+    rows = transformer.seq * transformer.n_heads / tpm.n_tp  # a token's scores on one rank
+    per_token = sp.Eq(q_sc, rows * ((1 + transformer.rho_b) * q_sf + q_sb))
+    count = Substitution(
+        "the score operations, one by one",
+        {
+            q_sf: 2 * matmul.word + drop * (2 * matmul.word + c_mask),
+            q_sb: 3 * matmul.word + drop * (2 * matmul.word + c_mask),
+        },
+        kind="definition",
+    )
+    e2 = count.apply(per_token)
+    mask = Substitution(
+        "a one-byte dropout mask",
+        {c_mask: MASK_BYTES},
+        kind="assumption",
+        source="paszke2019pytorch",
+    )
+    return derivation(
+        "run-operations-scores-bytes",
+        "The bytes an attention that is not fused moves through its scores",
+        [
+            Step(
+                "Without a fused kernel, attention writes each token's scores against every "
+                "token of its sequence, one row for each of the rank's heads, to HBM and reads "
+                "them back at every operation between its two batched matmuls: in the forward "
+                "pass, again when it is recomputed, and in the backward pass.",
+                per_token,
+            ),
+            Step(
+                "Forward: the softmax (scaled and masked in the same kernel) reads the scores "
+                "and writes the probabilities; dropout reads those and writes the dropped "
+                "probabilities and its mask. Backward: dropout's reads the gradient and the "
+                "mask and writes a gradient; the softmax's reads that and the probabilities and "
+                "writes the scores' gradient.",
+                e2,
+                using=count,
+            ),
+            Step(
+                "PyTorch's dropout keeps a one-byte mask per element.",
+                mask.apply(e2),
+                using=mask,
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
+@register
+def scores_time_derivation() -> Derivation:
+    e1 = sp.Eq(
+        t_sc,
+        s.n_layers / ppm.n_pp
+        * (ppm.n_micro * (2 + transformer.rho_b) * n_sk * matmul.t_kernel
+           + tokens_gpu * q_sc / matmul.bw_hbm),
+    )  # fmt: skip
+    kernels = Substitution(
+        "a softmax kernel, and a dropout kernel where there is dropout",
+        {n_sk: 1 + drop},
+        kind="definition",
+    )
+    return derivation(
+        "run-operations-scores",
+        "The score operations of an attention that is not fused, in one step on one GPU",
+        [
+            Step(
+                "Each block of a stage runs the score kernels for every micro-batch (forward, "
+                "recomputed forward and backward: each pays the kernel latency) and moves their "
+                "bytes (the derivation above) for every token that passes through the GPU.",
+                e1,
+            ),
+            Step(
+                "A softmax kernel, and a dropout kernel where there is dropout, in each pass.",
+                kernels.apply(e1),
+                using=kernels,
+            ),
+        ],
+        chapter=CHAPTER,
+    )
+
+
 # Dimension-checked before the assumptions' numbers replace the bytes a pass, loss and
 # parameter move.
 COST_FORMULAS = {
     "q_blk": (block_bytes_derivation().steps[1].expr.rhs, _B),
     "t_mem": (memory_ops_derivation().steps[1].expr.rhs, _S),
+    "q_sc": (scores_bytes_derivation().steps[1].expr.rhs, _B),
+    "t_sc": (scores_time_derivation().steps[1].expr.rhs, _S),
 }
 
 _ARGS = (
@@ -218,6 +321,49 @@ _ARGS = (
     matmul.bw_hbm, matmul.word, s.d_model, memory.t_sp, memory.d_kv, transformer.mlp_mats, s.d_ff,
     tpm.n_tp, transformer.vocab, s.n_params, k_bwd, c_loss, q_opt, memory.g_o,
 )  # fmt: skip
+
+
+_SCORE_ARGS = (
+    tokens_gpu, s.n_layers, ppm.n_pp, ppm.n_micro, transformer.rho_b, matmul.t_kernel,
+    matmul.bw_hbm, matmul.word, transformer.seq, transformer.n_heads, tpm.n_tp, drop,
+)  # fmt: skip
+
+
+@cache
+def _scores_fn():
+    """The time of a step's unfused score operations, their bytes put into it."""
+    expr = scores_time_derivation().steps[-1].expr.rhs.subs(
+        q_sc, scores_bytes_derivation().steps[-1].expr.rhs
+    )
+    return sp.lambdify(_SCORE_ARGS, expr, "numpy")
+
+
+def unfused_attention(cfg: Config) -> float:
+    """Seconds of a step's attention core on one GPU where it is not fused
+    (``cfg.attention_kernel == "unfused"``): the scores' and the weighted values' batched
+    matmuls by the matmul model, each one kernel over the micro-batch's sequences and the
+    rank's heads (queries and keys of the head's width, every score of the sequence computed:
+    the causal mask is applied after), for every block and micro-batch, forward (again when
+    recomputed) and backward; and the score operations between them
+    (:func:`scores_time_derivation`)."""
+    sh, scn = cfg.shape, device(cfg.cluster.name)
+    if cfg.cp > 1:
+        raise ValueError(
+            f"cp={cfg.cp}: an unfused attention is modelled without context parallelism; "
+            "expected cp=1"
+        )
+    rb, _ = transformer.RECOMPUTE[cfg.recompute]
+    d_head, seq = sh.d_model / sh.heads, cfg.seq_len
+    rows = cfg.mbs * sh.heads / cfg.tp * seq  # score rows of a micro-batch on one rank
+    matmuls = [(d_head, seq, rows, 1.0), (seq, d_head, rows, 1.0)]
+    m = cfg.micro_batches
+    core = m * sh.layers / cfg.pp * float(passes_time(scn, matmuls, [rb, rb]).sum())
+    scores = _scores_fn()(
+        cfg.global_batch_tokens / cfg.dp, sh.layers, cfg.pp, m, rb,
+        float(scn["hardware.kernel_latency"]), float(scn["hardware.hbm_bandwidth"]),
+        float(scn["model.word_bytes"]), seq, sh.heads, cfg.tp, float(sh.trains_with_dropout),
+    )  # fmt: skip
+    return core + float(scores)
 
 
 @cache
@@ -476,10 +622,13 @@ def parts(cfg: Config) -> dict[str, float]:
     # output layer's in 16-bit (the module's docstring says which frameworks keep it so).
     speed = c.peak_16bit / c.peak(cfg.precision)
     linear = speed * m * sh.layers / cfg.pp * per_block
-    attn = sh.attention_flop_per_token(cfg.seq_len, cfg.recompute)
-    attention = (
-        cfg.global_batch_tokens * attn / (c.peak_16bit * attention_utilization(c) * cfg.n_gpus)
-    )
+    if cfg.attention_kernel == "unfused":
+        attention = unfused_attention(cfg)
+    else:
+        attn = sh.attention_flop_per_token(cfg.seq_len, cfg.recompute)
+        attention = (
+            cfg.global_batch_tokens * attn / (c.peak_16bit * attention_utilization(c) * cfg.n_gpus)
+        )
     # The ranks the optimizer state is split over, as the memory count splits it.
     group = cfg.shard_group if cfg.sharding == "hsdp" and cfg.shard_group else cfg.dp * cfg.cp
     g_o = group if memory.STATE_SPLIT[SHARDING[cfg.sharding]][2] else 1
@@ -504,6 +653,8 @@ def parts(cfg: Config) -> dict[str, float]:
         "optimizer": with_opt - without,
         "head": m * head,
         "loss": without - blocks,
+        # The framework's host-side floor under its blocks' time (Config.host_floor_s).
+        "host": m * sh.layers / cfg.pp * cfg.host_floor_s,
     }
     rule = STAGES["head"]
     # Equal shares, and as placed where the split makes the stages uneven otherwise: its

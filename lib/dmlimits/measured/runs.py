@@ -87,6 +87,7 @@ from dmlimits.costs import tensor_parallel as tpm
 from dmlimits.costs.matmul import word
 from dmlimits.measured import memory, nccl, operations, transformer
 from dmlimits.measured.configuration import (  # what a run is; runs, memory and operations share it
+    ATTENTION_KERNELS,
     BOUND,
     CLUSTERS,
     FP8_BYTES,
@@ -541,6 +542,7 @@ PARTS = (
     "pp_bw",
     "micro_batches",
     "stage_layers",
+    "host",
 )
 
 #: Where each overlappable collective can run beside compute, when the factors' ``windows`` is
@@ -684,8 +686,11 @@ def combine(parts: dict, factors: Factors) -> dict:
     # The last stage sets the pace; the warm-up and cool-down wait on the other stages' blocks
     # (run-mfu's third step).  With equal stages t_head is 0; where a split makes the stages
     # uneven otherwise, the bubble ratio is the simulated schedule's (pipeline_stretch).
+    # Where the framework's host-side work for its blocks takes longer than the GPU's, the GPU
+    # waits: the excess is the framework's overhead (Config.host_floor_s).
+    t_host = np.maximum(0.0, parts["host"] - (t_comp + t_mem)) if factors.operations else 0.0
     ratio = parts["stage_bubble_ratio"] if factors.operations else parts["bubble_ratio"]
-    t_bubble = (t_comp + t_mem - t_head) * ratio
+    t_bubble = (t_comp + t_mem + t_host - t_head) * ratio
     lat = 1.0 if factors.latency else 0.0
     t_dp = parts["dp_bw"] / factors.collective + lat * parts["dp_lat"]
     t_tp = parts["tp_bw"] / factors.collective + lat * parts["tp_lat"]
@@ -694,10 +699,10 @@ def combine(parts: dict, factors: Factors) -> dict:
     # The all-to-alls sit between a block's router and its experts: serial, as tensor
     # parallelism's collectives are.
     t_ep = parts["ep_bw"] / factors.collective + lat * parts["ep_lat"]
-    t_p = t_comp + t_mem + t_bubble + t_opt
+    t_p = t_comp + t_mem + t_host + t_bubble + t_opt
     serial = (t_tp + t_ep) if factors.serial_tp else 0.0 * t_tp
     if factors.windows:  # each collective behind its own window (OVERLAP_WINDOWS)
-        work = t_comp + t_mem
+        work = t_comp + t_mem + t_host
         attention = parts["attention"] if factors.operations else 0.0 * t_comp
         exposed = (
             np.maximum(t_dp / parts["stage_layers"], t_dp - work / parts["micro_batches"])
@@ -713,6 +718,7 @@ def combine(parts: dict, factors: Factors) -> dict:
         "exposed": serial + exposed,
         "compute": t_comp,
         "memory-bound operations": t_mem,
+        "framework overhead": t_host + 0.0 * t_comp,
         "optimizer step": t_opt,
         "pipeline bubble": t_bubble,
         "data parallel": t_dp,
@@ -724,7 +730,13 @@ def combine(parts: dict, factors: Factors) -> dict:
 
 
 #: The parts of a step's breakdown that are the GPU's own work, not communication.
-COMPUTE_PARTS = ("compute", "memory-bound operations", "optimizer step", "pipeline bubble")
+COMPUTE_PARTS = (
+    "compute",
+    "memory-bound operations",
+    "framework overhead",
+    "optimizer step",
+    "pipeline bubble",
+)
 
 
 @dataclass(frozen=True)
@@ -797,6 +809,7 @@ OPERATIONS = (
     "matmuls",
     "attention",
     "memory-bound operations",
+    "framework overhead",
     "optimizer step",
     "pipeline bubble",
     "communication in series",
@@ -816,6 +829,7 @@ def operation_split(cfg: Config, factors: Factors | None = None) -> dict[str, fl
         "matmuls": matmuls,
         "attention": parts["attention"],
         "memory-bound operations": float(res["memory-bound operations"]),
+        "framework overhead": float(res["framework overhead"]),
         "optimizer step": float(res["optimizer step"]),
         "pipeline bubble": float(res["pipeline bubble"]),
         "communication in series": float(res["exposed"]),
@@ -832,6 +846,7 @@ THROUGHPUT_METRICS = {
     "aggregate_pflops": "hardware",
     "tokens_per_s_per_gpu": "model",
     "iteration_time_full_recompute": "model",
+    "iteration_time": "model",
     "iteration_time_seqpar_selective": "model",
 }
 # The Ultra-Scale Playbook names its models by size only.  Our reading: the Llama 3 shape of that
@@ -1019,7 +1034,13 @@ PLAYBOOK_COLUMNS = {"gpus", "zero_stage", "micro_batch", "mfu_pct"}
 def normalize(row: dict) -> tuple[dict, list[str]]:
     """A row in the layout of published_runs.csv.  Rows of the Ultra-Scale Playbook's benchmark
     file (columns ``gpus``, ``zero_stage``, ``micro_batch``, ``mfu_pct``, ...) are mapped to it:
-    eight H100s a node and bf16, as the Playbook describes its runs, trained with nanotron."""
+    eight H100s a node and bf16, as the Playbook describes its runs, trained with nanotron.  So
+    are rows of vTrain's single-node file (:data:`VTRAIN_COLUMNS`)."""
+    if VTRAIN_COLUMNS <= set(row) and not row.get("n_gpus"):
+        return _vtrain(row), [
+            "vTrain's layout: Megatron-DeepSpeed on A100s in one node, fp16, full "
+            "recomputation, GPT-2's vocabulary padded as Megatron-LM pads it, dropout"
+        ]
     if not PLAYBOOK_COLUMNS <= set(row) or row.get("n_gpus"):
         return row, []
     model = (row.get("model") or "").strip()
@@ -1045,6 +1066,63 @@ def normalize(row: dict) -> tuple[dict, list[str]]:
     }, ["the Ultra-Scale Playbook's layout: H100s, eight a node, bf16"]
 
 
+#: The columns of vTrain's published single-node measurements (Bang et al. 2024, VIA-Research/vTrain
+#: ``data/ground_truth_single.csv``) by which :func:`normalize` knows its layout.
+VTRAIN_COLUMNS = {"GPUs", "hidden size", "# layers", "iteration time (ms)"}
+#: What vTrain's runs did that its file does not say, read from its repository (VIA-Research/vTrain
+#: at f8dda84): every run with Megatron-DeepSpeed (``data/README.md``), in 16-bit floating point
+#: with full activation recomputation (``use_checkpoint`` in each run's configuration under
+#: ``config/validation/single``), GPT-2's vocabulary of 50,257 words with dropout
+#: (``src/model/gpt_model.py``), on A100s in one node of eight.
+VTRAIN_VOCAB = 50257
+
+
+def _padded_vocab(vocab: int, tp: int) -> int:
+    """The vocabulary as Megatron-LM pads it: up to a multiple of 128 times the tensor-parallel
+    degree (``--make-vocab-size-divisible-by``, 128 by default), so that each rank's share of the
+    output layer is a multiple of 128 wide."""
+    step = 128 * tp
+    return -(-vocab // step) * step
+
+
+def _vtrain(row: dict) -> dict:
+    """A row of vTrain's layout (:data:`VTRAIN_COLUMNS`) in that of published_runs.csv, with
+    the columns of :data:`RUN_COLUMNS` and :data:`OPTIONAL_COLUMNS` a user added to it kept (they override vTrain's ways,
+    as in any row)."""
+    tp = int(float(row.get("tensor parallelism") or 1))
+    seq = row.get("sequence length", "")
+    batch = float(row.get("global batch") or "nan") * float(seq or "nan")
+    ms = (row.get("iteration time (ms)") or "").strip()
+    ways = (*RUN_COLUMNS, *OPTIONAL_COLUMNS)
+    stated = {k: v for k, v in row.items() if k in ways and (v or "").strip()}
+    return {
+        "model": f"GPT d_model {row.get('hidden size', '')}, {row.get('# layers', '')} layers",
+        "layers": row.get("# layers", ""),
+        "d_model": row.get("hidden size", ""),
+        "heads": row.get("attention heads", ""),
+        "vocab": str(_padded_vocab(VTRAIN_VOCAB, tp)),
+        "dropout": "true",
+        "gpu": "A100-SXM4 (8/node)",
+        "n_gpus": row.get("GPUs", ""),
+        "tp": str(tp),
+        "pp": row.get("pipeline parallelism", ""),
+        "dp": row.get("data parallelism", ""),
+        "cp": "1",
+        "ep": "1",
+        "seq_len": seq,
+        "global_batch_tokens": f"{batch:.0f}" if math.isfinite(batch) else "",
+        "mbs": row.get("micro batch", ""),
+        "sharding": "none",
+        "precision": "fp16",
+        "recompute": "full",
+        "metric": "iteration_time",
+        "value": f"{float(ms) / 1e3:.9g}" if ms else "",
+        "source": "vTrain single-node measurements",
+        "notes": "",
+        "framework": "megatron-deepspeed",
+    } | stated
+
+
 #: The columns that state what a run did beyond its shape, GPUs, degrees and batch, each read
 #: by :func:`interpret` (the data files' ``#`` lines say what each holds).  A row's ``notes``
 #: and ``source`` are for the reader and are never read: what they say that the model needs is
@@ -1058,10 +1136,23 @@ RUN_COLUMNS = (
     "global_batch_seqs",  # sequences a step
     "fabric_stated",  # false where the source does not state the nodes' network
 )
+#: Columns a row may add to say more than the data files do, each read where it is not empty:
+#: ``stages`` (:data:`~dmlimits.measured.configuration.STAGE_PLACEMENTS`) and
+#: ``attention_kernel`` (:data:`~dmlimits.measured.configuration.ATTENTION_KERNELS`), each
+#: otherwise the framework's way.
+OPTIONAL_COLUMNS = ("stages", "attention_kernel")
 #: The frameworks a row's ``framework`` column can name: Megatron-LM (Narayanan et al. 2021,
-#: Korthikanti et al. 2022), torchtitan, nanotron (the Ultra-Scale Playbook's), MosaicML's
-#: llm-foundry and NVIDIA's Megatron-Bridge.  Empty: none named, Megatron-LM's ways taken.
-FRAMEWORKS = ("megatron-lm", "torchtitan", "nanotron", "llm-foundry", "megatron-bridge")
+#: Korthikanti et al. 2022), Microsoft's Megatron-DeepSpeed (vTrain's runs), torchtitan,
+#: nanotron (the Ultra-Scale Playbook's), MosaicML's llm-foundry and NVIDIA's Megatron-Bridge.
+#: Empty: none named, Megatron-LM's ways taken.
+FRAMEWORKS = (
+    "megatron-lm",
+    "megatron-deepspeed",
+    "torchtitan",
+    "nanotron",
+    "llm-foundry",
+    "megatron-bridge",
+)
 #: Frameworks whose tensor parallelism also splits the sequence outside its region.
 #: torchtitan's tensor-parallel plan shards the norms over the sequence (its
 #: ``SequenceParallel`` layers); nanotron, the Ultra-Scale Playbook's framework, runs in its
@@ -1076,6 +1167,16 @@ SEQUENCE_PARALLEL_FRAMEWORKS = ("torchtitan", "nanotron")
 #: without them the error no longer moves with the degree (the errors ``bench/bench_predict.py``
 #: reports).
 KEEPS_GATHERED_FRAMEWORKS = ("torchtitan",)
+#: Frameworks whose GPT model runs attention unfused (``Config.attention_kernel``): Microsoft's
+#: Megatron-DeepSpeed computes the scores with one batched matmul, scales, masks and
+#: normalizes them in a fused softmax kernel, applies dropout and multiplies by the values in a
+#: second (``CoreAttention`` in ``megatron/model/transformer.py``; FlashAttention only with
+#: ``--use-flash-attn``, which vTrain's runs do not set: their configurations have no such
+#: switch).  A row's ``attention_kernel`` column overrides it.
+UNFUSED_ATTENTION_FRAMEWORKS = ("megatron-deepspeed",)
+#: The frameworks whose host-side floor under a block's time is measured
+#: (:func:`host_floor`), each with the file it is measured on.
+HOST_FLOOR = {"megatron-deepspeed": "vtrain_single_node_d1024.csv"}
 
 
 #: Frameworks that split their pipeline's blocks otherwise than Megatron-LM's default, and how
@@ -1330,7 +1431,20 @@ def _framework_ways(
         assumed.append(
             f"activation memory {factor:g} times the count (the Playbook's fitted factor)"
         )
+    kernel = _choice(row, "attention_kernel", ATTENTION_KERNELS)
+    if not kernel:
+        kernel = "unfused" if framework in UNFUSED_ATTENTION_FRAMEWORKS else "flash"
+        if kernel == "unfused":
+            assumed.append("attention unfused, its scores through HBM (the framework's way)")
+    floor = host_floor(framework) if framework in HOST_FLOOR else 0.0
+    if floor:
+        assumed.append(
+            f"a host-side floor of {floor * 1e3:.2f} ms a block and micro-batch (the "
+            "framework's, measured on vTrain's runs)"
+        )
     return dict(
+        attention_kernel=kernel,
+        host_floor_s=floor,
         vpp=vpp or 1,
         sequence_parallel=sequence_parallel,
         keeps_gathered_inputs=keeps_gathered,
@@ -1339,6 +1453,36 @@ def _framework_ways(
         stage_keeps_gathered=torchtitan,
         stages=stages,
     )
+
+
+@cache
+def host_floor(framework: str) -> float:
+    """Seconds of ``framework``'s host-side work for one block and one micro-batch (forward,
+    recomputed forward and backward), below which a block's time does not fall however small
+    its kernels (:data:`HOST_FLOOR`, ``Config.host_floor_s``).
+
+    Measured, not derived: the median, over the runs of the framework's file with one sequence
+    a micro-batch and no pipeline, of the step time per block and micro-batch.  In vTrain's
+    Megatron-DeepSpeed runs (d_model 1024 on A100s) that time hardly moves with the
+    tensor-parallel degree (1 to 4) or from one sequence a micro-batch to two, although the
+    GPU's work halves or doubles: the GPU waits on the framework.  It is hundreds of the
+    matmul model's kernel latencies, so no count of kernels at that latency explains it; what
+    the framework does on the host (Python, autograd, the recomputation's wrapper) is not
+    modelled further here.  Only the development half of vTrain's file is read."""
+    if framework not in HOST_FLOOR:
+        raise ValueError(
+            f"no host-side floor measured for framework {framework!r}; expected one of "
+            f"{', '.join(HOST_FLOOR)}"
+        )
+    per_block = []
+    for raw in published.data_rows(HOST_FLOOR[framework]):
+        row, _ = normalize(raw)
+        if row.get("framework") != framework or row["mbs"] != "1" or row["pp"] != "1":
+            continue
+        layers = int(row["layers"])
+        micro = float(row["global_batch_tokens"]) / (int(row["dp"]) * int(row["seq_len"]))
+        per_block.append(float(row["value"]) / (micro * layers))
+    return float(np.median(per_block))
 
 
 def _reported(row: dict, cfg: Config, assumed: list[str]) -> tuple[str | None, float | None]:

@@ -403,6 +403,12 @@ class Shape:
             )
 
     @property
+    def trains_with_dropout(self) -> bool:
+        """Whether training applies dropout: ``dropout`` where stated, else as the block's
+        family does (Megatron-LM's GPT blocks, with a plain MLP, yes; Llama-style blocks no)."""
+        return (not self.gated) if self.dropout is None else self.dropout
+
+    @property
     def moe(self) -> bool:
         return self.experts > 1
 

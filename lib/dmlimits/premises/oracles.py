@@ -1167,6 +1167,76 @@ def _operations_memory(d: Derivation) -> str:
     return compare_cases(d.result, "t_mem", cases)
 
 
+def _score_kernels(dropout: bool, word: float, mask: float) -> list[tuple[str, float]]:
+    """The score kernels of an unfused attention in the order one pass runs them, with the
+    bytes each moves per score: ``("forward", ...)`` then ``("backward", ...)`` entries."""
+    fwd = [("forward", word + word)]  # softmax: reads the scores, writes the probabilities
+    bwd = []
+    if dropout:
+        fwd.append(("forward", word + word + mask))  # reads them, writes output and mask
+        bwd.append(("backward", word + mask + word))  # reads grad and mask, writes a grad
+    bwd.append(("backward", word + word + word))  # softmax's: reads grad and probs, writes
+    return fwd + bwd
+
+
+_SCORE_CASES = (  # heads, seq, tp, dropout, recompute
+    (16, 1024, 1, True, 1),
+    (32, 2048, 4, False, 0),
+    (96, 4096, 8, True, 0),
+)
+
+
+@oracle(
+    "run-operations-scores-bytes",
+    "hand count",
+    "for each of the rank's heads, a token's row of scores walked through the softmax and "
+    "dropout kernels of the forward pass (again when recomputed) and their backward kernels, "
+    "what each reads and writes (two bytes a value, one a mask entry) added up",
+)
+def _scores_bytes(d: Derivation) -> str:
+    cases = []
+    for heads, seq, tp, dropout, rb in _SCORE_CASES:
+        per_score = 0.0
+        for kind, nbytes in _score_kernels(dropout, 2, 1):
+            per_score += nbytes * ((1 + rb) if kind == "forward" else 1)
+        vals = {"n_h": heads, "s_seq": seq, "N_TP": tp, "rho_b": rb, "w_word": 2,
+                "delta_drop": 1 if dropout else 0}  # fmt: skip
+        cases.append((vals, heads // tp * seq * per_score))
+    return compare_cases(d.result, "Q_sc", cases)
+
+
+@oracle(
+    "run-operations-scores",
+    "simulation",
+    "a stage's step walked block by block and micro-batch by micro-batch: every score kernel "
+    "of every pass paying the kernel latency, and the scores of the micro-batch's tokens "
+    "moving through HBM at its bandwidth",
+)
+def _scores_time(d: Derivation) -> str:
+    cases = []
+    for (heads, seq, tp, dropout, rb), (pp, dp, layers) in zip(
+        _SCORE_CASES, ((1, 2, 12), (2, 4, 16), (4, 1, 8)), strict=True
+    ):
+        latency, bw, mbs_tokens, batch = 4.5e-6, 2e12, 2 * seq, 8 * seq * dp
+        tokens = batch / dp
+        micro = tokens / mbs_tokens
+        per_token = 0.0
+        kernels = 0
+        for kind, nbytes in _score_kernels(dropout, 2, 1):
+            passes = (1 + rb) if kind == "forward" else 1
+            kernels += passes
+            per_token += passes * nbytes * heads / tp * seq
+        t = 0.0
+        for _layer in range(layers // pp):
+            for _mb in range(int(micro)):
+                t += kernels * latency + per_token * mbs_tokens / bw
+        vals = {"L": layers, "N_PP": pp, "m_micro": micro, "rho_b": rb, "t_kern": latency,
+                "T_GPU": tokens, "W_HBM": bw, "delta_drop": 1 if dropout else 0,
+                "Q_sc": per_token}  # fmt: skip
+        cases.append((vals, t))
+    return compare_cases(d.result, "t_sc", cases)
+
+
 @oracle(
     "ep-traffic",
     "simulation",
