@@ -18,6 +18,9 @@ the model is):
 * **Small shapes on one node**: vTrain's d_model 1024 runs with both modelled causes of their
   time (an unfused attention, the framework's host-side floor), with each taken away and with
   neither (:func:`dmlimits.measured.confront.small_shapes`; in sample for the floor).
+* **Attention and tensor parallelism**: attention at one published share of the peak (the
+  calibrated mode's) against FlashAttention-2's measured throughput at each run's shape (a test);
+  NVIDIA's runs with and without the tensor-parallel overlap their recipes set.
 * **Two step models**: the calibrated mode's (each operation timed,
   :mod:`dmlimits.measured.operations`) and the step's FLOP at one matmul efficiency, with the
   same errors (:func:`dmlimits.measured.confront.operations_compared`).
@@ -184,6 +187,13 @@ def measure() -> dict:
     out["overlap_rules"] = confront.overlap_compared()
     # The output layer and the loss in equal shares, as placed (the calibrated mode's) or last.
     out["stage_rules"] = confront.stages_compared()
+    # Attention at one published share of the peak (the calibrated mode's) or at
+    # FlashAttention-2's measured throughput for the run's shape (a test).
+    out["attention_rules"] = confront.attention_rules_compared()
+    # NVIDIA's runs with tensor parallelism in series: before the overlap its recipes set.
+    out["nemo_serial_tp"] = _figures(
+        confront.outside_split(rows=confront.without_tp_overlap(runs.nemo_rows()))
+    )
     if BENCH.is_file():
         with BENCH.open() as fh:
             bench = list(csv.DictReader(fh))
@@ -261,8 +271,8 @@ def report(m: dict) -> str:
     lines += [
         f"outside the development split (NVIDIA's Megatron-Bridge benchmarks, {nm['rows']} rows: "
         "FP8, B200 and GB200, DeepSeek-V3; never fitted, but they led the book to add "
-        "Blackwell's tensor memory to the matmul model and DeepSeek-V3's latent attention to "
-        "its shape):",
+        "Blackwell's tensor memory to the matmul model, DeepSeek-V3's latent attention to "
+        "its shape and the tensor-parallel overlap of Megatron-Bridge's recipes):",
         f"  MFU median absolute error {nm['mfu_points']:.2f} points (signed "
         f"{nm['bias_points']:+.1f}; target {t['mfu_held_out_points']:g}: "
         f"{_verdict(nm['mfu_points'], t['mfu_held_out_points'])}; per family "
@@ -292,6 +302,11 @@ def report(m: dict) -> str:
         f"{m['nemo_neither']['bias_points']:+.1f}); step time, multi-node "
         f"{m['nemo_neither']['step_multi_node']:.0%}, single-node "
         f"{m['nemo_neither']['step_single_node']:.0%}",
+        f"  with tensor parallelism in series (before the overlap Megatron-Bridge's recipes "
+        f"set): MFU {m['nemo_serial_tp']['mfu_points']:.2f} points (signed "
+        f"{m['nemo_serial_tp']['bias_points']:+.1f}); step time, multi-node "
+        f"{m['nemo_serial_tp']['step_multi_node']:.0%}, single-node "
+        f"{m['nemo_serial_tp']['step_single_node']:.0%}",
         f"  not adopted, a test: attention on the H100s at FlashAttention-3's figure (their "
         f"Transformer Engine prefers cuDNN's kernel there): MFU "
         f"{m['nemo_faster_hopper']['mfu_points']:.2f} points (signed "
@@ -343,6 +358,9 @@ def report(m: dict) -> str:
          "overlap_rules"),
         ("the output layer and the loss: equal shares, as placed (the calibrated mode's) or "
          "last:", "stage_rules"),
+        ("attention's core: one published share of the peak (the calibrated mode's) or "
+         "FlashAttention-2's measured throughput at the run's shape (a test, not adopted):",
+         "attention_rules"),
     ):  # fmt: skip
         lines += ["", title]
         for name, r in m[key].items():  # confront.step_rule's figures

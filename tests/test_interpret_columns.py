@@ -132,7 +132,8 @@ def test_the_playbooks_rows_are_nanotrons():
 @pytest.mark.parametrize(
     ("column", "value", "message"),
     [
-        ("framework", "megatron", "column framework must be one of megatron-lm, megatron-deepspeed, torchtitan"),
+        ("framework", "megatron",
+         "column framework must be one of megatron-lm, megatron-deepspeed, torchtitan"),
         ("recompute", "some", "column recompute must be one of none, selective, full or empty"),
         ("sequence_parallel", "yes", "column sequence_parallel must be true or false"),
         ("interleaved", "1", "column interleaved must be true or false"),

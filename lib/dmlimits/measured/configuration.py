@@ -273,6 +273,10 @@ class Config:
     # recomputed forward and backward together: the floor under a block's time when its kernels
     # are too small to keep the GPU busy (runs.HOST_FLOOR); 0 where not measured.
     host_floor_s: float = 0.0
+    # Tensor parallelism's collectives overlapped with the matmuls they feed, each split into
+    # steps (Transformer Engine's userbuffers, runs.TP_OVERLAP_FRAMEWORKS); the calibrated mode
+    # then charges only what the matmuls cannot hide (runs.combine).
+    tp_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_gpus", "tp", "pp", "dp", "cp", "ep", "mbs", "vpp", "seq_len"):

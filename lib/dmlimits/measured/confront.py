@@ -682,6 +682,24 @@ def stages_compared(rows=None) -> dict[str, dict]:
     return out
 
 
+def attention_rules_compared(rows=None) -> dict[str, dict]:
+    """For each way of timing attention's core where the GPU has kernel measurements
+    (:data:`dmlimits.measured.operations.ATTENTION_RULES`), the step timed operation by
+    operation and the matmul efficiency fitted afresh: the figures of :func:`step_rule`."""
+    out = {}
+    for rule in operations.ATTENTION_RULES:
+        with operations.attention_rule(rule):  # runs.calibrated() refits inside it
+            out[rule] = step_rule(rows, True)
+    return out
+
+
+def without_tp_overlap(rows) -> list[dict]:
+    """``rows`` with their tensor-parallel collectives in series whatever their framework does
+    (each row's ``tp_comm_overlap`` set to false): what the overlap of
+    :data:`dmlimits.measured.runs.TP_OVERLAP_FRAMEWORKS` changes."""
+    return [dict(r, tp_comm_overlap="false") for r in rows]
+
+
 def stage_imbalance(rows=None) -> dict:
     """The busiest pipeline stage's compute over an equal share of the step's
     (:func:`dmlimits.measured.operations.busiest_stage_excess`) on the pipelined development

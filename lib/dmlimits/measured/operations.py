@@ -400,12 +400,122 @@ ATTENTION_UTILIZATION: dict[str, float | None] = {
 }
 
 
+#: FlashAttention-2's measured forward and backward throughput on the A100 and the H100, by head
+#: dimension, sequence length and mask (Dao 2023; the data file's ``#`` lines say how it was
+#: read and how its FLOP are counted).
+ATTENTION_KERNEL_DATA = "attention_kernels.csv"
+#: The GPU of :data:`ATTENTION_KERNEL_DATA` whose measurements time each cluster's attention:
+#: the H200 is the H100's chip with more and faster HBM, which FlashAttention's kernel, bound by
+#: its arithmetic, does not use.  A cluster not named here has no measurements: its attention
+#: is timed at :data:`ATTENTION_UTILIZATION` (the clock derate where that has none).
+KERNEL_GPUS = {"a100": "a100", "h100": "h100", "h100-500w": "h100", "h200": "h100"}
+#: The kernel of the table a fused attention runs (``Config.attention_kernel`` ``flash``).
+FUSED_KERNEL = "flash2"
+#: How the benchmark behind :data:`ATTENTION_KERNEL_DATA` counts a fused attention's FLOP, in
+#: forward passes (its backward is 2.5 forwards: the kernel computes the scores again), and
+#: the share a causal mask leaves (every run the book models trains a causal language model).
+BENCHMARK_PASSES, CAUSAL_SHARE = 3.5, 0.5
+#: How attention's core is timed where its GPU has kernel measurements (:func:`attention_rule`).
+ATTENTION_RULES = {
+    "measured": "FlashAttention-2's measured throughput at the run's head dimension and sequence "
+    "length, with the causal mask (ATTENTION_KERNEL_DATA)",
+    "utilization": "one published share of the 16-bit peak per GPU, whatever the shape "
+    "(ATTENTION_UTILIZATION)",
+}
+#: The rule in force: one published share of the peak per GPU.  FlashAttention-2's measured
+#: throughput, at each run's head dimension and sequence, predicts the development rows worse
+#: (its kernel alone runs faster than attention does in the runs: the long sequences most;
+#: ``bench/bench_predict.py`` prints both), so it is a test, not the calibrated mode.
+ATTENTION = {"rule": "utilization"}
+
+
+@cache
+def kernel_table() -> dict[tuple[str, str, bool, int], tuple[np.ndarray, np.ndarray]]:
+    """:data:`ATTENTION_KERNEL_DATA` by ``(gpu, kernel, causal, head_dim)``: the sequence
+    lengths measured and the throughput at each (FLOP/s, as the benchmark counts them)."""
+    table: dict[tuple[str, str, bool, int], list[tuple[float, float]]] = {}
+    for row in published.data_rows(ATTENTION_KERNEL_DATA):
+        key = (row["gpu"], row["kernel"], row["causal"] == "true", int(row["head_dim"]))
+        table.setdefault(key, []).append((float(row["seq_len"]), float(row["tflops"]) * 1e12))
+    return {
+        k: (np.array([s for s, _ in sorted(v)]), np.array([f for _, f in sorted(v)]))
+        for k, v in table.items()
+    }
+
+
+def kernel_rate(gpu: str, kernel: str, head_dim: float, seq_len: float, causal: bool = True):
+    """The measured throughput (FLOP/s, the benchmark's count) of attention kernel ``kernel`` on
+    ``gpu`` (a GPU of :data:`ATTENTION_KERNEL_DATA`) at a head dimension and sequence length:
+    linear in the logarithm of the sequence between the lengths measured, the nearest one's
+    outside them; linear in the head dimension between the two measured (64 and 128), the
+    nearer one's outside them."""
+    dims = sorted({k[3] for k in kernel_table() if k[:3] == (gpu, kernel, causal)})
+    if not dims:
+        raise ValueError(
+            f"no measurements of kernel {kernel!r} on {gpu!r}; expected one of "
+            f"{', '.join(sorted({f'{k[1]} on {k[0]}' for k in kernel_table()}))}"
+        )
+
+    def at(dim: int) -> float:
+        seqs, rates = kernel_table()[(gpu, kernel, causal, dim)]
+        return float(np.interp(np.log2(seq_len), np.log2(seqs), rates))
+
+    lo, hi = dims[0], dims[-1]
+    h = min(max(float(head_dim), lo), hi)
+    if hi == lo:
+        return at(lo)
+    w = (h - lo) / (hi - lo)
+    return (1 - w) * at(lo) + w * at(hi)
+
+
+@contextmanager
+def attention_rule(rule: str):
+    """Within the ``with`` block, attention's core is timed by ``rule``
+    (:data:`ATTENTION_RULES`): to measure what the kernel measurements change.  Inside it,
+    :func:`dmlimits.measured.runs.calibrated` fits afresh, as in :func:`attention_utilizations`."""
+    if rule not in ATTENTION_RULES:
+        raise ValueError(
+            f"attention rule: got {rule!r}; expected one of {', '.join(ATTENTION_RULES)}"
+        )
+    saved = ATTENTION["rule"]
+    ATTENTION["rule"] = rule
+    try:
+        yield
+    finally:
+        ATTENTION["rule"] = saved
+
+
+def fused_attention(cfg: Config) -> float:
+    """Seconds of a step's fused attention core on one GPU: its FLOP over FlashAttention-2's
+    measured throughput on the GPU at the run's head dimension and sequence length, causal
+    (:func:`kernel_rate`), the FLOP counted as the measurements count them (the model's count
+    of a full score matrix, halved by the causal mask, and the backward as 2.5 forwards, plus
+    a forward for each recomputation); or, under the ``utilization`` rule and on a GPU without
+    measurements, the model's count at :func:`attention_utilization`."""
+    sh, c = cfg.shape, cfg.cluster
+    flop = sh.attention_flop_per_token(cfg.seq_len, cfg.recompute)
+    share = cfg.global_batch_tokens * flop / cfg.n_gpus  # the GPU's share of the step's FLOP
+    gpu = KERNEL_GPUS.get(c.name)
+    if gpu is None or ATTENTION["rule"] == "utilization" or c.name in _SCALAR:
+        return share / (c.peak_16bit * attention_utilization(c))
+    _, ra = transformer.RECOMPUTE[cfg.recompute]
+    counted = share * CAUSAL_SHARE * (BENCHMARK_PASSES + ra) / (3 + ra)
+    head_dim = sh.attention_widths[0] / sh.heads
+    return counted / kernel_rate(gpu, FUSED_KERNEL, head_dim, cfg.seq_len)
+
+
+#: Clusters whose attention :func:`attention_utilizations` has set to one share of the peak
+#: for a while: timed at it, not by the kernel measurements.
+_SCALAR: set[str] = set()
+
+
 @contextmanager
 def attention_utilizations(values: dict[str, float]):
     """Within the ``with`` block, attention's core reaches ``values`` (cluster name -> share of
-    the 16-bit peak) instead of :data:`ATTENTION_UTILIZATION`'s: to test how much a result
-    depends on them.  Inside it, :func:`dmlimits.measured.runs.calibrated` fits the factors
-    afresh (once for each state, :func:`utilization_state`)."""
+    the 16-bit peak) instead of :data:`ATTENTION_UTILIZATION`'s, and those clusters are timed
+    at that share rather than by the kernel measurements (:func:`fused_attention`): to test how
+    much a result depends on them.  Inside it, :func:`dmlimits.measured.runs.calibrated` fits
+    the factors afresh (once for each state, :func:`utilization_state`)."""
     for name, value in values.items():
         if name not in ATTENTION_UTILIZATION:
             raise ValueError(
@@ -413,11 +523,14 @@ def attention_utilizations(values: dict[str, float]):
             )
         if not 0 < value <= 1:
             raise ValueError(f"utilization of {name}: expected a share in (0, 1], got {value!r}")
-    saved = dict(ATTENTION_UTILIZATION)
+    saved, saved_scalar = dict(ATTENTION_UTILIZATION), set(_SCALAR)
     ATTENTION_UTILIZATION.update(values)
+    _SCALAR.update(values)
     try:
         yield
     finally:
+        _SCALAR.clear()
+        _SCALAR.update(saved_scalar)
         ATTENTION_UTILIZATION.clear()
         ATTENTION_UTILIZATION.update(saved)
 
@@ -491,7 +604,13 @@ def utilization_state() -> tuple:
     :func:`attention_utilizations`, :func:`device_values` and :func:`placement`), as a key
     for what depends on them."""
     devices = tuple((k, p, tuple(sorted(o.items()))) for k, (p, o) in sorted(PRESETS.items()))
-    return (tuple(sorted(ATTENTION_UTILIZATION.items())), devices, STAGES["head"])
+    return (
+        tuple(sorted(ATTENTION_UTILIZATION.items())),
+        devices,
+        STAGES["head"],
+        ATTENTION["rule"],
+        tuple(sorted(_SCALAR)),
+    )
 
 
 def attention_utilization(cluster) -> float:
@@ -625,10 +744,7 @@ def parts(cfg: Config) -> dict[str, float]:
     if cfg.attention_kernel == "unfused":
         attention = unfused_attention(cfg)
     else:
-        attn = sh.attention_flop_per_token(cfg.seq_len, cfg.recompute)
-        attention = (
-            cfg.global_batch_tokens * attn / (c.peak_16bit * attention_utilization(c) * cfg.n_gpus)
-        )
+        attention = fused_attention(cfg)
     # The ranks the optimizer state is split over, as the memory count splits it.
     group = cfg.shard_group if cfg.sharding == "hsdp" and cfg.shard_group else cfg.dp * cfg.cp
     g_o = group if memory.STATE_SPLIT[SHARDING[cfg.sharding]][2] else 1

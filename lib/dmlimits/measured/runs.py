@@ -543,6 +543,8 @@ PARTS = (
     "micro_batches",
     "stage_layers",
     "host",
+    "tp_overlap",
+    "tp_degree",
 )
 
 #: Where each overlappable collective can run beside compute, when the factors' ``windows`` is
@@ -650,6 +652,8 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
         vol = float(fns["tp"](rb, cfg.tp, B, cfg.dp, cfg.cp, sh.d_model, w, layers, cfg.pp))
         out["tp_bw"] = vol / bw
         out["tp_lat"] = _calls_latency(nodes, (4 + 2 * rb) * stage_layers * m)
+        out["tp_overlap"] = 1.0 if cfg.tp_comm_overlap else 0.0
+    out["tp_degree"] = float(cfg.tp)
     # Context parallelism, inside data parallelism.
     if cfg.cp > 1:
         bw, _ = group_bandwidth(cfg, cfg.cp, cfg.tp)
@@ -694,6 +698,16 @@ def combine(parts: dict, factors: Factors) -> dict:
     lat = 1.0 if factors.latency else 0.0
     t_dp = parts["dp_bw"] / factors.collective + lat * parts["dp_lat"]
     t_tp = parts["tp_bw"] / factors.collective + lat * parts["tp_lat"]
+    if factors.serial_tp and factors.operations:
+        # Overlapped with the matmuls they feed (Config.tp_comm_overlap): each collective split
+        # into as many steps as there are tensor-parallel ranks, each step's transfer beside
+        # the matmul of the step before; the first step's transfer waits, and what the matmuls
+        # cannot cover.  Their latencies stay in series.
+        n = np.maximum(parts["tp_degree"], 1.0)
+        t_bw = parts["tp_bw"] / factors.collective
+        t_lin = (parts["linear"] + parts["head"]) / factors.matmul
+        hidden = t_bw / n + np.maximum(0.0, t_bw - t_lin) * (n - 1) / n + lat * parts["tp_lat"]
+        t_tp = np.where(parts["tp_overlap"] > 0, hidden, t_tp)
     t_cp = parts["cp_bw"] / factors.collective
     t_pp = parts["pp_bw"] / factors.collective
     # The all-to-alls sit between a block's router and its experts: serial, as tensor
@@ -1087,8 +1101,8 @@ def _padded_vocab(vocab: int, tp: int) -> int:
 
 def _vtrain(row: dict) -> dict:
     """A row of vTrain's layout (:data:`VTRAIN_COLUMNS`) in that of published_runs.csv, with
-    the columns of :data:`RUN_COLUMNS` and :data:`OPTIONAL_COLUMNS` a user added to it kept (they override vTrain's ways,
-    as in any row)."""
+    the columns of :data:`RUN_COLUMNS` and :data:`OPTIONAL_COLUMNS` a user added to it kept
+    (they override vTrain's ways, as in any row)."""
     tp = int(float(row.get("tensor parallelism") or 1))
     seq = row.get("sequence length", "")
     batch = float(row.get("global batch") or "nan") * float(seq or "nan")
@@ -1137,10 +1151,10 @@ RUN_COLUMNS = (
     "fabric_stated",  # false where the source does not state the nodes' network
 )
 #: Columns a row may add to say more than the data files do, each read where it is not empty:
-#: ``stages`` (:data:`~dmlimits.measured.configuration.STAGE_PLACEMENTS`) and
-#: ``attention_kernel`` (:data:`~dmlimits.measured.configuration.ATTENTION_KERNELS`), each
-#: otherwise the framework's way.
-OPTIONAL_COLUMNS = ("stages", "attention_kernel")
+#: ``stages`` (:data:`~dmlimits.measured.configuration.STAGE_PLACEMENTS`),
+#: ``attention_kernel`` (:data:`~dmlimits.measured.configuration.ATTENTION_KERNELS`) and
+#: ``tp_comm_overlap`` (true or false), each otherwise the framework's way.
+OPTIONAL_COLUMNS = ("stages", "attention_kernel", "tp_comm_overlap")
 #: The frameworks a row's ``framework`` column can name: Megatron-LM (Narayanan et al. 2021,
 #: Korthikanti et al. 2022), Microsoft's Megatron-DeepSpeed (vTrain's runs), torchtitan,
 #: nanotron (the Ultra-Scale Playbook's), MosaicML's llm-foundry and NVIDIA's Megatron-Bridge.
@@ -1174,6 +1188,16 @@ KEEPS_GATHERED_FRAMEWORKS = ("torchtitan",)
 #: ``--use-flash-attn``, which vTrain's runs do not set: their configurations have no such
 #: switch).  A row's ``attention_kernel`` column overrides it.
 UNFUSED_ATTENTION_FRAMEWORKS = ("megatron-deepspeed",)
+#: Frameworks whose runs overlap tensor parallelism's collectives with the matmuls they feed
+#: (``Config.tp_comm_overlap``): Megatron-Bridge's performance recipes for the Llama models set
+#: ``tp_comm_overlap=True`` with Transformer Engine's userbuffers, every collective of a block
+#: split and run beside its matmul (ring exchange for the forward and the activation
+#: gradients, bulk overlap for the weight gradients: ``scripts/performance/configs/llama`` and
+#: ``src/megatron/bridge/training/comm_overlap.py`` at 00b7660be0, the commit of its published
+#: benchmarks).  torchtitan's asynchronous tensor parallelism is not modelled: its rows of the
+#: development file run slower than the serial prediction already.  A row's
+#: ``tp_comm_overlap`` column (true or false) overrides it.
+TP_OVERLAP_FRAMEWORKS = ("megatron-bridge",)
 #: The frameworks whose host-side floor under a block's time is measured
 #: (:func:`host_floor`), each with the file it is measured on.
 HOST_FLOOR = {"megatron-deepspeed": "vtrain_single_node_d1024.csv"}
@@ -1436,6 +1460,14 @@ def _framework_ways(
         kernel = "unfused" if framework in UNFUSED_ATTENTION_FRAMEWORKS else "flash"
         if kernel == "unfused":
             assumed.append("attention unfused, its scores through HBM (the framework's way)")
+    overlap = _flag(row, "tp_comm_overlap")
+    if overlap is None:
+        overlap = framework in TP_OVERLAP_FRAMEWORKS
+        if overlap and tp > 1:
+            assumed.append(
+                "tensor parallelism's collectives overlapped with their matmuls (the "
+                "framework's recipes)"
+            )
     floor = host_floor(framework) if framework in HOST_FLOOR else 0.0
     if floor:
         assumed.append(
@@ -1443,6 +1475,7 @@ def _framework_ways(
             "framework's, measured on vTrain's runs)"
         )
     return dict(
+        tp_comm_overlap=overlap,
         attention_kernel=kernel,
         host_floor_s=floor,
         vpp=vpp or 1,
