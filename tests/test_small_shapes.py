@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import SHARED
 from dmlimits.core import published
 from dmlimits.measured import confront, operations, runs
 
@@ -179,3 +180,33 @@ def test_bad_settings_are_refused_with_the_value(rows):
     row = dict(rows[0], attention_kernel="fused")
     with pytest.raises(ValueError, match="column attention_kernel must be one of flash, unfused"):
         runs.interpret(row)
+
+
+# --- Issue #55's acceptance: every data file, with no crash ---------------------------------------
+def _run_files():
+    """Every CSV at the top of the project's data folder (its subfolders are not read here)
+    and, where it is beside the project, the two run files of ../shared."""
+    data = published.resources.files("dmlimits") / "data"
+    ours = sorted(p.name for p in data.iterdir() if p.name.endswith(".csv"))
+    shared = SHARED / "data"
+    theirs = [shared / n for n in ("published_runs_dev.csv", "vtrain_single_node_d1024.csv")]
+    return [("project", n) for n in ours] + [("shared", str(p)) for p in theirs if p.exists()]
+
+
+@pytest.mark.parametrize(("where", "name"), _run_files())
+def test_predict_runs_writes_every_new_column_for_every_row(where, name):
+    """``predict --runs`` (in process: the rows it reads, predicted and given intervals) on every
+    data file: each row gets every prediction and interval column, a prediction or its reason,
+    and nothing raises.  Files that hold no runs get the reason on every row."""
+    if where == "project":
+        rows = published.data_rows(name)
+    else:
+        with open(name, newline="") as fh:
+            rows = published.read_table(fh.read().splitlines())[1]
+    rows = rows[:400]  # the Playbook's 3,287 rows are predicted whole by the bench
+    out = confront.with_intervals(runs.predict_rows(rows))
+    assert len(out) == len(rows)
+    for r in out:
+        for col in (*runs.OUTPUT_COLUMNS, *confront.INTERVAL_COLUMNS):
+            assert col in r
+        assert r["predicted_step_time_s"] or r["prediction_error"]

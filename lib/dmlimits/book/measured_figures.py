@@ -183,6 +183,41 @@ def operations_figure(cases: dict):
     return fig
 
 
+#: The markers of :func:`small_shapes_figure`'s micro-batch sizes, beside their colours.
+SIZE_MARKERS = ("o", "s", "^", "D")
+
+
+def small_shapes_figure(per_row: dict):
+    """vTrain's single-node runs (:func:`dmlimits.measured.confront.small_shapes_rows`): each
+    run's predicted step time against its measured one, without and with the calibrated mode's
+    two causes of small shapes' time (an unfused attention and the framework's host-side
+    floor); one colour a micro-batch size."""
+    fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.9), sharex=True, sharey=True)
+    measured = 1e3 * per_row["measured_s"]
+    lo, hi = 0.5 * measured.min(), 2 * measured.max()
+    sizes = sorted(set(per_row["mbs"].tolist()))
+    for ax, key, title in zip(axes, ("neither", "both"),
+                              ("FLOP, kernels and bytes only", "with both causes"),
+                              strict=True):  # fmt: skip
+        for k, b in enumerate(sizes):
+            sel = per_row["mbs"] == b
+            ax.scatter(measured[sel], 1e3 * per_row[key][sel], s=10, alpha=0.6,
+                       marker=SIZE_MARKERS[k % len(SIZE_MARKERS)],
+                       color=PALETTE[(2 * k) % len(PALETTE)], label=f"{b}")  # fmt: skip
+        ax.plot([lo, hi], [lo, hi], color="0.4", lw=0.8, ls="--")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo / 20, hi)
+        ax.set_title(title)
+        ax.set_xlabel("measured step time (ms)")
+    axes[0].set_ylabel("predicted step time (ms)")
+    axes[1].legend(fontsize=8, title="sequences a micro-batch", title_fontsize=8,
+                   loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
 def strategy_style(strategy: str) -> dict[str, str]:
     """The colour and marker of ``strategy`` (:data:`STRATEGY_STYLES`); a strategy it does not
     list is refused, so that no two strategies fall back to one look."""
@@ -220,6 +255,12 @@ def counted(
     if k == 0:
         return f"none of the {n:,} {many} {one}"
     return f"{'one' if k == 1 else f'{k:,}'} of the {n:,} {many} {one if k == 1 else more}"
+
+
+def than(a: float, b: float) -> str:
+    """``lower``, ``higher`` or ``the same``: ``a`` against ``b``, as a sentence glues an error
+    whose direction it cannot know before the build."""
+    return "the same" if abs(a - b) < 1e-9 else ("lower" if a < b else "higher")
 
 
 def sentence(clause: str) -> str:

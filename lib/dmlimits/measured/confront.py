@@ -1063,32 +1063,72 @@ SMALL_SHAPE_CAUSES = {
 }
 
 
+def small_shapes_rows(rows=None) -> dict[str, Any]:
+    """vTrain's single-node runs (the project's d_model 1024 half, ``rows`` by default), row by
+    row: ``measured_s`` (the iteration time), ``mbs`` (sequences a micro-batch), ``layers``,
+    ``tp`` and, for each variant of :func:`small_shapes` (``both``, each cause taken away,
+    ``neither``), the predicted step time in seconds, as arrays."""
+    rows = published.data_rows(runs.HOST_FLOOR["megatron-deepspeed"]) if rows is None else rows
+    factors = runs.calibrated()
+    its = [runs.interpret(r) for r in rows]
+    variants = {"both": {}, **{f"without {k}": v for k, v in SMALL_SHAPE_CAUSES.items()}}
+    variants["neither"] = {
+        k: v for change in SMALL_SHAPE_CAUSES.values() for k, v in change.items()
+    }
+    out: dict[str, Any] = {
+        "measured_s": np.array(
+            [runs.ideal_time(it.config, it.counting) / it.reported for it in its]
+        ),
+        "mbs": np.array([it.config.mbs for it in its]),
+        "layers": np.array([it.config.shape.layers for it in its]),
+        "tp": np.array([it.config.tp for it in its]),
+    }
+    for name, change in variants.items():
+        out[name] = np.array(
+            [runs.predict(replace(it.config, **change), factors).step_time_s for it in its]
+        )
+    return out
+
+
 def small_shapes(rows=None) -> dict[str, Any]:
     """How vTrain's single-node runs (the project's d_model 1024 half, ``rows`` by default) are
     predicted with both causes of their time that the FLOP count alone misses, with each taken
     away, and with neither (:data:`SMALL_SHAPE_CAUSES`): the median absolute relative error of
     the step time and its median signed error (positive: predicted slower), pooled and by
-    sequences a micro-batch.  In sample: the host-side floor is measured on these rows
+    sequences a micro-batch, and the worst ratio of the two step times either way.  In
+    sample: the host-side floor is measured on these rows
     (:func:`dmlimits.measured.runs.host_floor`)."""
-    rows = published.data_rows(runs.HOST_FLOOR["megatron-deepspeed"]) if rows is None else rows
-    factors = runs.calibrated()
-    its = [runs.interpret(r) for r in rows]
-    measured = np.array([runs.ideal_time(it.config, it.counting) / it.reported for it in its])
-    mbs = np.array([it.config.mbs for it in its])
-    variants = {"both": {}, **{f"without {k}": v for k, v in SMALL_SHAPE_CAUSES.items()}}
-    variants["neither"] = {
-        k: v for change in SMALL_SHAPE_CAUSES.values() for k, v in change.items()
-    }
-    out: dict[str, Any] = {"rows": len(its)}
-    for name, change in variants.items():
-        pred = np.array([runs.predict(replace(it.config, **change), factors).step_time_s
-                         for it in its])  # fmt: skip
-        err = pred / measured - 1
+    per_row = small_shapes_rows(rows)
+    measured, mbs = per_row["measured_s"], per_row["mbs"]
+    out: dict[str, Any] = {"rows": len(measured)}
+    for name in ("both", *(f"without {k}" for k in SMALL_SHAPE_CAUSES), "neither"):
+        err = per_row[name] / measured - 1
+        ratio = np.maximum(measured / per_row[name], per_row[name] / measured)
         out[name] = {
             "median_abs": float(np.median(np.abs(err))),
             "median_signed": float(np.median(err)),
+            "worst_ratio": float(ratio.max()),
             "by_micro_batch": {
                 int(b): float(np.median(np.abs(err[mbs == b]))) for b in sorted(set(mbs.tolist()))
             },
         }
     return out
+
+
+def intervals_markdown() -> str:
+    """The error bars of :func:`regime_intervals` as a Markdown table: each full regime with its
+    own interval, then each GPU's and every row's (which a regime with too few rows borrows;
+    the levels between repeat them here), with the held-out rows and the range of the measured
+    over the predicted step time that holds the central share :data:`INTERVAL_QUANTILES` of
+    them."""
+    table = regime_intervals()
+    lines = [
+        "| regime | held-out rows | measured / predicted step time |",
+        "|---|---:|---|",
+    ]
+    shown = [k for k in table if len(k) in (len(REGIME_FACTS), 1, 0)]
+    for key in sorted(shown, key=lambda k: (-len(k), k)):
+        lo, hi, n = table[key]
+        named = ", ".join(str(v) for v in key) if key else "every row"
+        lines.append(f"| {named} | {n} | {lo:.2f} to {hi:.2f} |")
+    return "\n".join(lines)
