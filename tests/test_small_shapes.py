@@ -9,6 +9,7 @@ import dataclasses
 import io
 import subprocess
 import sys
+from importlib import resources
 
 import numpy as np
 import pytest
@@ -88,7 +89,7 @@ def test_every_row_is_predicted_with_an_interval(predicted):
 def test_predict_runs_reads_the_shared_layout_from_the_command_line(tmp_path):
     """The file as published, its header a comment line, through ``predict --runs``."""
     path = tmp_path / "vtrain.csv"
-    text = (published.resources.files("dmlimits") / "data" / VTRAIN).read_text()
+    text = (resources.files("dmlimits") / "data" / VTRAIN).read_text()
     path.write_text("\n".join(text.splitlines()[:12]) + "\n")
     out = subprocess.run(
         [sys.executable, "-m", "dmlimits", "predict", "--runs", str(path)],
@@ -186,7 +187,7 @@ def test_bad_settings_are_refused_with_the_value(rows):
 def _run_files():
     """Every CSV at the top of the project's data folder (its subfolders are not read here)
     and, where it is beside the project, the two run files of ../shared."""
-    data = published.resources.files("dmlimits") / "data"
+    data = resources.files("dmlimits") / "data"
     ours = sorted(p.name for p in data.iterdir() if p.name.endswith(".csv"))
     shared = SHARED / "data"
     theirs = [shared / n for n in ("published_runs_dev.csv", "vtrain_single_node_d1024.csv")]

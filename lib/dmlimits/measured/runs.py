@@ -1184,9 +1184,11 @@ KEEPS_GATHERED_FRAMEWORKS = ("torchtitan",)
 #: Frameworks whose GPT model runs attention unfused (``Config.attention_kernel``): Microsoft's
 #: Megatron-DeepSpeed computes the scores with one batched matmul, scales, masks and
 #: normalizes them in a fused softmax kernel, applies dropout and multiplies by the values in a
-#: second (``CoreAttention`` in ``megatron/model/transformer.py``; FlashAttention only with
-#: ``--use-flash-attn``, which vTrain's runs do not set: their configurations have no such
-#: switch).  A row's ``attention_kernel`` column overrides it.
+#: second (``CoreAttention`` in ``megatron/model/transformer.py``: ``torch.baddbmm``,
+#: ``FusedScaleMaskSoftmax``, dropout, ``torch.bmm``; microsoft/Megatron-DeepSpeed at f4157be,
+#: as vTrain names no commit).  FlashAttention runs only with ``--use-flash-attn`` or its
+#: variants, which vTrain's configurations have no switch for.  A row's ``attention_kernel``
+#: column overrides it.
 UNFUSED_ATTENTION_FRAMEWORKS = ("megatron-deepspeed",)
 #: Frameworks whose runs overlap tensor parallelism's collectives with the matmuls they feed
 #: (``Config.tp_comm_overlap``): Megatron-Bridge's performance recipes for the Llama models set
