@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from dmlimits.cli import main
+from dmlimits.core import published
 from dmlimits.measured import confront, runs
 
 
@@ -73,3 +74,22 @@ def test_interval_coverage_counts_rows_inside_their_interval():
     assert result["rows"] == sum(g["rows"] for g in result["by_regime"].values())
     # In sample, the residuals are smaller than held out: at least the central share holds.
     assert result["inside"] >= central - 0.05
+
+
+def test_a_framework_no_development_row_used_takes_the_left_out_families_spread():
+    """A row of a family the development rows lack (vTrain's Megatron-DeepSpeed) is given the
+    interval of every development row predicted with its family left out of the fit, and is
+    flagged; a known family's row keeps its regime's."""
+    table = confront.regime_intervals()
+    lo, hi, n = table[(confront.NEW_FAMILY,)]
+    assert lo < 1 < hi and n == len(runs.dev_rows()) - sum(
+        1 for r in runs.dev_rows() if r["metric"] not in runs.THROUGHPUT_METRICS
+    )
+    row = published.data_rows(runs.HOST_FLOOR["megatron-deepspeed"])[0]
+    cfg = runs.interpret(row).config
+    bar = confront.interval(cfg, 1.0, "megatron-deepspeed")
+    assert bar["interval_regime"] == "a family left out, every row"
+    assert (bar["predicted_step_time_low_s"], bar["predicted_step_time_high_s"]) == (lo, hi)
+    assert bar["outside_validated_regimes"]
+    known = confront.interval(runs.interpret(runs.dev_rows()[0]).config, 1.0, "megatron-lm")
+    assert known["interval_regime"] != bar["interval_regime"]

@@ -914,6 +914,11 @@ SCALES = ((1, "one node"), (32, "2-32 nodes"), (float("inf"), "more than 32 node
 #: Sequence bins: upper bounds in tokens and their names.  Attention's share of the step grows
 #: with the sequence.
 SEQUENCES = ((2048, "up to 2K"), (8192, "2K-8K"), (float("inf"), "over 8K"))
+#: The key under which :func:`regime_intervals` keeps the intervals of a framework family no
+#: development row has: the residuals of every development row predicted by the fit that left
+#: its whole family out (:func:`held_out` with :func:`family_label`), pooled over the families
+#: (each GPU's development rows are one family's, whose spread says little of another's).
+NEW_FAMILY = "new family"
 #: Fewest leave-one-source-out residuals a regime needs for its own interval; a regime with
 #: fewer borrows the interval of the coarser regime that drops its last fact (sequence, then
 #: scale, then family), and the pooled residuals of every row when even the GPU has too few.
@@ -949,9 +954,10 @@ def regime_intervals() -> dict[tuple[str, ...], tuple[float, float, int]]:
     """For every regime (and each coarser prefix of its facts, down to ``()``: every row), the
     :data:`INTERVAL_QUANTILES` of the development rows' held-out ratio of measured to predicted
     step time, each row predicted by the fit that left its source out (:func:`held_out`), and
-    the number of rows.  Only regimes with :data:`MIN_REGIME_ROWS` rows or more are kept.
-    Computed once for each state of the single-GPU models, as
-    :func:`dmlimits.measured.runs.calibrated` is."""
+    the number of rows; and under :data:`NEW_FAMILY` the same for every row predicted by the
+    fit that left its whole family out.  Only regimes with
+    :data:`MIN_REGIME_ROWS` rows or more are kept.  Computed once for each state of the
+    single-GPU models, as :func:`dmlimits.measured.runs.calibrated` is."""
     return validation(operations.utilization_state())[0]
 
 
@@ -974,6 +980,12 @@ def validation(_state: tuple) -> tuple[dict[tuple[str, ...], tuple[float, float,
         if len(values) >= MIN_REGIME_ROWS or level == ():
             q = np.quantile(values, [lo, hi])
             table[level] = (float(q[0]), float(q[1]), len(values))
+    # A framework family no development row has: every row predicted by the fit that left its
+    # whole family out, pooled over the families.
+    per_family = held_out(label=family_label)["per_row"]
+    ratio = np.asarray(per_family["held_out"]) / np.asarray(per_family["reported"])
+    q = np.quantile(ratio, [lo, hi])
+    table[(NEW_FAMILY,)] = (float(q[0]), float(q[1]), len(ratio))
     return table, tuple(sorted({tuple(k) for k in per_row["regime"]}))
 
 
@@ -988,8 +1000,16 @@ def interval(cfg: runs.Config, step_time_s: float, framework: str = "") -> dict:
         raise ValueError(f"step_time_s must be a positive time in seconds, got {step_time_s!r}")
     table, validated_regimes = validation(operations.utilization_state())
     key = regime(cfg, framework)
-    # A row that does not name its family is given its GPU's interval (over every family).
-    levels = [key[:1], ()] if key[1] == "unstated" else regime_levels(key)
+    families = {k[1] for k in validated_regimes}
+    # A row that does not name its family is given its GPU's interval (over every family); a
+    # row of a family no development row has, the interval of a family left out of the fit.
+    if key[1] == "unstated":
+        levels = [key[:1], ()]
+    elif key[1] not in families:
+        # Over every family: a GPU's development rows are one family's, not a new one's.
+        levels = [(NEW_FAMILY,)]
+    else:
+        levels = regime_levels(key)
     level = next(k for k in levels if k in table)
     lo, hi, n = table[level]
 
@@ -999,7 +1019,11 @@ def interval(cfg: runs.Config, step_time_s: float, framework: str = "") -> dict:
                    for f, a, b in zip(REGIME_FACTS, k, key, strict=True))  # fmt: skip
 
     validated = any(same(k) for k in validated_regimes)
-    named = ", ".join(f"{f}={v}" for f, v in zip(REGIME_FACTS, level, strict=False)) or "every row"
+    if level == (NEW_FAMILY,):
+        named = "a family left out, every row"
+    else:
+        named = ", ".join(f"{f}={v}" for f, v in zip(REGIME_FACTS, level, strict=False))
+    named = named or "every row"
     return {
         "predicted_step_time_low_s": step_time_s * lo,
         "predicted_step_time_high_s": step_time_s * hi,
