@@ -183,6 +183,13 @@ def measure() -> dict:
     pooled = confront.outside_split(rows=(*runs.holdout_rows(), *runs.nemo_rows()))
     out["outside_pooled"] = _figures(pooled)
     out["memory_published"] = _memory_published()
+    # Step-time errors by regime, and how often the intervals hold the measured step.
+    out["by_regime"] = confront.errors_by_regime()
+    out["interval_coverage"] = {
+        name: {k: v for k, v in confront.interval_coverage(rows).items() if k != "by_regime"}
+        for name, rows in (("development", runs.dev_rows()), ("MosaicML", runs.holdout_rows()),
+                           ("NVIDIA", runs.nemo_rows()))
+    }  # fmt: skip
     # Small shapes on one node: vTrain's d_model 1024 half (in sample for the host floor).
     out["small_shapes"] = confront.small_shapes()
     # The calibrated mode times operations; the step's FLOP at one efficiency, for comparison.
@@ -318,6 +325,18 @@ def report(m: dict) -> str:
         f"{m['nemo_faster_hopper']['step_multi_node']:.0%}, single-node "
         f"{m['nemo_faster_hopper']['step_single_node']:.0%}",
     ]
+    lines += ["", "step time by regime (gpu, family, scale, sequence), median absolute error:"]
+    for name, g in m["by_regime"].items():
+        lines.append(
+            f"  {name:52s} {g['rows']:3d} rows  in sample {g['in_sample']:4.0%}  held out "
+            f"{g['held_out']:4.0%}"
+        )
+    share = t["interval_coverage_lockbox"]
+    lines.append(f"the predicted interval holds the measured step (target {share:.0%} on the "
+                 "lockbox):")  # fmt: skip
+    for name, c in m["interval_coverage"].items():
+        lines.append(f"  {name:12s} {c['rows']:3d} rows  {c['inside']:.0%}")
+    lines.append("")
     ss = m["small_shapes"]
     lines += [
         f"small shapes on one node (vTrain's Megatron-DeepSpeed runs, d_model 1024, "
@@ -335,7 +354,7 @@ def report(m: dict) -> str:
     op = m["outside_pooled"]
     lines += [
         f"outside the development split, both files pooled ({op['rows']} rows; not wholly "
-        "blind: the NeMo rows led to the two extensions above):",
+        "blind: the NeMo rows led to the extensions above):",
         f"  MFU median absolute error {op['mfu_points']:.2f} points (signed "
         f"{op['bias_points']:+.1f}; target {t['mfu_held_out_points']:g}: "
         f"{_verdict(op['mfu_points'], t['mfu_held_out_points'])})",

@@ -93,3 +93,11 @@ def test_a_framework_no_development_row_used_takes_the_left_out_families_spread(
     assert bar["outside_validated_regimes"]
     known = confront.interval(runs.interpret(runs.dev_rows()[0]).config, 1.0, "megatron-lm")
     assert known["interval_regime"] != bar["interval_regime"]
+
+
+def test_errors_by_regime_cover_every_validated_row_once():
+    by = confront.errors_by_regime()
+    per_row = confront.held_out()["per_row"]
+    assert sum(g["rows"] for g in by.values()) == len(per_row["reported"])
+    assert {tuple(k.split(", ")) for k in by} == {tuple(k) for k in per_row["regime"]}
+    assert all(0 <= g["in_sample"] < 1 and 0 <= g["held_out"] < 1 for g in by.values())

@@ -1156,3 +1156,22 @@ def intervals_markdown() -> str:
         named = ", ".join(str(v) for v in key) if key else "every row"
         lines.append(f"| {named} | {n} | {lo:.2f} to {hi:.2f} |")
     return "\n".join(lines)
+
+
+def errors_by_regime(rows=None) -> dict[str, dict]:
+    """The development rows' (``rows``) median absolute step-time error by regime
+    (:func:`regime`, named by its facts), in sample and with each row's source left out of the
+    fit (:func:`held_out`), with the rows of each."""
+    per_row = held_out(rows)["per_row"]
+    rep = np.asarray(per_row["reported"])
+    s_in = np.abs(step_time_errors(rep, per_row["in_sample"]))
+    s_out = np.abs(step_time_errors(rep, per_row["held_out"]))
+    names = np.array([", ".join(k) for k in per_row["regime"]])
+    return {
+        name: {
+            "rows": int((names == name).sum()),
+            "in_sample": float(np.median(s_in[names == name])),
+            "held_out": float(np.median(s_out[names == name])),
+        }
+        for name in sorted(set(names.tolist()))
+    }
