@@ -201,7 +201,7 @@ def measure() -> dict:
     # Attention at one published share of the peak (the calibrated mode's) or at
     # FlashAttention-2's measured throughput for the run's shape (a test).
     out["attention_rules"] = confront.attention_rules_compared()
-    # NVIDIA's runs with tensor parallelism in series: before the overlap its recipes set.
+    # NVIDIA's runs with tensor parallelism in series, whatever their framework does.
     out["nemo_serial_tp"] = _figures(
         confront.outside_split(rows=confront.without_tp_overlap(runs.nemo_rows()))
     )
@@ -313,8 +313,8 @@ def report(m: dict) -> str:
         f"{m['nemo_neither']['bias_points']:+.1f}); step time, multi-node "
         f"{m['nemo_neither']['step_multi_node']:.0%}, single-node "
         f"{m['nemo_neither']['step_single_node']:.0%}",
-        f"  with tensor parallelism in series (before the overlap Megatron-Bridge's recipes "
-        f"set): MFU {m['nemo_serial_tp']['mfu_points']:.2f} points (signed "
+        f"  with tensor parallelism in series (not overlapped as Megatron-Bridge's recipes "
+        f"set it): MFU {m['nemo_serial_tp']['mfu_points']:.2f} points (signed "
         f"{m['nemo_serial_tp']['bias_points']:+.1f}); step time, multi-node "
         f"{m['nemo_serial_tp']['step_multi_node']:.0%}, single-node "
         f"{m['nemo_serial_tp']['step_single_node']:.0%}",
@@ -341,8 +341,8 @@ def report(m: dict) -> str:
     lines += [
         f"small shapes on one node (vTrain's Megatron-DeepSpeed runs, d_model 1024, "
         f"{ss['rows']} rows; development file: the host-side floor is measured on it, so these "
-        f"are in sample; the target {t['step_single_node_held_out']:.0%} is for the d_model "
-        "2048 half, which the project does not hold):",
+        f"are in sample; issue #55 measures its {t['step_single_node_held_out']:.0%} target on "
+        "vTrain's d_model 2048 half, which the project does not hold):",
     ]
     for name in ("both", "without unfused attention", "without host-side floor", "neither"):
         g = ss[name]

@@ -50,6 +50,32 @@ def test_the_overlap_hides_what_the_matmuls_cover_and_no_more():
     assert serial.step_time_s - over.step_time_s == pytest.approx(t_tp - want)
 
 
+def _ring_exchange(t_bw: float, t_lin: float, n: int) -> float:
+    """Exposed transfer time of a collective split into n steps beside its matmul, simulated
+    step by step: the first transfer alone, then each transfer beside the previous step's
+    matmul, then the last matmul alone."""
+    clock = t_bw / n  # the first step's transfer: nothing to run beside it yet
+    for _ in range(n - 1):
+        clock += max(t_bw / n, t_lin / n)  # a transfer beside the matmul of the step before
+    clock += t_lin / n  # the last step's matmul
+    return clock - t_lin
+
+
+@pytest.mark.parametrize("scale", [0.2, 3.0])
+def test_the_overlap_is_the_ring_exchange_simulated(scale):
+    """With transfers shorter (0.2) and longer (3) than the matmuls, the exposed time of an
+    overlapped collective is the step-by-step simulation's, on arrays as on one row."""
+    cfg = runs.interpret(_nemo_tp_row()).config
+    fac = runs.calibrated()
+    parts = runs.components(cfg)
+    t_lin = parts["linear"] / fac.matmul
+    parts = {k: np.array([v, v]) for k, v in parts.items()}
+    parts["tp_bw"] = np.array([scale, scale]) * t_lin * fac.collective
+    got = runs.combine(parts, fac)["tensor parallel"]
+    want = _ring_exchange(scale * t_lin, t_lin, cfg.tp) + parts["tp_lat"][0]
+    assert got == pytest.approx(np.array([want, want]))
+
+
 def test_a_single_rank_has_nothing_to_overlap():
     row = next(r for r in runs.nemo_rows() if int(r["tp"] or 1) == 1)
     cfg = runs.interpret(row).config

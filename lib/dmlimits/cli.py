@@ -555,6 +555,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             raise ScenarioError(f"--runs: no such file: {args.runs}") from None
         except OSError as exc:
             raise ScenarioError(f"--runs: cannot read {args.runs!r} ({exc.strerror})") from None
+        except ValueError as exc:  # a row the header cannot name (published.read_table)
+            raise ScenarioError(f"--runs: {args.runs}: {exc}") from None
         out = confront.with_intervals(runs.predict_rows(rows))
         if args.format == "json":
             print(json.dumps(out, indent=1))

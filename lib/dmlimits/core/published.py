@@ -8,6 +8,7 @@ them with glue and cites the key; nothing published is typed by hand.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -17,25 +18,38 @@ from dmlimits.core.printing import significant_digits
 
 def read_table(lines) -> tuple[list[str], list[dict[str, str]]]:
     """The column names and rows (dictionaries of strings) of a CSV whose ``#`` lines are
-    comments (a data file's source and licence).  Where the first line that is not a comment
-    holds no name, only numbers, and the last comment line splits into as many fields, that
+    comments (a data file's source and licence), given as its lines.  Blank lines before the
+    header are skipped; a quoted field may span lines.  Where the first record holds only
+    numbers and the last comment before it splits into as many fields, every one a name, that
     comment is the header: vTrain's published file names its columns so
-    (``vtrain_single_node_d1024.csv``).  Fields past the header's are dropped."""
+    (``vtrain_single_node_d1024.csv``).  (A comment of words only, as many as the columns, is
+    taken for the header: end such comments with a lone ``#``.)  A short row's missing fields
+    are empty; a row with more fields than the header is refused, with its number."""
     comments, body = [], []
-    for line in lines:
-        (body if body or not line.startswith("#") else comments).append(line)
-    body = [line for line in body if not line.startswith("#")]
-    reader = csv.reader(body)
-    first = next(reader, None)
-    if first is None:
+    for k, line in enumerate(lines):
+        line = line.lstrip("\ufeff") if k == 0 else line  # a byte-order mark hides the '#'
+        if line.startswith("#"):
+            if not body:
+                comments.append(line)
+            continue
+        if body or line.strip():
+            body.append(line)
+    records = [r for r in csv.reader(io.StringIO("\n".join(body))) if r]
+    if not records:
         return [], []
-    header, data = first, []
-    if comments and all(_is_number(field) for field in first):
+    header, data = records[0], records[1:]
+    if comments and all(_is_number(field) for field in header):
         named = next(csv.reader([comments[-1].lstrip("#").strip()]), [])
-        if len(named) == len(first):
-            header, data = named, [first]
-    data.extend(reader)
-    rows = [dict(zip(header, fields, strict=False)) for fields in data if fields]
+        if len(named) == len(header) and all(n.strip() and not _is_number(n) for n in named):
+            header, data = named, records
+    rows = []
+    for n, fields in enumerate(data, start=1):
+        if len(fields) > len(header):
+            raise ValueError(
+                f"data row {n} has {len(fields)} fields, expected at most {len(header)} (the "
+                f"header's: {', '.join(header)})"
+            )
+        rows.append(dict(zip(header, fields + [""] * (len(header) - len(fields)), strict=True)))
     return header, rows
 
 

@@ -167,7 +167,9 @@ def cluster(name: str) -> Cluster:
 # --- Calibration factors ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class Factors:
-    """The named efficiency factors.  ``serial_tp``: tensor-parallel collectives do not overlap.
+    """The named efficiency factors.  ``serial_tp``: tensor-parallel collectives do not overlap
+    with compute, but for a configuration whose framework overlaps them with its matmuls
+    (``Config.tp_comm_overlap``).
     ``latency``: network collectives pay their latency (all-reduce fit; rings).  ``derate``: compute
     runs at the GPU's effective utilization, the paper's clock derate of long matmul runs
     (hardware presets), times ``matmul``.  ``operations``: the step's operations are timed one

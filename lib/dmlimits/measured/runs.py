@@ -690,22 +690,25 @@ def combine(parts: dict, factors: Factors) -> dict:
     # The last stage sets the pace; the warm-up and cool-down wait on the other stages' blocks
     # (run-mfu's third step).  With equal stages t_head is 0; where a split makes the stages
     # uneven otherwise, the bubble ratio is the simulated schedule's (pipeline_stretch).
-    # Where the framework's host-side work for its blocks takes longer than the GPU's, the GPU
-    # waits: the excess is the framework's overhead (Config.host_floor_s).
-    t_host = np.maximum(0.0, parts["host"] - (t_comp + t_mem)) if factors.operations else 0.0
+    # Where the framework's host-side work for its blocks takes longer than the GPU's work on
+    # them (the output layer and the loss apart), the GPU waits: the excess is the framework's
+    # overhead (Config.host_floor_s).
+    blocks = t_comp + t_mem - t_head
+    t_host = np.maximum(0.0, parts["host"] - blocks) if factors.operations else 0.0
     ratio = parts["stage_bubble_ratio"] if factors.operations else parts["bubble_ratio"]
     t_bubble = (t_comp + t_mem + t_host - t_head) * ratio
     lat = 1.0 if factors.latency else 0.0
     t_dp = parts["dp_bw"] / factors.collective + lat * parts["dp_lat"]
     t_tp = parts["tp_bw"] / factors.collective + lat * parts["tp_lat"]
     if factors.serial_tp and factors.operations:
-        # Overlapped with the matmuls they feed (Config.tp_comm_overlap): each collective split
-        # into as many steps as there are tensor-parallel ranks, each step's transfer beside
-        # the matmul of the step before; the first step's transfer waits, and what the matmuls
-        # cannot cover.  Their latencies stay in series.
+        # Overlapped with the blocks' matmuls they feed (Config.tp_comm_overlap): each
+        # collective split into as many steps as there are tensor-parallel ranks, each step's
+        # transfer beside the matmul of the step before; the first step's transfer waits (an
+        # all-gather's first chunk is the rank's own, so this over-charges it by up to one
+        # step), and what the matmuls cannot cover.  Their latencies stay in series.
         n = np.maximum(parts["tp_degree"], 1.0)
         t_bw = parts["tp_bw"] / factors.collective
-        t_lin = (parts["linear"] + parts["head"]) / factors.matmul
+        t_lin = parts["linear"] / factors.matmul
         hidden = t_bw / n + np.maximum(0.0, t_bw - t_lin) * (n - 1) / n + lat * parts["tp_lat"]
         t_tp = np.where(parts["tp_overlap"] > 0, hidden, t_tp)
     t_cp = parts["cp_bw"] / factors.collective
@@ -1152,9 +1155,10 @@ RUN_COLUMNS = (
 )
 #: Columns a row may add to say more than the data files do, each read where it is not empty:
 #: ``stages`` (:data:`~dmlimits.measured.configuration.STAGE_PLACEMENTS`),
-#: ``attention_kernel`` (:data:`~dmlimits.measured.configuration.ATTENTION_KERNELS`) and
-#: ``tp_comm_overlap`` (true or false), each otherwise the framework's way.
-OPTIONAL_COLUMNS = ("stages", "attention_kernel", "tp_comm_overlap")
+#: ``attention_kernel`` (:data:`~dmlimits.measured.configuration.ATTENTION_KERNELS`),
+#: ``tp_comm_overlap`` (true or false) and ``host_floor_s`` (seconds of host-side work a block and
+#: micro-batch), each otherwise the framework's way.
+OPTIONAL_COLUMNS = ("stages", "attention_kernel", "tp_comm_overlap", "host_floor_s")
 #: The frameworks a row's ``framework`` column can name: Megatron-LM (Narayanan et al. 2021,
 #: Korthikanti et al. 2022), Microsoft's Megatron-DeepSpeed (vTrain's runs), torchtitan,
 #: nanotron (the Ultra-Scale Playbook's), MosaicML's llm-foundry and NVIDIA's Megatron-Bridge.
@@ -1196,13 +1200,16 @@ UNFUSED_ATTENTION_FRAMEWORKS = ("megatron-deepspeed",)
 #: split and run beside its matmul (ring exchange for the forward and the activation
 #: gradients, bulk overlap for the weight gradients: ``scripts/performance/configs/llama`` and
 #: ``src/megatron/bridge/training/comm_overlap.py`` at 00b7660be0, the commit of its published
-#: benchmarks).  torchtitan's asynchronous tensor parallelism is not modelled: its rows of the
-#: development file run slower than the serial prediction already.  A row's
+#: benchmarks).  torchtitan's asynchronous tensor parallelism is not modelled: the book has not
+#: read how far its code overlaps the collectives of the runs it names.  A row's
 #: ``tp_comm_overlap`` column (true or false) overrides it.
 TP_OVERLAP_FRAMEWORKS = ("megatron-bridge",)
 #: The frameworks whose host-side floor under a block's time is measured
 #: (:func:`host_floor`), each with the file it is measured on.
 HOST_FLOOR = {"megatron-deepspeed": "vtrain_single_node_d1024.csv"}
+#: The GPU whose nodes each host-side floor of :data:`HOST_FLOOR` was measured on: a floor is the
+#: host's and the framework's together, so another GPU's nodes are not given it.
+HOST_FLOOR_GPU = {"megatron-deepspeed": "a100"}
 
 
 #: Frameworks that split their pipeline's blocks otherwise than Megatron-LM's default, and how
@@ -1351,7 +1358,7 @@ def _interpret(row: dict) -> Interpretation:
         precision=precision,
         recompute=recompute,
         fp8_allgather="fp8 all-gather" in precision_text,
-        **_framework_ways(row, framework, tp, pp, recompute, assumed),
+        **_framework_ways(row, framework, cl.name, tp, pp, recompute, assumed),
     )
     if pp > 1 and cfg.stages in UNEVEN_SPLITS:
         _check_split(cfg)
@@ -1414,7 +1421,7 @@ def _precision(text: str) -> str:
 
 
 def _framework_ways(
-    row: dict, framework: str, tp: int, pp: int, recompute: str, assumed: list[str]
+    row: dict, framework: str, gpu: str, tp: int, pp: int, recompute: str, assumed: list[str]
 ) -> dict[str, Any]:
     """The :class:`Config` fields that follow from the row's framework, each assumption named in
     ``assumed``: torchtitan's interleaved schedule where the row gives no ``vpp`` (two model
@@ -1470,12 +1477,27 @@ def _framework_ways(
                 "tensor parallelism's collectives overlapped with their matmuls (the "
                 "framework's recipes)"
             )
-    floor = host_floor(framework) if framework in HOST_FLOOR else 0.0
-    if floor:
+    stated_floor = (row.get("host_floor_s") or "").strip()
+    if stated_floor:
+        try:
+            floor = float(stated_floor)
+        except ValueError:
+            raise ValueError(
+                f"column host_floor_s must be a number of seconds, got {stated_floor!r}"
+            ) from None
+    elif framework in HOST_FLOOR and gpu == HOST_FLOOR_GPU[framework]:
+        floor = host_floor(framework)
         assumed.append(
             f"a host-side floor of {floor * 1e3:.2f} ms a block and micro-batch (the "
-            "framework's, measured on vTrain's runs)"
+            f"framework's, measured on vTrain's runs on {gpu} nodes)"
         )
+    else:
+        floor = 0.0
+        if framework in HOST_FLOOR:
+            assumed.append(
+                f"no host-side floor: the framework's was measured on "
+                f"{HOST_FLOOR_GPU[framework]} nodes, not {gpu}"
+            )
     return dict(
         tp_comm_overlap=overlap,
         attention_kernel=kernel,
@@ -1490,34 +1512,66 @@ def _framework_ways(
     )
 
 
-@cache
 def host_floor(framework: str) -> float:
     """Seconds of ``framework``'s host-side work for one block and one micro-batch (forward,
     recomputed forward and backward), below which a block's time does not fall however small
     its kernels (:data:`HOST_FLOOR`, ``Config.host_floor_s``).
 
     Measured, not derived: the median, over the runs of the framework's file with one sequence
-    a micro-batch and no pipeline, of the step time per block and micro-batch.  In vTrain's
-    Megatron-DeepSpeed runs (d_model 1024 on A100s) that time hardly moves with the
-    tensor-parallel degree (1 to 4) or from one sequence a micro-batch to two, although the
-    GPU's work halves or doubles: the GPU waits on the framework.  It is hundreds of the
-    matmul model's kernel latencies, so no count of kernels at that latency explains it; what
-    the framework does on the host (Python, autograd, the recomputation's wrapper) is not
-    modelled further here.  Only the development half of vTrain's file is read."""
+    a micro-batch and no pipeline, of the measured step less what the calibrated mode gives the
+    rest of the step (the output layer, the loss, the optimizer and the collectives), per block
+    and micro-batch (:func:`host_floors_by_degree` splits it by tensor-parallel degree).  In
+    vTrain's Megatron-DeepSpeed runs (d_model 1024 on A100s) a block's time hardly moves from
+    one sequence a micro-batch to two, or from one tensor-parallel rank to four, although the
+    GPU's work doubles or halves: the GPU waits on the framework.  It is hundreds of the matmul
+    model's kernel latencies, so no count of kernels at that latency explains it; what the
+    framework does on the host (Python, autograd, the recomputation's wrapper) is not modelled
+    further here.  The calibrated factors it uses are fitted on the development rows, which
+    hold no run of the framework (a ValueError if they do)."""
+    samples = _floor_samples(framework, operations.utilization_state())
+    return float(np.median([v for _, v in samples]))
+
+
+def host_floors_by_degree(framework: str) -> dict[int, float]:
+    """:func:`host_floor`'s median for each tensor-parallel degree of the runs it is measured
+    on, in seconds: how far one floor for every degree is from each."""
+    by: dict[int, list[float]] = {}
+    for tp, v in _floor_samples(framework, operations.utilization_state()):
+        by.setdefault(tp, []).append(v)
+    return {tp: float(np.median(v)) for tp, v in sorted(by.items())}
+
+
+@cache
+def _floor_samples(framework: str, _state: tuple) -> tuple[tuple[int, float], ...]:
+    """Each measured run's share of :func:`host_floor`: its tensor-parallel degree and the
+    seconds a block and micro-batch took beyond the rest of its step, for one state of the
+    single-GPU models (:func:`dmlimits.measured.operations.utilization_state`), which the
+    calibrated factors it uses depend on."""
     if framework not in HOST_FLOOR:
         raise ValueError(
             f"no host-side floor measured for framework {framework!r}; expected one of "
             f"{', '.join(HOST_FLOOR)}"
         )
-    per_block = []
+    if any((r.get("framework") or "").strip().lower() == framework for r in dev_rows()):
+        raise ValueError(
+            f"the development rows hold runs of {framework!r}: its host-side floor would enter "
+            "the fit it is measured with; expected none"
+        )
+    factors = calibrated()
+    out = []
     for raw in published.data_rows(HOST_FLOOR[framework]):
-        row, _ = normalize(raw)
-        if row.get("framework") != framework or row["mbs"] != "1" or row["pp"] != "1":
+        # Interpreted without a floor (the row states none), and timed by the calibrated mode.
+        it = interpret(dict(raw, host_floor_s="0"))
+        cfg = it.config
+        if normalize(raw)[0].get("framework") != framework or cfg.mbs != 1 or cfg.pp != 1:
             continue
-        layers = int(row["layers"])
-        micro = float(row["global_batch_tokens"]) / (int(row["dp"]) * int(row["seq_len"]))
-        per_block.append(float(row["value"]) / (micro * layers))
-    return float(np.median(per_block))
+        parts = components(cfg)
+        res = combine(parts, factors)
+        head = parts["head"] / factors.matmul + parts["loss"]
+        rest = float(res["step"]) - float(res["compute"] + res["memory-bound operations"] - head)
+        measured = ideal_time(cfg, it.counting) / it.reported
+        out.append((cfg.tp, (measured - rest) / (cfg.micro_batches * cfg.shape.layers)))
+    return tuple(out)
 
 
 def _reported(row: dict, cfg: Config, assumed: list[str]) -> tuple[str | None, float | None]:
