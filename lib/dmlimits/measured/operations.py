@@ -283,7 +283,7 @@ def scores_time_derivation() -> Derivation:
            + tokens_gpu * q_sc / matmul.bw_hbm),
     )  # fmt: skip
     kernels = Substitution(
-        "a softmax kernel, and a dropout kernel where there is dropout",
+        "the score kernels of one pass",
         {n_sk: 1 + drop},
         kind="definition",
     )
