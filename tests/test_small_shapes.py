@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import SHARED
 from dmlimits.core import published
-from dmlimits.measured import confront, operations, runs
+from dmlimits.measured import confront, memory, operations, runs
 
 VTRAIN = runs.HOST_FLOOR["megatron-deepspeed"]
 
@@ -254,3 +254,21 @@ def test_predict_runs_writes_every_new_column_for_every_row(where, name):
         ][:3]
     else:  # a file of other numbers: every row says why it is not a run
         assert all(r["prediction_error"] for r in out)
+
+
+def test_an_unfused_attention_keeps_its_scores_unless_recomputed(rows):
+    """Korthikanti et al.'s 5 a s^2 b a layer: the softmax's output, the dropout mask and the
+    dropout's output, a row of the sequence for each of the rank's heads; one pipeline stage."""
+    row = next(r for r in rows if r["tensor parallelism"] == "2"
+               and r["pipeline parallelism"] == "1")  # fmt: skip
+    cfg = runs.interpret(row).config
+    per_token = memory.unfused_score_bytes_per_token(cfg)
+    assert per_token == 5 * cfg.shape.heads / cfg.tp * cfg.seq_len
+    flash = dataclasses.replace(cfg, attention_kernel="flash")
+    assert memory.unfused_score_bytes_per_token(flash) == 0.0
+    tokens = cfg.mbs * cfg.seq_len
+    for recompute, layers in (("none", cfg.shape.layers), ("full", 1),
+                              ("selective", 1)):  # fmt: skip
+        unfused = memory.peak(dataclasses.replace(cfg, recompute=recompute))
+        fused = memory.peak(dataclasses.replace(flash, recompute=recompute))
+        assert unfused.total - fused.total == pytest.approx(per_token * tokens * layers, rel=1e-9)

@@ -337,6 +337,31 @@ def _state_fn():
     return sp.lambdify((s.n_params, tpm.n_tp, ppm.n_pp, k_w, k_g, k_o, g_w, g_g, g_o), expr)
 
 
+#: Bytes an attention that is not fused keeps per score for the backward pass
+#: (``Config.attention_kernel`` ``unfused``): the softmax's output (two bytes) and, with dropout,
+#: its one-byte mask and its two-byte output: Korthikanti et al. 2022's $5 a s^2 b$ a layer.
+UNFUSED_SCORE_BYTES = {True: 5, False: 2}
+
+
+@cache
+def _scores_fn():
+    """Bytes a layer keeps per token for its attention scores on one rank: the scores' term of
+    run-memory-activations, step 1, for a sequence of one micro-batch."""
+    e1 = activation_derivation().steps[0].expr.rhs
+    expr = e1.subs({n_val: 0, m_drop: 0, mbs: 1}) / seq
+    return sp.lambdify((c_sc, heads, seq, tpm.n_tp), expr)
+
+
+def unfused_score_bytes_per_token(cfg: Config) -> float:
+    """Bytes one layer keeps a token on one GPU for an unfused attention's scores
+    (:data:`UNFUSED_SCORE_BYTES` a score, one row of the sequence's scores for each of the rank's
+    heads); 0 for a fused kernel, which keeps none."""
+    if cfg.attention_kernel != "unfused":
+        return 0.0
+    per_score = UNFUSED_SCORE_BYTES[cfg.shape.trains_with_dropout]
+    return float(_scores_fn()(per_score, cfg.shape.heads, cfg.seq_len, cfg.tp))
+
+
 @cache
 def _activation_fn():
     """Bytes one layer keeps per token, unsplit: the derivation's tensor-by-tensor count
@@ -417,7 +442,9 @@ def _activation_bytes(cfg: Config, factor: float) -> tuple[float, float]:
     activations only, not the logits: ``Config.activation_factor``); tensor parallelism
     splits the part inside its region, or all of it with sequence parallelism.  Full
     recomputation keeps each layer's input (one value a hidden unit) and, while one layer is
-    recomputed, that layer's activations.  In 1F1B the first stage holds ``min(N_PP, m)``
+    recomputed, that layer's activations.  An unfused attention's scores
+    (:func:`unfused_score_bytes_per_token`) are kept without recomputation and are otherwise
+    only in the recomputed layer's working set.  In 1F1B the first stage holds ``min(N_PP, m)``
     micro-batches of its ``L / N_PP`` layers, the last one micro-batch and the logits (split
     over the vocabulary by tensor parallelism)."""
     sh = cfg.shape
@@ -427,14 +454,19 @@ def _activation_bytes(cfg: Config, factor: float) -> tuple[float, float]:
     full = total / t if cfg.sequence_parallel else unsplit + (total - unsplit) / t
     if cfg.sequence_parallel and cfg.keeps_gathered_inputs and t > 1:
         full += GATHERED_VALUES * VALUE_BYTES * sh.d_model
+    # An unfused attention's scores: kept without recomputation; otherwise only in the working
+    # set of the layer being recomputed (selective recomputation recomputes exactly them).
+    scores = unfused_score_bytes_per_token(cfg)
     if cfg.recompute == "full":
         kept = VALUE_BYTES * sh.d_model / (t if cfg.sequence_parallel else 1)
-        working = full
+        working = full + scores
     elif cfg.recompute == "selective" and cfg.selective_policy == "op":
         kept = op_saved_bytes_per_token(sh, t, cfg.sequence_parallel)
-        working = full
+        working = full + scores
+    elif cfg.recompute == "selective":
+        kept, working = full, scores
     else:
-        kept, working = full, 0.0
+        kept, working = full + scores, 0.0
     kept, working = factor * kept, factor * working
     tokens = s_tok * cfg.mbs
     stage_layers = sh.layers / cfg.pp
