@@ -272,3 +272,17 @@ def test_an_unfused_attention_keeps_its_scores_unless_recomputed(rows):
         unfused = memory.peak(dataclasses.replace(cfg, recompute=recompute))
         fused = memory.peak(dataclasses.replace(flash, recompute=recompute))
         assert unfused.total - fused.total == pytest.approx(per_token * tokens * layers, rel=1e-9)
+
+
+def test_the_floor_stops_binding_at_a_larger_micro_batch_on_more_ranks(rows):
+    def first_free(tp: str) -> int:
+        row = next(r for r in rows if r["tensor parallelism"] == tp
+                   and r["pipeline parallelism"] == "1" and r["# layers"] == "24")  # fmt: skip
+        shares = confront.floor_shares(runs.interpret(row).config)
+        assert all(0 <= s < 1 for s in shares.values())
+        assert list(shares.values()) == sorted(shares.values(), reverse=True)
+        return min(b for b, s in shares.items() if s == 0)
+
+    assert first_free("4") > first_free("1")
+    with pytest.raises(ValueError, match="micro-batch sizes must be whole numbers"):
+        confront.floor_shares(runs.interpret(rows[0]).config, sizes=(1.5,))

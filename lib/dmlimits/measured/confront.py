@@ -1175,3 +1175,19 @@ def errors_by_regime(rows=None) -> dict[str, dict]:
         }
         for name in sorted(set(names.tolist()))
     }
+
+
+def floor_shares(cfg: runs.Config, sizes=(1, 2, 4, 8, 16, 32)) -> dict[int, float]:
+    """For each micro-batch of ``sizes`` sequences (as many micro-batches a step as ``cfg``
+    has), the share of the calibrated step that is the framework's overhead: the time its
+    host-side floor adds beyond the GPU's work on the blocks (``Config.host_floor_s``).  Where
+    it reaches 0 the GPU, not the host, sets the pace."""
+    factors = runs.calibrated()
+    out = {}
+    for b in sizes:
+        if b < 1 or int(b) != b:
+            raise ValueError(f"micro-batch sizes must be whole numbers of sequences, got {b!r}")
+        tokens = cfg.micro_batches * cfg.dp * b * cfg.seq_len
+        p = runs.predict(replace(cfg, mbs=int(b), global_batch_tokens=tokens), factors)
+        out[int(b)] = p.breakdown["framework overhead"] / p.step_time_s
+    return out
