@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from dmlimits.cli import main
-from dmlimits.core import published
 from dmlimits.measured import confront, runs
 
 
@@ -85,7 +84,7 @@ def test_a_framework_no_development_row_used_takes_the_left_out_families_spread(
     assert lo < 1 < hi and n == len(runs.dev_rows()) - sum(
         1 for r in runs.dev_rows() if r["metric"] not in runs.THROUGHPUT_METRICS
     )
-    row = published.data_rows(runs.HOST_FLOOR["megatron-deepspeed"])[0]
+    row = runs.vtrain_rows()[0]
     cfg = runs.interpret(row).config
     bar = confront.interval(cfg, 1.0, "megatron-deepspeed")
     assert bar["interval_regime"] == "a family left out, every row"

@@ -23,7 +23,7 @@ VTRAIN = runs.HOST_FLOOR["megatron-deepspeed"]
 
 @pytest.fixture(scope="module")
 def rows() -> tuple[dict[str, str], ...]:
-    return published.data_rows(VTRAIN)
+    return runs.vtrain_rows()
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ def test_one_floor_serves_one_to_four_ranks_and_not_eight():
         float(r["iteration time (ms)"]) / 1e3
         / (int(r["global batch"]) / (int(r["data parallelism"]) * int(r["micro batch"])))
         / int(r["# layers"])
-        for r in published.data_rows(VTRAIN)
+        for r in runs.vtrain_rows()
         if r["micro batch"] == "1" and r["pipeline parallelism"] == "1"
     ]  # fmt: skip
     assert floor < float(np.median(raw))
@@ -263,7 +263,7 @@ def test_an_unfused_attention_keeps_its_scores_unless_recomputed(rows):
                and r["pipeline parallelism"] == "1")  # fmt: skip
     cfg = runs.interpret(row).config
     per_token = memory.unfused_score_bytes_per_token(cfg)
-    assert per_token == 5 * cfg.shape.heads / cfg.tp * cfg.seq_len
+    assert per_token == memory.UNFUSED_SCORE_BYTES[True] * cfg.shape.heads / cfg.tp * cfg.seq_len
     flash = dataclasses.replace(cfg, attention_kernel="flash")
     assert memory.unfused_score_bytes_per_token(flash) == 0.0
     tokens = cfg.mbs * cfg.seq_len

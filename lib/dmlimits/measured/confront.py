@@ -1092,7 +1092,7 @@ def small_shapes_rows(rows=None) -> dict[str, Any]:
     row: ``measured_s`` (the iteration time), ``mbs`` (sequences a micro-batch), ``layers``,
     ``tp`` and, for each variant of :func:`small_shapes` (``both``, each cause taken away,
     ``neither``), the predicted step time in seconds, as arrays."""
-    rows = published.data_rows(runs.HOST_FLOOR["megatron-deepspeed"]) if rows is None else rows
+    rows = runs.vtrain_rows() if rows is None else rows
     factors = runs.calibrated()
     its = [runs.interpret(r) for r in rows]
     variants = {"both": {}, **{f"without {k}": v for k, v in SMALL_SHAPE_CAUSES.items()}}

@@ -54,7 +54,7 @@ from dmlimits.core import scenario as sc
 from dmlimits.core import symbols as s
 from dmlimits.core import units as u
 from dmlimits.core.derivation import Derivation, Step, Substitution, derivation, register
-from dmlimits.costs import matmul
+from dmlimits.costs import matmul, model
 from dmlimits.costs import pipeline as ppm
 from dmlimits.costs import tensor_parallel as tpm
 from dmlimits.measured import memory, transformer
@@ -499,7 +499,8 @@ def fused_attention(cfg: Config) -> float:
     if gpu is None or ATTENTION["rule"] == "utilization" or c.name in _SCALAR:
         return share / (c.peak_16bit * attention_utilization(c))
     _, ra = transformer.RECOMPUTE[cfg.recompute]
-    counted = share * CAUSAL_SHARE * (BENCHMARK_PASSES + ra) / (3 + ra)
+    passes = model.PASS_COUNTS.mapping[s.macs_per_param_token]  # the model's count: 3
+    counted = share * CAUSAL_SHARE * (BENCHMARK_PASSES + ra) / (passes + ra)
     head_dim = sh.attention_widths[0] / sh.heads
     return counted / kernel_rate(gpu, FUSED_KERNEL, head_dim, cfg.seq_len)
 

@@ -1683,6 +1683,13 @@ def nemo_rows() -> tuple[dict[str, str], ...]:
 
 
 @cache
+def vtrain_rows() -> tuple[dict[str, str], ...]:
+    """vTrain's single-node runs as published (the d_model 1024 half the project holds), on
+    which Megatron-DeepSpeed's host-side floor is measured (:data:`HOST_FLOOR`)."""
+    return published.data_rows(HOST_FLOOR["megatron-deepspeed"])
+
+
+@cache
 def holdout_rows() -> tuple[dict[str, str], ...]:
     """Published runs outside the development split (:data:`HOLDOUT`): only compared with
     predictions, never fitted on."""
