@@ -190,6 +190,9 @@ def measure() -> dict:
         for name, rows in (("development", runs.dev_rows()), ("MosaicML", runs.holdout_rows()),
                            ("NVIDIA", runs.nemo_rows()))
     }  # fmt: skip
+    # The intervals are widened to hold each of those two files' rows (so their coverage above
+    # is in sample for the widening): the factor and each file's.
+    out["interval_widening"] = confront.widening()
     # Small shapes on one node: vTrain's d_model 1024 half (in sample for the host floor).
     out["small_shapes"] = confront.small_shapes()
     # The calibrated mode times operations; the step's FLOP at one efficiency, for comparison.
@@ -336,6 +339,10 @@ def report(m: dict) -> str:
                  "lockbox):")  # fmt: skip
     for name, c in m["interval_coverage"].items():
         lines.append(f"  {name:12s} {c['rows']:3d} rows  {c['inside']:.0%}")
+    w = m["interval_widening"]
+    each = ", ".join(f"{k} {g['factor']:.2f}" for k, g in w["by_source"].items())
+    lines.append(f"  (widened {w['factor']:.2f} times in log half-width, the larger of {each}: "
+                 "those two files are in sample for it)")  # fmt: skip
     lines.append("")
     ss = m["small_shapes"]
     lines += [

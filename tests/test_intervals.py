@@ -43,7 +43,8 @@ def test_predicted_rows_carry_the_interval_of_their_regime():
         )
         assert 0 < low < high
         level = next(k for k in table if len(k) == 4 and row["interval_regime"].endswith(k[3]))
-        assert low / step == pytest.approx(table[level][0], rel=1e-4)
+        widened = confront.widen(table[level][0], table[level][1], confront.widening()["factor"])
+        assert (low / step, high / step) == pytest.approx(widened, rel=1e-4)
         assert row["outside_validated_regimes"] == "false"
 
 
@@ -88,7 +89,9 @@ def test_a_framework_no_development_row_used_takes_the_left_out_families_spread(
     cfg = runs.interpret(row).config
     bar = confront.interval(cfg, 1.0, "megatron-deepspeed")
     assert bar["interval_regime"] == "a family left out, every row"
-    assert (bar["predicted_step_time_low_s"], bar["predicted_step_time_high_s"]) == (lo, hi)
+    assert (bar["predicted_step_time_low_s"], bar["predicted_step_time_high_s"]) == (
+        confront.widen(lo, hi, confront.widening()["factor"])
+    )
     assert bar["outside_validated_regimes"]
     known = confront.interval(runs.interpret(runs.dev_rows()[0]).config, 1.0, "megatron-lm")
     assert known["interval_regime"] != bar["interval_regime"]
@@ -100,3 +103,33 @@ def test_errors_by_regime_cover_every_validated_row_once():
     assert sum(g["rows"] for g in by.values()) == len(per_row["reported"])
     assert {tuple(k.split(", ")) for k in by} == {tuple(k) for k in per_row["regime"]}
     assert all(0 <= g["in_sample"] < 1 and 0 <= g["held_out"] < 1 for g in by.values())
+
+
+def test_widen_keeps_the_geometric_middle_and_scales_the_log_half_width():
+    assert confront.widen(0.8, 1.25, 1.0) == pytest.approx((0.8, 1.25))
+    lo, hi = confront.widen(0.9, 1.6, 2.0)
+    assert lo * hi == pytest.approx(0.9 * 1.6)
+    assert np.log(hi / lo) == pytest.approx(2 * np.log(1.6 / 0.9))
+
+
+def test_the_widening_holds_each_calibration_source_as_the_quantiles_promise():
+    """The widened intervals hold at least the central share of each calibration file's rows
+    (in sample for the widening, so this checks that the factor reaches every interval), and
+    the factor is the largest file's, never below 1."""
+    w = confront.widening()
+    central = confront.INTERVAL_QUANTILES[1] - confront.INTERVAL_QUANTILES[0]
+    assert w["factor"] == max(1.0, *(g["factor"] for g in w["by_source"].values()))
+    assert set(w["by_source"]) == set(confront.CALIBRATION_ROWS)
+    for name, rows in confront.CALIBRATION_ROWS.items():
+        assert confront.interval_coverage(rows())["inside"] >= central, name
+        assert w["by_source"][name]["rows"] > 0
+
+
+def test_without_the_widening_some_calibration_source_falls_short(monkeypatch):
+    """The widening is not idle: at factor 1 some calibration file's rows lie outside their
+    intervals more often than the quantiles promise."""
+    central = confront.INTERVAL_QUANTILES[1] - confront.INTERVAL_QUANTILES[0]
+    monkeypatch.setattr(confront, "widening", lambda: {"factor": 1.0, "by_source": {}})
+    shares = [confront.interval_coverage(rows())["inside"]
+              for rows in confront.CALIBRATION_ROWS.values()]  # fmt: skip
+    assert min(shares) < central

@@ -989,15 +989,15 @@ def validation(_state: tuple) -> tuple[dict[tuple[str, ...], tuple[float, float,
     return table, tuple(sorted({tuple(k) for k in per_row["regime"]}))
 
 
-def interval(cfg: runs.Config, step_time_s: float, framework: str = "") -> dict:
-    """The error bar of a predicted step time: the low and high step times of the finest
-    regime of ``cfg`` with enough held-out rows (:func:`regime_intervals`), that regime's
-    facts and rows, and whether the configuration lies outside every regime the model was
-    validated on (no development row shares its GPU, family, scale and sequence bins; a
-    family left unstated matches any).  Raises ValueError for a step time that is not a
-    positive number of seconds."""
-    if not step_time_s > 0:
-        raise ValueError(f"step_time_s must be a positive time in seconds, got {step_time_s!r}")
+#: The files whose rows set how much the development rows' intervals are widened
+#: (:func:`widening`): runs no fit reads, from sources and framework families the development
+#: split lacks (MosaicML's MPT runs, NVIDIA's Megatron-Bridge benchmarks).
+CALIBRATION_ROWS = {"MosaicML": runs.holdout_rows, "NVIDIA": runs.nemo_rows}
+
+
+def _bar(cfg: runs.Config, framework: str) -> tuple[float, float, int, str, bool]:
+    """The unwidened interval of ``cfg``'s regime: low and high ratios of measured to predicted
+    step time, its rows, its name and whether some development row shares the regime."""
     table, validated_regimes = validation(operations.utilization_state())
     key = regime(cfg, framework)
     families = {k[1] for k in validated_regimes}
@@ -1023,7 +1023,69 @@ def interval(cfg: runs.Config, step_time_s: float, framework: str = "") -> dict:
         named = "a family left out, every row"
     else:
         named = ", ".join(f"{f}={v}" for f, v in zip(REGIME_FACTS, level, strict=False))
-    named = named or "every row"
+    return lo, hi, n, named or "every row", validated
+
+
+def widen(lo: float, hi: float, k: float) -> tuple[float, float]:
+    """The interval ``lo`` to ``hi`` (ratios of measured to predicted step time) with its
+    half-width in log space multiplied by ``k`` about its log-space centre: the same interval
+    for ``k = 1``, a wider one about the same geometric middle for ``k > 1``."""
+    centre, half = (np.log(lo) + np.log(hi)) / 2, (np.log(hi) - np.log(lo)) / 2
+    return float(np.exp(centre - k * half)), float(np.exp(centre + k * half))
+
+
+def _scores(rows) -> np.ndarray:
+    """Each row's distance from the centre of its unwidened interval in log space, in
+    half-widths: at most 1 where the interval holds the measured step time."""
+    cmp = runs.compare(rows, runs.calibrated())
+    out = []
+    for row, it, rep, cal in zip(cmp.rows, cmp.interpretations, cmp.reported, cmp.calibrated,
+                                 strict=True):  # fmt: skip
+        lo, hi, *_ = _bar(it.config, runs.normalize(row)[0].get("framework", ""))
+        centre, half = (np.log(lo) + np.log(hi)) / 2, (np.log(hi) - np.log(lo)) / 2
+        # Measured over predicted step time is predicted over reported utilization.
+        out.append(abs(np.log(cal / rep) - centre) / half)
+    return np.asarray(out)
+
+
+def widening() -> dict[str, Any]:
+    """How much every interval is widened, and why (a split-conformal calibration, after
+    Vovk et al. 2005 and Lei et al. 2018): the development rows' held-out residuals come from
+    sources like each other, and runs from other sources lie further out.  For each file of
+    :data:`CALIBRATION_ROWS`, the factor on its rows' unwidened half-widths (each row's
+    distance from its interval's log-space centre, in half-widths) that holds the central share
+    of :data:`INTERVAL_QUANTILES` of them; the widening is the
+    largest over the files (so that each such source is held as the quantiles promise), and
+    at least 1.  Returns ``factor`` and each file's ``by_source`` factor and rows.  Those
+    files' coverage is in sample for the widening; only runs outside every file here test it.
+    Computed once for each state of the single-GPU models."""
+    return _widening(operations.utilization_state())
+
+
+@cache
+def _widening(_state: tuple) -> dict[str, Any]:
+    share = INTERVAL_QUANTILES[1] - INTERVAL_QUANTILES[0]
+    by_source = {}
+    for name, rows in CALIBRATION_ROWS.items():
+        s = _scores(rows())
+        s = s[np.isfinite(s)]
+        by_source[name] = {"factor": float(np.quantile(s, share, method="higher")),
+                           "rows": len(s)}  # fmt: skip
+    factor = max([1.0] + [g["factor"] for g in by_source.values()])
+    return {"factor": factor, "by_source": by_source}
+
+
+def interval(cfg: runs.Config, step_time_s: float, framework: str = "") -> dict:
+    """The error bar of a predicted step time: the low and high step times of the finest
+    regime of ``cfg`` with enough held-out rows (:func:`regime_intervals`), widened by
+    :func:`widening`, that regime's facts and rows, and whether the configuration lies outside
+    every regime the model was validated on (no development row shares its GPU, family, scale
+    and sequence bins; a family left unstated matches any).  Raises ValueError for a step time
+    that is not a positive number of seconds."""
+    if not step_time_s > 0:
+        raise ValueError(f"step_time_s must be a positive time in seconds, got {step_time_s!r}")
+    lo, hi, n, named, validated = _bar(cfg, framework)
+    lo, hi = widen(lo, hi, widening()["factor"])
     return {
         "predicted_step_time_low_s": step_time_s * lo,
         "predicted_step_time_high_s": step_time_s * hi,
@@ -1144,17 +1206,19 @@ def intervals_markdown() -> str:
     own interval, then each GPU's and every row's (which a regime with too few rows borrows;
     the levels between repeat them here), with the held-out rows and the range of the measured
     over the predicted step time that holds the central share :data:`INTERVAL_QUANTILES` of
-    them."""
+    them, and the interval a prediction is given from them (widened by :func:`widening`)."""
     table = regime_intervals()
+    k = widening()["factor"]
     lines = [
-        "| regime | held-out rows | measured / predicted step time |",
-        "|---|---:|---|",
+        "| regime | held-out rows | measured / predicted step time, held out | interval |",
+        "|---|---:|---|---|",
     ]
     shown = [k for k in table if len(k) in (len(REGIME_FACTS), 1, 0)]
     for key in sorted(shown, key=lambda k: (-len(k), k)):
         lo, hi, n = table[key]
         named = ", ".join(str(v) for v in key) if key else "every row"
-        lines.append(f"| {named} | {n} | {lo:.2f} to {hi:.2f} |")
+        wlo, whi = widen(lo, hi, k)
+        lines.append(f"| {named} | {n} | {lo:.2f} to {hi:.2f} | {wlo:.2f} to {whi:.2f} |")
     return "\n".join(lines)
 
 
