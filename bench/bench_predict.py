@@ -64,6 +64,11 @@ LOCKBOX_FILES = "published_runs_lockbox*.csv"
 #: line a file: a lockbox with a file changed, added or missing is not scored.
 LOCKBOX_DIGEST = ROOT / "bench" / "lockbox.sha256"
 
+#: The lockbox's score, written once by ``--lockbox`` with the commit and the fingerprint of
+#: the model that gave it (:func:`dmlimits.measured.confront.fingerprint`); ``--lockbox``
+#: refuses to run again once it exists: a lockbox is spent when scored (its README).
+LOCKBOX_SCORES = LOCKBOX / "scores.json"
+
 #: Issue #14's targets.
 TARGETS = {
     "step_multi_node_held_out": 0.15,
@@ -81,7 +86,16 @@ TARGETS = {
 
 def _figures(result: dict) -> dict:
     """The figures of :func:`dmlimits.measured.confront.outside_split`, without its comparison."""
-    return {k: v for k, v in result.items() if k != "comparison"}
+    return _without(result, "comparison")
+
+
+def _without(d: dict, key: str) -> dict:
+    return {k: v for k, v in d.items() if k != key}
+
+
+#: The figures of :func:`measure` the lockbox's record keeps beside its own.
+DEVELOPMENT_FIGURES = ("mfu", "step_time", "by_regime", "interval_coverage", "interval_widening",
+                       "outside_pooled")  # fmt: skip
 
 
 def _coverage(rows) -> tuple[int, int]:
@@ -223,6 +237,82 @@ def measure() -> dict:
             "median_signed_error_points": float(np.median(cmp.errors) * 100),
         }
     return out
+
+
+CHANGED = "HAS CHANGED since: these are the scored model's figures, not the present one's"
+
+
+def side_by_side() -> list[str]:
+    """The lockbox's recorded score (:data:`LOCKBOX_SCORES`) beside the development rows' in
+    sample and held out, overall and by regime, and whether the model still gives the
+    predictions that were scored (its fingerprint); one line saying so when it is not scored."""
+    if not LOCKBOX_SCORES.exists():
+        return ["", "lockbox: not scored yet (bench/bench_predict.py --lockbox, once)"]
+    rec = json.loads(LOCKBOX_SCORES.read_text())
+    same = rec["fingerprint"] == confront.fingerprint()
+    dev, box = rec["development"], rec["lockbox"]
+    st, op = dev["step_time"], dev["outside_pooled"]
+    lines = [
+        "",
+        f"in sample, leave one source out and lockbox (scored once, at commit "
+        f"{rec['commit'][:10]} on {rec['scored_at'][:10]}; the model "
+        f"{'still gives those predictions' if same else CHANGED}):",
+        f"  {'':44s} rows  MFU points  step across nodes  step on one node  interval holds",
+    ]
+
+    def row(name, n, mfu, multi, single, inside):
+        ins = f"{inside:.0%}" if inside is not None else "-"
+        lines.append(f"  {name:44s} {n:4d}  {mfu:10.1f}  {multi:17.0%}  {single:16.0%}  {ins:>13s}")
+
+    n_dev = st["multi_node"]["rows"] + st["single_node"]["rows"]
+    row(
+        "development, in sample",
+        n_dev,
+        dev["mfu"]["in_sample_points"],
+        st["multi_node"]["in_sample"],
+        st["single_node"]["in_sample"],
+        dev["interval_coverage"]["development"]["inside"],
+    )
+    row(
+        "development, each source left out",
+        n_dev,
+        dev["mfu"]["held_out_points"],
+        st["multi_node"]["held_out"],
+        st["single_node"]["held_out"],
+        None,
+    )
+    row(
+        "MosaicML and NVIDIA files (seen by choices)",
+        op["rows"],
+        op["mfu_points"],
+        op["step_multi_node"],
+        op["step_single_node"],
+        None,
+    )
+    row(
+        "lockbox",
+        box["rows"],
+        box["mfu_points"],
+        box["step_multi_node"],
+        box["step_single_node"],
+        rec["interval_lockbox"]["inside"],
+    )
+    lines.append(
+        "  lockbox by regime (gpu, family, scale, sequence): rows, step time, MFU points, "
+        "interval holds; the development rows' step time in the same regime"
+    )
+    for name, g in rec["lockbox_by_regime"].items():
+        d = dev["by_regime"].get(name)
+        mine = (
+            f"in sample {d['in_sample']:.0%}, held out {d['held_out']:.0%}"
+            if d
+            else "no development row"
+        )
+        lines.append(
+            f"    {name:48s} {g['rows']:3d}  {g['step']:5.0%}  {g['mfu_points']:5.1f}  "
+            f"{g['inside']:5.0%}   ({mine})"
+        )
+    return lines
 
 
 def _verdict(value: float, target: float, higher_is_better: bool = False) -> str:
@@ -438,6 +528,7 @@ def report(m: dict) -> str:
             )
     else:
         lines.append(f"(no {BENCH}: the benchmark file's figures are left out)")
+    lines += side_by_side()
     return "\n".join(lines)
 
 
@@ -478,16 +569,53 @@ def lockbox() -> dict:
     sources = {p.name: published.data_rows(p) for p in sorted(LOCKBOX.glob(LOCKBOX_FILES))}
     rows = tuple(row for file_rows in sources.values() for row in file_rows)
     ok, n = _coverage(rows)
+    dev = measure()
     return {
-        "development": measure(),
+        "development": {key: dev[key] for key in DEVELOPMENT_FIGURES},
         "lockbox_rows_by_source": {name: len(file_rows) for name, file_rows in sources.items()},
         "lockbox": _figures(confront.outside_split(rows=rows)),
+        "lockbox_by_regime": confront.outside_by_regime(rows),
         "coverage_lockbox": {"modelled": ok, "rows": n, "share": ok / n},
         # In sample (the intervals' quantiles are these rows' own residuals): not an estimate.
         "interval_development_in_sample": confront.interval_coverage(runs.dev_rows()),
-        "interval_lockbox": confront.interval_coverage(rows),
-        "interval_target": TARGETS["interval_coverage_lockbox"],
+        "interval_lockbox": _without(confront.interval_coverage(rows), "by_regime"),
+        "targets": TARGETS,
     }
+
+
+def _git(*args: str) -> str:
+    import subprocess  # only the --lockbox mode records its commit
+
+    return subprocess.run(("git", "-C", str(ROOT), *args), check=True, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+
+
+def score_lockbox() -> dict:
+    """Score the lockbox (:func:`lockbox`) once and record it in :data:`LOCKBOX_SCORES` with
+    the commit, the time and the model's fingerprint; refused when it is already recorded (a
+    lockbox is spent once scored) or the work tree has changes (the score must stand for a
+    commit)."""
+    if LOCKBOX_SCORES.exists():
+        rec = json.loads(LOCKBOX_SCORES.read_text())
+        raise SystemExit(
+            f"{LOCKBOX_SCORES}: the lockbox was scored at commit {rec['commit']}; expected no "
+            "score (a lockbox is spent once scored: record a new one)"
+        )
+    if _git("status", "--porcelain"):
+        raise SystemExit(f"{ROOT}: the work tree has changes; expected a clean commit to score")
+    from datetime import UTC, datetime
+
+    from dmlimits.core import plumbing
+
+    record = {
+        "commit": _git("rev-parse", "HEAD"),
+        "scored_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "fingerprint": confront.fingerprint(),
+        "digests": LOCKBOX_DIGEST.read_text().splitlines(),
+        **lockbox(),
+    }
+    plumbing.atomic_write(LOCKBOX_SCORES, json.dumps(record, indent=2, default=float) + "\n")
+    return record
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -500,8 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     if args.lockbox:
-        m = lockbox()
-        print(json.dumps(m, indent=2, default=str))
+        print(json.dumps(score_lockbox(), indent=2, default=float))
         return 0
     m = measure()
     print(json.dumps(m, indent=2) if args.json else report(m))

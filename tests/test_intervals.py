@@ -133,3 +133,23 @@ def test_without_the_widening_some_calibration_source_falls_short(monkeypatch):
     shares = [confront.interval_coverage(rows())["inside"]
               for rows in confront.CALIBRATION_ROWS.values()]  # fmt: skip
     assert min(shares) < central
+
+
+def test_the_fingerprint_is_stable_and_moves_with_any_prediction(monkeypatch):
+    from dataclasses import replace
+
+    first = confront.fingerprint()
+    assert first == confront.fingerprint() and len(first) == 64
+    fitted = runs.calibrated()
+    monkeypatch.setattr(runs, "calibrated", lambda: replace(fitted, matmul=fitted.matmul * 0.99))
+    assert confront.fingerprint() != first
+
+
+def test_rows_outside_the_fit_by_regime_add_up_to_their_coverage():
+    rows = runs.nemo_rows()
+    by = confront.outside_by_regime(rows)
+    whole = confront.interval_coverage(rows)
+    assert sum(g["rows"] for g in by.values()) == whole["rows"]
+    inside = sum(g["inside"] * g["rows"] for g in by.values()) / whole["rows"]
+    assert inside == pytest.approx(whole["inside"])
+    assert all(g["step"] >= 0 and g["mfu_points"] >= 0 for g in by.values())

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from dmlimits.core import published
+from dmlimits.core import plumbing, published
 from dmlimits.measured import memory, nccl, operations, runs, transformer
 
 SHAPES = ("llama2-7b", "llama2-70b")
@@ -1139,6 +1139,51 @@ def interval_coverage(rows) -> dict:
         "inside": float(np.mean(every)) if every else float("nan"),
         "by_regime": {k: {"rows": len(v), "inside": float(np.mean(v))} for k, v in hits.items()},
     }
+
+
+def outside_by_regime(rows) -> dict[str, dict]:
+    """Rows no fit reads, predicted by the calibrated mode fitted on every development row: by
+    regime (:func:`regime`, named by its facts), the rows, the median absolute step-time error
+    (:func:`step_time_errors`), the median absolute MFU error in points and the share whose
+    measured step lies inside its interval (:func:`interval`)."""
+    cmp = runs.compare(rows, runs.calibrated())
+    groups: dict[str, list[tuple[float, float, bool]]] = {}
+    for row, it, rep, cal in zip(cmp.rows, cmp.interpretations, cmp.reported, cmp.calibrated,
+                                 strict=True):  # fmt: skip
+        framework = runs.normalize(row)[0].get("framework", "")
+        bar = interval(it.config, 1.0, framework)
+        ratio = cal / rep  # measured over predicted step time
+        inside = bar["predicted_step_time_low_s"] <= ratio <= bar["predicted_step_time_high_s"]
+        step = abs(float(step_time_errors(rep, cal)))
+        groups.setdefault(", ".join(regime(it.config, framework)), []).append(
+            (step, abs(cal - rep) * 100, bool(inside))
+        )
+    return {
+        name: {
+            "rows": len(g),
+            "step": float(np.median([x[0] for x in g])),
+            "mfu_points": float(np.median([x[1] for x in g])),
+            "inside": float(np.mean([x[2] for x in g])),
+        }
+        for name, g in sorted(groups.items())
+    }
+
+
+def fingerprint() -> str:
+    """A digest of what the calibrated mode predicts: its fitted factors, the predicted
+    utilization of every row of the project's run files (development, MosaicML's, NVIDIA's,
+    vTrain's) to six significant figures, the intervals' table and their widening.  A score
+    recorded with it stands for the model that gave it; any change of a prediction changes
+    it."""
+    factors = vars(runs.calibrated())
+    parts = [";".join(f"{k}={v:.6g}" for k, v in sorted(factors.items()))]
+    for rows in (runs.dev_rows(), runs.holdout_rows(), runs.nemo_rows(), runs.vtrain_rows()):
+        cmp = runs.compare(rows, runs.calibrated())
+        parts.append(",".join(f"{x:.6g}" for x in cmp.calibrated))
+    table = regime_intervals()
+    parts.append(";".join(f"{k}:{v[0]:.6g},{v[1]:.6g},{v[2]}" for k, v in sorted(table.items())))
+    parts.append(f"{widening()['factor']:.6g}")
+    return plumbing.digest(*parts)
 
 
 #: The two causes of small shapes' time the calibrated mode models (:func:`small_shapes`), each
