@@ -48,7 +48,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from dmlimits.core import hardware
+from dmlimits.book import measured_figures
+from dmlimits.core import hardware, published
 from dmlimits.measured import confront, memory, operations, runs, transformer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +68,7 @@ LOCKBOX_DIGEST = ROOT / "bench" / "lockbox.sha256"
 #: The lockbox's score, written once by ``--lockbox`` with the commit and the fingerprint of
 #: the model that gave it (:func:`dmlimits.measured.confront.fingerprint`); ``--lockbox``
 #: refuses to run again once it exists: a lockbox is spent when scored (its README).
-LOCKBOX_SCORES = LOCKBOX / "scores.json"
+LOCKBOX_SCORES = published.data_path(measured_figures.LOCKBOX_SCORES)
 
 #: Issue #14's targets.
 TARGETS = {
@@ -244,75 +245,22 @@ CHANGED = "HAS CHANGED since: these are the scored model's figures, not the pres
 
 def side_by_side() -> list[str]:
     """The lockbox's recorded score (:data:`LOCKBOX_SCORES`) beside the development rows' in
-    sample and held out, overall and by regime, and whether the model still gives the
-    predictions that were scored (its fingerprint); one line saying so when it is not scored."""
-    if not LOCKBOX_SCORES.exists():
+    sample and held out, overall and by regime, as the chapter prints them
+    (:mod:`dmlimits.book.measured_figures`), and whether the model still gives the predictions
+    that were scored; one line saying so when it is not scored."""
+    rec = measured_figures.lockbox_record()
+    if rec is None:
         return ["", "lockbox: not scored yet (bench/bench_predict.py --lockbox, once)"]
-    rec = json.loads(LOCKBOX_SCORES.read_text())
-    same = rec["fingerprint"] == confront.fingerprint()
-    dev, box = rec["development"], rec["lockbox"]
-    st, op = dev["step_time"], dev["outside_pooled"]
-    lines = [
+    state = "still gives those predictions" if rec["model_unchanged"] else CHANGED
+    return [
         "",
         f"in sample, leave one source out and lockbox (scored once, at commit "
-        f"{rec['commit'][:10]} on {rec['scored_at'][:10]}; the model "
-        f"{'still gives those predictions' if same else CHANGED}):",
-        f"  {'':44s} rows  MFU points  step across nodes  step on one node  interval holds",
+        f"{rec['commit'][:10]} on {rec['scored_at'][:10]}; the model {state}):",
+        measured_figures.side_by_side_markdown(rec),
+        "",
+        "the lockbox by regime:",
+        measured_figures.lockbox_regimes_markdown(rec),
     ]
-
-    def row(name, n, mfu, multi, single, inside):
-        ins = f"{inside:.0%}" if inside is not None else "-"
-        lines.append(f"  {name:44s} {n:4d}  {mfu:10.1f}  {multi:17.0%}  {single:16.0%}  {ins:>13s}")
-
-    n_dev = st["multi_node"]["rows"] + st["single_node"]["rows"]
-    row(
-        "development, in sample",
-        n_dev,
-        dev["mfu"]["in_sample_points"],
-        st["multi_node"]["in_sample"],
-        st["single_node"]["in_sample"],
-        dev["interval_coverage"]["development"]["inside"],
-    )
-    row(
-        "development, each source left out",
-        n_dev,
-        dev["mfu"]["held_out_points"],
-        st["multi_node"]["held_out"],
-        st["single_node"]["held_out"],
-        None,
-    )
-    row(
-        "MosaicML and NVIDIA files (seen by choices)",
-        op["rows"],
-        op["mfu_points"],
-        op["step_multi_node"],
-        op["step_single_node"],
-        None,
-    )
-    row(
-        "lockbox",
-        box["rows"],
-        box["mfu_points"],
-        box["step_multi_node"],
-        box["step_single_node"],
-        rec["interval_lockbox"]["inside"],
-    )
-    lines.append(
-        "  lockbox by regime (gpu, family, scale, sequence): rows, step time, MFU points, "
-        "interval holds; the development rows' step time in the same regime"
-    )
-    for name, g in rec["lockbox_by_regime"].items():
-        d = dev["by_regime"].get(name)
-        mine = (
-            f"in sample {d['in_sample']:.0%}, held out {d['held_out']:.0%}"
-            if d
-            else "no development row"
-        )
-        lines.append(
-            f"    {name:48s} {g['rows']:3d}  {g['step']:5.0%}  {g['mfu_points']:5.1f}  "
-            f"{g['inside']:5.0%}   ({mine})"
-        )
-    return lines
 
 
 def _verdict(value: float, target: float, higher_is_better: bool = False) -> str:
@@ -564,8 +512,6 @@ def lockbox() -> dict:
             f"{LOCKBOX}: sha256 of {', '.join(lockbox_mismatches()) or 'no file'} differs from "
             f"{LOCKBOX_DIGEST} or is missing on one side; expected the recorded lockbox"
         )
-    from dmlimits.core import published  # only the --lockbox mode reads the lockbox
-
     sources = {p.name: published.data_rows(p) for p in sorted(LOCKBOX.glob(LOCKBOX_FILES))}
     rows = tuple(row for file_rows in sources.values() for row in file_rows)
     ok, n = _coverage(rows)

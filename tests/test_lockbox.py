@@ -1,7 +1,8 @@
 """The lockbox of issue #55 stays sealed: published runs recorded before the model was tuned on
 them, one file a source, read by ``bench/bench_predict.py --lockbox`` and by nothing else, each
-with its digest recorded (lib/dmlimits/data/lockbox/README.md gives the rule).  This test reads
-each file's bytes for its digest and its header line for its columns, never its rows."""
+with its digest recorded (lib/dmlimits/data/lockbox/README.md gives the rule); its one score is
+recorded beside it, and the book reads that record, never the runs.  This test reads each file's
+bytes for its digest and its header line for its columns, never its rows."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ READER = ROOT / "bench" / "bench_predict.py"
 #: The data files whose columns a lockbox file may have, one layout or the other exactly.
 LAYOUTS = tuple(ROOT / "lib" / "dmlimits" / "data" / n
                 for n in ("published_runs.csv", "published_runs_nemo.csv"))  # fmt: skip
+#: The files that may read the recorded score (``lockbox/scores.json``), and nothing else there.
+SCORE_READERS = (ROOT / "lib" / "dmlimits" / "book" / "measured_figures.py",
+                 ROOT / "notebooks" / "real_runs.md")  # fmt: skip
+SCORES = FOLDER / "scores.json"
 #: Where a reader could hide: every text file of these folders is searched.
 SEARCHED = ("lib", "tests", "notebooks", "bench", "book")
 SUFFIXES = {".py", ".md", ".ipynb", ".yml", ".yaml", ".toml", ".cfg", ".txt", ".json"}
@@ -56,7 +61,7 @@ def test_columns_are_those_of_a_development_file(path):
 
 
 def test_only_the_benchmark_names_the_lockbox():
-    allowed = {READER, Path(__file__).resolve()}
+    allowed = {READER, Path(__file__).resolve(), *SCORE_READERS}
     readers = []
     for folder in SEARCHED:
         for path in (ROOT / folder).rglob("*"):
@@ -75,3 +80,31 @@ def test_the_benchmark_reads_it_only_in_its_lockbox_mode():
     text = READER.read_text()
     assert text.count("published_runs_lockbox") == 1
     assert "if args.lockbox:" in text and "def lockbox()" in text
+
+
+@pytest.mark.parametrize("path", SCORE_READERS, ids=lambda p: p.name)
+def test_the_books_readers_name_only_the_recorded_score(path):
+    import re
+
+    text = path.read_text().lower()
+    assert "published_runs_lockbox" not in text
+    for hit in re.finditer(r"lockbox/\S*", text):
+        assert hit.group().startswith("lockbox/scores.json"), f"{path.name}: {hit.group()!r}"
+
+
+def test_the_score_is_of_the_recorded_lockbox_at_a_commit_of_this_history():
+    """The record names the lockbox's digests as recorded, and a commit that is this
+    checkout's or one of its ancestors (where git and the history are at hand)."""
+    import json
+    import shutil
+    import subprocess
+
+    assert SCORES.is_file(), f"{SCORES}: the lockbox is not scored"
+    rec = json.loads(SCORES.read_text())
+    assert rec["digests"] == [line for line in DIGEST.read_text().splitlines()]
+    assert len(rec["commit"]) == 40 and len(rec["fingerprint"]) == 64
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("no git history to place the scored commit in")
+    ancestor = subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor",
+                               rec["commit"], "HEAD"], capture_output=True)  # fmt: skip
+    assert ancestor.returncode == 0, f"{rec['commit']} is not in this checkout's history"

@@ -7,6 +7,7 @@ of none, one, some or all); none computes a result.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -319,3 +320,74 @@ def scaling_widget(curves_by_gpu: dict) -> Any:
         y_unit="tokens/s",
         summary="An interactive version of the figure above (needs JavaScript).",
     )
+
+
+#: Where ``bench/bench_predict.py --lockbox`` records the lockbox's one score (issue #55): the
+#: lockbox's own files are read by that benchmark alone; the book reads only this record.
+LOCKBOX_SCORES = "lockbox/scores.json"
+
+
+def lockbox_record() -> dict[str, Any] | None:
+    """The lockbox's recorded score, with ``model_unchanged``: whether the model still gives
+    the predictions that were scored (:func:`dmlimits.measured.confront.fingerprint`); ``None``
+    before it is scored."""
+    path = published.data_path(LOCKBOX_SCORES)
+    if not path.is_file():
+        return None
+    rec = json.loads(path.read_text())
+    return {**rec, "model_unchanged": rec["fingerprint"] == confront.fingerprint()}
+
+
+def side_by_side_rows(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The recorded score's figures a row a set of runs: the development rows in sample and
+    each source left out, the two files outside the fit (seen by the model's choices) and the
+    lockbox; each with its rows, median MFU error in points, median step-time error across
+    nodes and on one node, and the share inside the interval (``None`` where not measured)."""
+    dev, box, op = rec["development"], rec["lockbox"], rec["development"]["outside_pooled"]
+    st = dev["step_time"]
+    n_dev = st["multi_node"]["rows"] + st["single_node"]["rows"]
+    return [
+        {"runs": "development, in sample", "rows": n_dev, "mfu": dev["mfu"]["in_sample_points"],
+         "multi": st["multi_node"]["in_sample"], "single": st["single_node"]["in_sample"],
+         "inside": dev["interval_coverage"]["development"]["inside"]},
+        {"runs": "development, each source left out", "rows": n_dev,
+         "mfu": dev["mfu"]["held_out_points"], "multi": st["multi_node"]["held_out"],
+         "single": st["single_node"]["held_out"], "inside": None},
+        {"runs": "MosaicML's and NVIDIA's files (seen by choices)", "rows": op["rows"],
+         "mfu": op["mfu_points"], "multi": op["step_multi_node"],
+         "single": op["step_single_node"], "inside": None},
+        {"runs": "lockbox (scored once)", "rows": box["rows"], "mfu": box["mfu_points"],
+         "multi": box["step_multi_node"], "single": box["step_single_node"],
+         "inside": rec["interval_lockbox"]["inside"]},
+    ]  # fmt: skip
+
+
+def side_by_side_markdown(rec: dict[str, Any]) -> str:
+    """:func:`side_by_side_rows` as a Markdown table."""
+    lines = [
+        "| runs | rows | MFU error, points | step time, across nodes | step time, one node "
+        "| interval holds |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in side_by_side_rows(rec):
+        inside = "" if r["inside"] is None else f"{r['inside']:.0%}"
+        lines.append(f"| {r['runs']} | {r['rows']} | {r['mfu']:.1f} | {r['multi']:.0%} "
+                     f"| {r['single']:.0%} | {inside} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def lockbox_regimes_markdown(rec: dict[str, Any]) -> str:
+    """The lockbox's errors by regime (:func:`dmlimits.measured.confront.outside_by_regime`, as
+    recorded) as a Markdown table, beside the development rows' held-out step-time error in
+    the same regime where there are any."""
+    lines = [
+        "| regime (GPU, framework, scale, sequence) | rows | step time | MFU error, points "
+        "| interval holds | development, held out |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, g in rec["lockbox_by_regime"].items():
+        d = rec["development"]["by_regime"].get(name)
+        mine = f"{d['held_out']:.0%}" if d else "no row"
+        lines.append(f"| {name} | {g['rows']} | {g['step']:.0%} | {g['mfu_points']:.1f} "
+                     f"| {g['inside']:.0%} | {mine} |")  # fmt: skip
+    return "\n".join(lines)

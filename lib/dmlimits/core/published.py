@@ -12,6 +12,7 @@ import io
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 from dmlimits.core.printing import significant_digits
 
@@ -61,11 +62,16 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def data_path(filename: str) -> Path:
+    """Where one of the project's data files is: ``data/FILENAME`` in the package."""
+    return Path(str(resources.files("dmlimits") / "data" / filename))
+
+
 @cache
 def data_rows(filename: str) -> tuple[dict[str, str], ...]:
     """The rows of one of the project's data files (``data/FILENAME``, a CSV whose leading
     ``#`` lines name its source, :func:`read_table`), as dictionaries of strings."""
-    text = (resources.files("dmlimits") / "data" / filename).read_text()
+    text = data_path(filename).read_text()
     return tuple(read_table(text.splitlines())[1])
 
 
