@@ -502,11 +502,11 @@ def lockbox_digest_ok() -> bool:
     return LOCKBOX_DIGEST.read_text().strip() != "" and not lockbox_mismatches()
 
 
-def lockbox() -> dict:
-    """Score the lockbox once: every file's rows together compared with the model's predictions
+def lockbox(development: bool = True) -> dict:
+    """The lockbox's figures: every file's rows together compared with the model's predictions
     (the model never fitted on them), beside the development split's in-sample and
-    leave-one-source-out figures of :func:`measure`, with the rows each file gave. Refuses a
-    lockbox whose digests differ from the recorded ones."""
+    leave-one-source-out figures of :func:`measure` (left empty without ``development``), with
+    the rows each file gave. Refuses a lockbox whose digests differ from the recorded ones."""
     if not lockbox_digest_ok():
         raise SystemExit(
             f"{LOCKBOX}: sha256 of {', '.join(lockbox_mismatches()) or 'no file'} differs from "
@@ -515,7 +515,7 @@ def lockbox() -> dict:
     sources = {p.name: published.data_rows(p) for p in sorted(LOCKBOX.glob(LOCKBOX_FILES))}
     rows = tuple(row for file_rows in sources.values() for row in file_rows)
     ok, n = _coverage(rows)
-    dev = measure()
+    dev = measure() if development else {key: {} for key in DEVELOPMENT_FIGURES}
     return {
         "development": {key: dev[key] for key in DEVELOPMENT_FIGURES},
         "lockbox_rows_by_source": {name: len(file_rows) for name, file_rows in sources.items()},
@@ -527,6 +527,31 @@ def lockbox() -> dict:
         "interval_lockbox": _without(confront.interval_coverage(rows), "by_regime"),
         "targets": TARGETS,
     }
+
+
+def spent_report() -> str:
+    """The present model on the spent lockbox (read only once it is scored), beside the scored
+    model's figures: what a change made since did to those rows, which are no longer a blind
+    test of it."""
+    rec = measured_figures.lockbox_record()
+    if rec is None:
+        raise SystemExit(f"{LOCKBOX_SCORES}: not scored; expected a scored lockbox (--lockbox)")
+    now = lockbox(development=False)
+    lines = [
+        f"the spent lockbox ({rec['coverage_lockbox']['rows']} rows), scored at "
+        f"{rec['commit'][:10]} and with the present model (in sample: not blind):"
+    ]
+    for name, r in (("scored", rec), ("present", now)):
+        b = r["lockbox"]
+        lines.append(
+            f"  {name:8s} {r['coverage_lockbox']['modelled']:3d} rows predicted  MFU "
+            f"{b['mfu_points']:.1f} points (signed {b['bias_points']:+.1f})  step across nodes "
+            f"{b['step_multi_node']:.0%}, on one node {b['step_single_node']:.0%}  interval "
+            f"holds {r['interval_lockbox']['inside']:.0%}"
+        )
+    lines += ["", "the present model by regime:", measured_figures.lockbox_regimes_markdown(
+        {**now, "development": {"by_regime": {}}})]  # fmt: skip
+    return "\n".join(lines)
 
 
 def _git(*args: str) -> str:
@@ -572,9 +597,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="score the lockbox once, when the model is finished (its README gives the rule)",
     )
+    ap.add_argument(
+        "--spent",
+        action="store_true",
+        help="once the lockbox is scored: the present model on it beside the scored one (in "
+        "sample: no longer a blind test)",
+    )
     args = ap.parse_args(argv)
     if args.lockbox:
         print(json.dumps(score_lockbox(), indent=2, default=float))
+        return 0
+    if args.spent:
+        print(spent_report())
         return 0
     m = measure()
     print(json.dumps(m, indent=2) if args.json else report(m))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -79,13 +80,37 @@ def test_only_the_benchmark_names_the_lockbox():
 def test_the_benchmark_reads_it_only_in_its_lockbox_mode():
     text = READER.read_text()
     assert text.count("published_runs_lockbox") == 1
-    assert "if args.lockbox:" in text and "def lockbox()" in text
+    assert "if args.lockbox:" in text and "def lockbox(" in text
+    # Read by the scoring and, once it is scored, by the spent lockbox's report; nowhere else.
+    assert text.count("lockbox(development=False)") == 1 and text.count("**lockbox()") == 1
+    assert len(re.findall(r"(?<![\w.])lockbox\(", text)) - text.count("def lockbox(") == 2
+
+
+def test_the_default_report_reads_the_record_not_the_runs(monkeypatch):
+    """The benchmark's default report prints the recorded score without opening a lockbox
+    file."""
+    import importlib.util
+
+    from dmlimits.core import published
+
+    spec = importlib.util.spec_from_file_location("bench_predict", READER)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    opened = []
+    real = published.data_rows
+
+    def watched(filename):
+        opened.append(str(filename))
+        return real(filename)
+
+    monkeypatch.setattr(published, "data_rows", watched)
+    text = "\n".join(bench.side_by_side())
+    assert "scored once" in text and "| lockbox (scored once) |" in text
+    assert not [name for name in opened if "lockbox" in name]
 
 
 @pytest.mark.parametrize("path", SCORE_READERS, ids=lambda p: p.name)
 def test_the_books_readers_name_only_the_recorded_score(path):
-    import re
-
     text = path.read_text().lower()
     assert "published_runs_lockbox" not in text
     for hit in re.finditer(r"lockbox/\S*", text):

@@ -357,6 +357,11 @@ def cp_traffic_derivation() -> Derivation:
         "a context-parallel rank holds its share of each sequence", {t_rep: t_local}
     )
     e2 = share.apply(e1)
+    heads = Substitution(
+        "a tensor-parallel rank holds its share of the key and value heads, and at least one",
+        {transformer.n_kv: sp.Max(transformer.n_kv / tpm.n_tp, 1)},
+    )
+    e3 = heads.apply(e2)
     return derivation(
         "cp-traffic",
         "Bytes a GPU sends for context parallelism (ring attention) in one step",
@@ -367,6 +372,13 @@ def cp_traffic_derivation() -> Derivation:
                 e1,
             ),
             Step("Each rank holds its share of the replica's tokens", e2, using=share),
+            Step(
+                "Tensor parallelism splits attention by heads, so a rank passes on only the "
+                "keys and values of its own heads: its share of them, and at least one head "
+                "where there are fewer key and value heads than tensor-parallel ranks",
+                e3,
+                using=heads,
+            ),
         ],
         chapter=CHAPTER,
     )
@@ -468,7 +480,8 @@ def numeric_functions() -> dict[str, Any]:
         "numpy",
     )
     f["cp"] = sp.lambdify(
-        (n_cp, d, transformer.n_kv, transformer.n_heads, s.batch, dpm.n_dp, word, L, ppm.n_pp),
+        (n_cp, d, transformer.n_kv, transformer.n_heads, s.batch, dpm.n_dp, word, L, ppm.n_pp,
+         tpm.n_tp),
         COST_FORMULAS["cp_bytes"][0],
         "numpy",
     )
@@ -658,7 +671,8 @@ def _components(cfg: Config, _state: tuple) -> dict[str, float]:
     if cfg.cp > 1:
         bw, _ = group_bandwidth(cfg, cfg.cp, cfg.tp)
         vol = float(
-            fns["cp"](cfg.cp, sh.d_model, sh.kv_heads, sh.heads, B, cfg.dp, w, layers, cfg.pp)
+            fns["cp"](cfg.cp, sh.d_model, sh.kv_heads, sh.heads, B, cfg.dp, w, layers, cfg.pp,
+                      cfg.tp)
         )
         out["cp_bw"] = vol / bw
     # Expert parallelism, over data-parallel ranks next to the tensor-parallel group.

@@ -768,23 +768,27 @@ def _tp_run(d: Derivation) -> str:
 @oracle(
     "cp-traffic",
     "hand count",
-    "ring attention counted step by step: a rank's keys and values passed on at each of "
-    "the $N_{\\mathrm{CP}} - 1$ steps forward, and keys, values and their gradients "
-    "backward",
+    "ring attention counted step by step: the keys and values of a rank's own heads passed on "
+    "at each of the $N_{\\mathrm{CP}} - 1$ steps forward, and keys, values and their "
+    "gradients backward",
 )
 def _cp_run(d: Derivation) -> str:
     cases = []
-    for cp, pp, dp, heads, kv in ((2, 1, 1, 8, 2), (4, 2, 2, 4, 4), (8, 1, 2, 16, 1)):
+    for cp, pp, dp, heads, kv, tp in ((2, 1, 1, 8, 2, 1), (4, 2, 2, 4, 4, 2), (8, 1, 2, 16, 1, 1),
+                                      (2, 1, 1, 16, 8, 4), (4, 1, 1, 16, 2, 8)):  # fmt: skip
         layers, dm, batch = 4 * pp, 32, 16 * cp * dp
         tokens = batch // (cp * dp)
-        kv_words = tokens * 2 * dm * kv // heads  # keys and values of the rank's tokens
+        # The heads dealt out over the tensor-parallel ranks, one key and value head each at
+        # least: the keys and values of rank 0's heads, for the rank's tokens.
+        own = [h for h in range(kv) if h % tp == 0] or [0]
+        kv_words = tokens * 2 * (dm // heads) * len(own)
         words = 0
         for _layer in range(layers // pp):
             for _step in range(cp - 1):
                 words += kv_words  # forward: keys and values
                 words += 2 * kv_words  # backward: keys and values, and their gradients
         v = {"B": batch, "L": layers, "d_model": dm, "w_word": 2, "N_CP": cp, "N_PP": pp,
-             "N_DP": dp, "n_h": heads, "n_kv": kv}  # fmt: skip
+             "N_DP": dp, "n_h": heads, "n_kv": kv, "N_TP": tp}  # fmt: skip
         cases.append((v, words * 2))
     return compare_cases(d.result, "V_CP", cases)
 
