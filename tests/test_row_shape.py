@@ -5,6 +5,7 @@ sized with its own layer count, its embedding and output layer kept."""
 
 from __future__ import annotations
 
+import re
 from itertools import pairwise
 
 import pytest
@@ -87,3 +88,28 @@ def test_too_few_layers_for_a_mixture_of_experts_is_refused():
     dense = transformer.SHAPES["deepseek-v3"].dense_layers
     with pytest.raises(ValueError, match=f"layers={dense}"):
         runs.row_shape({**base, "layers": str(dense)}, [])
+
+
+@pytest.mark.parametrize(
+    ("name", "preset"),
+    [
+        ("LLAMA2-13B", "llama2-13b"),
+        ("Llama 3.2 3B", "llama3.2-3b"),
+        ("GPT3-5B", "nemo-gpt3-5b"),
+        ("GPT3-20B", "nemo-gpt3-20b"),
+        ("Nemotron-8B", "nemotron-8b"),
+        ("Nemotron-22B", "nemotron-22b"),
+        ("Nemotron-340B", "nemotron-340b"),
+        ("GPT3-175B", "gpt3-175b"),
+    ],
+)
+def test_every_preset_is_found_by_its_name_however_written(name, preset):
+    assert runs.row_shape({"model": name}, []) is transformer.SHAPES[preset]
+
+
+@pytest.mark.parametrize("preset", sorted(transformer.NEMO_SHAPES))
+def test_nemos_shapes_have_the_parameters_their_names_say(preset):
+    """Each shape read from NeMo's launcher configurations counts the parameters its name
+    gives, within a tenth (the names round)."""
+    named = float(re.search(r"(\d+)b$", preset).group(1)) * 1e9
+    assert transformer.SHAPES[preset].params == pytest.approx(named, rel=0.1)

@@ -969,6 +969,17 @@ def _row_overrides(shape: transformer.Shape, row: dict) -> transformer.Shape:
     return replace(shape, **changed, source=f"the row's {given} over {shape.name}; {shape.source}")
 
 
+#: Every preset of :data:`dmlimits.measured.transformer.SHAPES` under its name without
+#: separators ("llama2-13b" as ``llama213b``; NeMo's "GPT3-5B" as ``gpt35b``), longest first so
+#: that a longer name is never taken for a shorter one inside it.  GPT-3's sizes of Brown et al.
+#: are matched from their sizes and labels too, after these.
+PRESET_ALIASES = tuple(sorted(
+    {re.sub(r"[-_.]", "", k.removeprefix("nemo-")): k
+     for k in transformer.SHAPES if not k.startswith("gpt3-")}.items(),
+    key=lambda pair: -len(pair[0]),
+))  # fmt: skip
+
+
 def _named_shape(row: dict, assumed: list[str]) -> transformer.Shape:
     name = row.get("model", "")
     layers, width = _int(row, "layers"), _int(row, "d_model")
@@ -988,6 +999,7 @@ def _named_shape(row: dict, assumed: list[str]) -> transformer.Shape:
         ("llama270b", "llama2-70b"),
         ("mixtral8x7b", "mixtral-8x7b"),
         ("deepseekv3", "deepseek-v3"),
+        *PRESET_ALIASES,
     ):
         if alias in bare:
             return transformer.SHAPES[preset]

@@ -605,6 +605,34 @@ for _size, (_label, _layers, _width, _heads) in GPT3_SIZES.items():
         gated=False, tied=True, source=GPT3,
     )  # fmt: skip
 
+NEMO_LAUNCHER = (
+    "NVIDIA NeMo-Framework-Launcher at 26e42fa9, launcher_scripts/conf/training/{}.yaml "
+    "(the shapes of NeMo's performance tables)"
+)
+#: Nemotron's tokenizer: the 256K SentencePiece model the 340B configuration names
+#: (``nemotron_2_256k.model``); the 8B and 22B configurations name none, so theirs is assumed.
+NEMOTRON_VOCAB = 256_000
+#: The shapes NVIDIA's NeMo performance tables name (NeMo 24.07): layers, width, heads,
+#: key-value heads, MLP width, from each model's launcher configuration.  GPT-3 5B and 20B are
+#: NeMo's sizes, not Brown et al.'s: GPT-2's vocabulary, a GELU MLP four times as wide,
+#: embeddings shared (NeMo's default, which those files leave).  Nemotron: a squared-ReLU MLP
+#: (not gated), untied embeddings.
+NEMO_SHAPES = {
+    "nemo-gpt3-5b": ("GPT-3 5B (NeMo)", 24, 4096, 32, 32, 16384, GPT3_VOCAB, True, "gpt3/5b"),
+    "nemo-gpt3-20b": ("GPT-3 20B (NeMo)", 44, 6144, 48, 48, 24576, GPT3_VOCAB, True, "gpt3/20b"),
+    "nemotron-8b": ("Nemotron 8B", 32, 4096, 32, 32, 16384, NEMOTRON_VOCAB, False,
+                    "nemotron/nemotron_8b"),
+    "nemotron-22b": ("Nemotron 22B", 40, 6144, 48, 48, 24576, NEMOTRON_VOCAB, False,
+                     "nemotron/nemotron_22b"),
+    "nemotron-340b": ("Nemotron 340B", 96, 18432, 96, 8, 73728, NEMOTRON_VOCAB, False,
+                      "nemotron/nemotron_340b"),
+}  # fmt: skip
+for _key, (_label, _layers, _width, _heads, _kv, _ff, _vocab, _tied, _file) in NEMO_SHAPES.items():
+    SHAPES[_key] = Shape(
+        _label, _layers, _width, _heads, _kv, _ff, _vocab, gated=False, tied=_tied,
+        source=NEMO_LAUNCHER.format(_file),
+    )  # fmt: skip
+
 GPT_VOCAB = 51200  # Narayanan et al. 2021, section 5.1 (and the published rows' notes)
 GPT_HEAD_WIDTH = 128  # heads do not change the FLOP count of multi-head attention
 
