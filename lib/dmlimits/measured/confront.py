@@ -1026,11 +1026,16 @@ def _bar(cfg: runs.Config, framework: str) -> tuple[float, float, int, str, bool
     return lo, hi, n, named or "every row", validated
 
 
+def _log_centre_half(lo: float, hi: float) -> tuple[float, float]:
+    """The log-space centre and half-width of the interval ``lo`` to ``hi``."""
+    return (np.log(lo) + np.log(hi)) / 2, (np.log(hi) - np.log(lo)) / 2
+
+
 def widen(lo: float, hi: float, k: float) -> tuple[float, float]:
     """The interval ``lo`` to ``hi`` (ratios of measured to predicted step time) with its
     half-width in log space multiplied by ``k`` about its log-space centre: the same interval
     for ``k = 1``, a wider one about the same geometric middle for ``k > 1``."""
-    centre, half = (np.log(lo) + np.log(hi)) / 2, (np.log(hi) - np.log(lo)) / 2
+    centre, half = _log_centre_half(lo, hi)
     return float(np.exp(centre - k * half)), float(np.exp(centre + k * half))
 
 
@@ -1042,7 +1047,7 @@ def _scores(rows) -> np.ndarray:
     for row, it, rep, cal in zip(cmp.rows, cmp.interpretations, cmp.reported, cmp.calibrated,
                                  strict=True):  # fmt: skip
         lo, hi, *_ = _bar(it.config, runs.normalize(row)[0].get("framework", ""))
-        centre, half = (np.log(lo) + np.log(hi)) / 2, (np.log(hi) - np.log(lo)) / 2
+        centre, half = _log_centre_half(lo, hi)
         # Measured over predicted step time is predicted over reported utilization.
         out.append(abs(np.log(cal / rep) - centre) / half)
     return np.asarray(out)
@@ -1253,7 +1258,7 @@ def intervals_markdown() -> str:
     over the predicted step time that holds the central share :data:`INTERVAL_QUANTILES` of
     them, and the interval a prediction is given from them (widened by :func:`widening`)."""
     table = regime_intervals()
-    k = widening()["factor"]
+    factor = widening()["factor"]
     lines = [
         "| regime | held-out rows | measured / predicted step time, held out | interval |",
         "|---|---:|---|---|",
@@ -1262,7 +1267,7 @@ def intervals_markdown() -> str:
     for key in sorted(shown, key=lambda k: (-len(k), k)):
         lo, hi, n = table[key]
         named = ", ".join(str(v) for v in key) if key else "every row"
-        wlo, whi = widen(lo, hi, k)
+        wlo, whi = widen(lo, hi, factor)
         lines.append(f"| {named} | {n} | {lo:.2f} to {hi:.2f} | {wlo:.2f} to {whi:.2f} |")
     return "\n".join(lines)
 
