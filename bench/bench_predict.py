@@ -57,7 +57,7 @@ BENCH = ROOT.parent / "shared" / "data" / "hf_ultrascale_benchmarks.csv"
 GIB = 2**30
 #: The lockbox (issue #55): published runs set aside before the model was tuned on them, one
 #: file a source in this folder (:data:`LOCKBOX_FILES`), read by nothing but :func:`lockbox`
-#: here, and only when ``--lockbox`` is asked for.
+#: here, and only when ``--lockbox`` (once) or, once it is scored, ``--spent`` is asked for.
 LOCKBOX = ROOT / "lib" / "dmlimits" / "data" / "lockbox"
 #: The lockbox's files: every one is scored, none may be left out of :data:`LOCKBOX_DIGEST`.
 LOCKBOX_FILES = "published_runs_lockbox*.csv"

@@ -87,26 +87,31 @@ def test_the_benchmark_reads_it_only_in_its_lockbox_mode():
 
 
 def test_the_default_report_reads_the_record_not_the_runs(monkeypatch):
-    """The benchmark's default report prints the recorded score without opening a lockbox
-    file."""
+    """The benchmark's whole default report, the recorded score's lines included, opens no
+    lockbox file: every file read through ``open`` or a path's ``read_text`` is watched."""
+    import builtins
     import importlib.util
-
-    from dmlimits.core import published
 
     spec = importlib.util.spec_from_file_location("bench_predict", READER)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     opened = []
-    real = published.data_rows
+    real_open, real_read = builtins.open, Path.read_text
 
-    def watched(filename):
-        opened.append(str(filename))
-        return real(filename)
+    def watched_open(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(published, "data_rows", watched)
-    text = "\n".join(bench.side_by_side())
-    assert "scored once" in text and "| lockbox (scored once) |" in text
-    assert not [name for name in opened if "lockbox" in name]
+    def watched_read(self, *args, **kwargs):
+        opened.append(str(self))
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", watched_open)
+    monkeypatch.setattr(Path, "read_text", watched_read)
+    text = bench.report(bench.measure())
+    assert "| lockbox (scored once) |" in text
+    assert any(name.endswith("scores.json") for name in opened)
+    assert not [name for name in opened if "published_runs_lockbox" in name]
 
 
 @pytest.mark.parametrize("path", SCORE_READERS, ids=lambda p: p.name)

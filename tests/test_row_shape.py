@@ -113,3 +113,8 @@ def test_nemos_shapes_have_the_parameters_their_names_say(preset):
     gives, within a tenth (the names round)."""
     named = float(re.search(r"(\d+)b$", preset).group(1)) * 1e9
     assert transformer.SHAPES[preset].params == pytest.approx(named, rel=0.1)
+
+
+def test_a_name_no_preset_has_is_not_taken_for_a_shorter_one():
+    with pytest.raises(ValueError, match="cannot infer the shape of 'Mixtral 8x22B'"):
+        runs.row_shape({"model": "Mixtral 8x22B"}, [])

@@ -39,13 +39,12 @@ from __future__ import annotations
 
 import csv
 from functools import cache
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import sympy as sp
 
-from dmlimits.core import formula_cache
+from dmlimits.core import formula_cache, published
 from dmlimits.core import symbols as s
 from dmlimits.core import units as u
 from dmlimits.core.checks import as_output, numbers, require_scenario
@@ -915,7 +914,7 @@ def printed_table() -> tuple[list[dict[str, Any]], tuple[str, ...]]:
     Each row: ``gpu``, ``d1``, ``d2``, ``kind``, ``nanobatch`` (ints where whole) and the printed
     ``efficiency``.
     """
-    lines = (resources.files("dmlimits") / "data" / _TABLE_FILE).read_text().splitlines()
+    lines = published.data_path(_TABLE_FILE).read_text().splitlines()
     sets = tuple(ln[len(_SET_PREFIX) :].strip() for ln in lines if ln.startswith(_SET_PREFIX))
     rows = []
     for row in csv.DictReader(ln for ln in lines if not ln.startswith("#")):

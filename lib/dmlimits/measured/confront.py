@@ -7,6 +7,7 @@ published values they set beside them come from ``published_values.csv``.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import replace
 from functools import cache
@@ -1013,12 +1014,7 @@ def _bar(cfg: runs.Config, framework: str) -> tuple[float, float, int, str, bool
     level = next(k for k in levels if k in table)
     lo, hi, n = table[level]
 
-    # An unstated family matches any: the other three facts decide.
-    def same(k: tuple) -> bool:
-        return all(a == b or (f == "family" and b == "unstated")
-                   for f, a, b in zip(REGIME_FACTS, k, key, strict=True))  # fmt: skip
-
-    validated = any(same(k) for k in validated_regimes)
+    validated = is_validated(key)
     if level == (NEW_FAMILY,):
         named = "a family left out, every row"
     else:
@@ -1029,6 +1025,17 @@ def _bar(cfg: runs.Config, framework: str) -> tuple[float, float, int, str, bool
 def _log_centre_half(lo: float, hi: float) -> tuple[float, float]:
     """The log-space centre and half-width of the interval ``lo`` to ``hi``."""
     return (np.log(lo) + np.log(hi)) / 2, (np.log(hi) - np.log(lo)) / 2
+
+
+def is_validated(key: tuple[str, ...]) -> bool:
+    """Whether some development row shares the regime ``key`` (:func:`regime`'s four facts); a
+    family left unstated matches any, so the other three facts decide."""
+    rows_regimes = validation(operations.utilization_state())[1]
+    return any(
+        all(a == b or (f == "family" and b == "unstated")
+            for f, a, b in zip(REGIME_FACTS, k, key, strict=True))
+        for k in rows_regimes
+    )  # fmt: skip
 
 
 def widen(lo: float, hi: float, k: float) -> tuple[float, float]:
@@ -1059,11 +1066,14 @@ def widening() -> dict[str, Any]:
     sources like each other, and runs from other sources lie further out.  For each file of
     :data:`CALIBRATION_ROWS`, the factor on its rows' unwidened half-widths (each row's
     distance from its interval's log-space centre, in half-widths) that holds the central share
-    of :data:`INTERVAL_QUANTILES` of them; the widening is the
-    largest over the files (so that each such source is held as the quantiles promise), and
-    at least 1.  Returns ``factor`` and each file's ``by_source`` factor and rows.  Those
-    files' coverage is in sample for the widening; only runs outside every file here test it.
-    Computed once for each state of the single-GPU models."""
+    of :data:`INTERVAL_QUANTILES` of a further row from the same source (the conformal rank of
+    its rows' scores); the widening is the largest over the files (so that each such source is
+    held as the quantiles promise), and at least 1.  Returns ``factor`` and each file's
+    ``by_source`` factor and rows.  Those files' coverage is in sample for the widening; only
+    runs outside every file here test it.  Their rows are of families no development row has,
+    so all of them take the interval of a family left out (:data:`NEW_FAMILY`); the factor
+    they set widens every regime's.  Computed once for each state of the single-GPU
+    models."""
     return _widening(operations.utilization_state())
 
 
@@ -1072,10 +1082,13 @@ def _widening(_state: tuple) -> dict[str, Any]:
     share = INTERVAL_QUANTILES[1] - INTERVAL_QUANTILES[0]
     by_source = {}
     for name, rows in CALIBRATION_ROWS.items():
-        s = _scores(rows())
+        s = np.sort(_scores(rows()))
         s = s[np.isfinite(s)]
-        by_source[name] = {"factor": float(np.quantile(s, share, method="higher")),
-                           "rows": len(s)}  # fmt: skip
+        # The conformal rank: the ceil((n + 1) q)-th smallest of n scores, which holds a
+        # further row from the same source with probability at least q (the largest where
+        # that rank passes n).
+        rank = min(len(s), math.ceil((len(s) + 1) * share - 1e-9))
+        by_source[name] = {"factor": float(s[rank - 1]), "rows": len(s)}
     factor = max([1.0] + [g["factor"] for g in by_source.values()])
     return {"factor": factor, "by_source": by_source}
 
@@ -1125,19 +1138,33 @@ def with_intervals(out_rows: list[dict]) -> list[dict]:
     return result
 
 
+def interval_rows(rows) -> list[dict[str, Any]]:
+    """Each of ``rows`` with a throughput, predicted by the calibrated mode fitted on the
+    development rows: its configuration and framework, reported and predicted utilization,
+    its interval (:func:`interval`), whether the measured step lies inside it and whether it
+    is flagged as outside every validated regime."""
+    cmp = runs.compare(rows, runs.calibrated())
+    out = []
+    for row, it, rep, cal in zip(cmp.rows, cmp.interpretations, cmp.reported, cmp.calibrated,
+                                 strict=True):  # fmt: skip
+        framework = runs.normalize(row)[0].get("framework", "")
+        bar = interval(it.config, 1.0, framework)
+        # Measured over predicted step time is predicted over reported utilization.
+        ratio = cal / rep
+        inside = bar["predicted_step_time_low_s"] <= ratio <= bar["predicted_step_time_high_s"]
+        out.append({"config": it.config, "framework": framework, "reported": rep,
+                    "predicted": cal, "bar": bar, "inside": bool(inside),
+                    "flagged": bool(bar["outside_validated_regimes"])})  # fmt: skip
+    return out
+
+
 def interval_coverage(rows) -> dict:
     """How often a set of rows' measured step time lies inside its predicted interval
     (:func:`interval`), the model fitted on the development rows only; by regime too.  Returns
     ``rows``, ``inside`` (the share) and ``by_regime`` (regime name: rows and share)."""
-    cmp = runs.compare(rows, runs.calibrated())
     hits: dict[str, list[bool]] = {}
-    for row, it, rep, cal in zip(cmp.rows, cmp.interpretations, cmp.reported, cmp.calibrated,
-                                 strict=True):  # fmt: skip
-        bar = interval(it.config, 1.0, runs.normalize(row)[0].get("framework", ""))
-        # Measured over predicted step time is predicted over reported utilization.
-        ratio = cal / rep
-        inside = bar["predicted_step_time_low_s"] <= ratio <= bar["predicted_step_time_high_s"]
-        hits.setdefault(bar["interval_regime"], []).append(bool(inside))
+    for r in interval_rows(rows):
+        hits.setdefault(r["bar"]["interval_regime"], []).append(r["inside"])
     every = [h for v in hits.values() for h in v]
     return {
         "rows": len(every),
@@ -1150,36 +1177,33 @@ def outside_by_regime(rows) -> dict[str, dict]:
     """Rows no fit reads, predicted by the calibrated mode fitted on every development row: by
     regime (:func:`regime`, named by its facts), the rows, the median absolute step-time error
     (:func:`step_time_errors`), the median absolute MFU error in points and the share whose
-    measured step lies inside its interval (:func:`interval`)."""
-    cmp = runs.compare(rows, runs.calibrated())
-    groups: dict[str, list[tuple[float, float, bool]]] = {}
-    for row, it, rep, cal in zip(cmp.rows, cmp.interpretations, cmp.reported, cmp.calibrated,
-                                 strict=True):  # fmt: skip
-        framework = runs.normalize(row)[0].get("framework", "")
-        bar = interval(it.config, 1.0, framework)
-        ratio = cal / rep  # measured over predicted step time
-        inside = bar["predicted_step_time_low_s"] <= ratio <= bar["predicted_step_time_high_s"]
-        step = abs(float(step_time_errors(rep, cal)))
-        groups.setdefault(", ".join(regime(it.config, framework)), []).append(
-            (step, abs(cal - rep) * 100, bool(inside))
-        )
+    measured step lies inside its interval (:func:`interval`), and how many are flagged as
+    outside every validated regime."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in interval_rows(rows):
+        name = ", ".join(regime(r["config"], r["framework"]))
+        groups.setdefault(name, []).append(r)
     return {
         name: {
             "rows": len(g),
-            "step": float(np.median([x[0] for x in g])),
-            "mfu_points": float(np.median([x[1] for x in g])),
-            "inside": float(np.mean([x[2] for x in g])),
+            "step": float(np.median([abs(float(step_time_errors(r["reported"], r["predicted"])))
+                                     for r in g])),
+            "mfu_points": float(np.median([abs(r["predicted"] - r["reported"]) * 100
+                                           for r in g])),
+            "inside": float(np.mean([r["inside"] for r in g])),
+            "flagged": sum(r["flagged"] for r in g),
         }
         for name, g in sorted(groups.items())
-    }
+    }  # fmt: skip
 
 
 def fingerprint() -> str:
     """A digest of what the calibrated mode predicts: its fitted factors, the predicted
     utilization of every row of the project's run files (development, MosaicML's, NVIDIA's,
-    vTrain's) to six significant figures, the intervals' table and their widening.  A score
-    recorded with it stands for the model that gave it; any change of a prediction changes
-    it."""
+    vTrain's) to six significant figures, the intervals' table and their widening, and the step
+    time and interval of every shape preset in a few layouts (:func:`fingerprint_probes`).  A
+    score recorded with it stands for the model that gave it: a change of those predictions,
+    of a preset or of a parallelism's cost in those layouts changes it."""
     factors = vars(runs.calibrated())
     parts = [";".join(f"{k}={v:.6g}" for k, v in sorted(factors.items()))]
     for rows in (runs.dev_rows(), runs.holdout_rows(), runs.nemo_rows(), runs.vtrain_rows()):
@@ -1188,7 +1212,34 @@ def fingerprint() -> str:
     table = regime_intervals()
     parts.append(";".join(f"{k}:{v[0]:.6g},{v[1]:.6g},{v[2]}" for k, v in sorted(table.items())))
     parts.append(f"{widening()['factor']:.6g}")
+    for cfg in fingerprint_probes():
+        step = runs.predict(cfg, runs.calibrated()).step_time_s
+        bar = interval(cfg, step)
+        low, high = bar["predicted_step_time_low_s"], bar["predicted_step_time_high_s"]
+        parts.append(f"{step:.6g},{low:.6g},{high:.6g},{bar['interval_regime']}")
     return plumbing.digest(*parts)
+
+
+#: The layouts :func:`fingerprint_probes` times every preset in: GPUs, tensor, pipeline and
+#: context parallelism, on the H100 and A100 clusters, so that a change of any shape, of any
+#: parallelism's cost or of the interval rules moves the fingerprint.
+PROBE_LAYOUTS = ((8, 1, 1, 1), (64, 8, 1, 1), (256, 4, 4, 2), (1024, 8, 4, 8))
+
+
+def fingerprint_probes() -> list[runs.Config]:
+    """Every shape preset in each of :data:`PROBE_LAYOUTS` (data parallelism over the rest, a
+    million tokens a GPU-group step at 8,192 tokens a sequence, ZeRO-1, one sequence a
+    micro-batch), on each probed cluster."""
+    out = []
+    for gpu in ("h100", "a100"):
+        for shape in transformer.SHAPES.values():
+            for n, tp, pp, cp in PROBE_LAYOUTS:
+                out.append(runs.Config(
+                    shape=shape, cluster=runs.cluster(gpu), n_gpus=n, seq_len=8192,
+                    global_batch_tokens=8192 * 128 * n // (tp * pp * cp), tp=tp, pp=pp,
+                    dp=n // (tp * pp * cp), cp=cp, sharding="zero1", mbs=1,
+                ))  # fmt: skip
+    return out
 
 
 #: The two causes of small shapes' time the calibrated mode models (:func:`small_shapes`), each

@@ -969,10 +969,11 @@ def _row_overrides(shape: transformer.Shape, row: dict) -> transformer.Shape:
     return replace(shape, **changed, source=f"the row's {given} over {shape.name}; {shape.source}")
 
 
-#: Every preset of :data:`dmlimits.measured.transformer.SHAPES` under its name without
+#: Every preset of :data:`dmlimits.measured.transformer.SHAPES` under its name without case or
 #: separators ("llama2-13b" as ``llama213b``; NeMo's "GPT3-5B" as ``gpt35b``), longest first so
-#: that a longer name is never taken for a shorter one inside it.  GPT-3's sizes of Brown et al.
-#: are matched from their sizes and labels too, after these.
+#: that a longer name is never taken for a shorter one inside it.  A name written otherwise
+#: ("Nemotron-4 340B") is not found.  GPT-3's sizes of Brown et al. are matched from their
+#: sizes and labels, after these.
 PRESET_ALIASES = tuple(sorted(
     {re.sub(r"[-_.]", "", k.removeprefix("nemo-")): k
      for k in transformer.SHAPES if not k.startswith("gpt3-")}.items(),
@@ -992,13 +993,6 @@ def _named_shape(row: dict, assumed: list[str]) -> transformer.Shape:
         ("llama318b", "llama3-8b"),
         ("llama3170b", "llama3-70b"),
         ("llama31405b", "llama3-405b"),
-        ("llama38b", "llama3-8b"),
-        ("llama370b", "llama3-70b"),
-        ("llama3405b", "llama3-405b"),
-        ("llama27b", "llama2-7b"),
-        ("llama270b", "llama2-70b"),
-        ("mixtral8x7b", "mixtral-8x7b"),
-        ("deepseekv3", "deepseek-v3"),
         *PRESET_ALIASES,
     ):
         if alias in bare:

@@ -778,9 +778,11 @@ def _cp_run(d: Derivation) -> str:
                                       (2, 1, 1, 16, 8, 4), (4, 1, 1, 16, 2, 8)):  # fmt: skip
         layers, dm, batch = 4 * pp, 32, 16 * cp * dp
         tokens = batch // (cp * dp)
-        # The heads dealt out over the tensor-parallel ranks, one key and value head each at
-        # least: the keys and values of rank 0's heads, for the rank's tokens.
-        own = [h for h in range(kv) if h % tp == 0] or [0]
+        # The key and value heads dealt out round-robin over the tensor-parallel ranks: rank 0
+        # holds heads 0, tp, 2 tp, ... (at least head 0), which are kv / tp heads where tp
+        # divides kv and one where kv < tp, the two layouts Megatron-LM allows.
+        assert kv % tp == 0 or kv < tp
+        own = [h for h in range(kv) if h % tp == 0]
         kv_words = tokens * 2 * (dm // heads) * len(own)
         words = 0
         for _layer in range(layers // pp):
