@@ -25,7 +25,8 @@ LAYOUTS = tuple(ROOT / "lib" / "dmlimits" / "data" / n
                 for n in ("published_runs.csv", "published_runs_nemo.csv"))  # fmt: skip
 #: The files that may read the recorded score (``lockbox/scores.json``), and nothing else there.
 SCORE_READERS = (ROOT / "lib" / "dmlimits" / "book" / "measured_figures.py",
-                 ROOT / "notebooks" / "real_runs.md")  # fmt: skip
+                 ROOT / "notebooks" / "real_runs.md",
+                 ROOT / "notebooks" / "appendix_measured.md")  # fmt: skip
 SCORES = FOLDER / "scores.json"
 #: Where a reader could hide: every text file of these folders is searched.
 SEARCHED = ("lib", "tests", "notebooks", "bench", "book")
@@ -138,3 +139,21 @@ def test_the_score_is_of_the_recorded_lockbox_at_a_commit_of_this_history():
     ancestor = subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor",
                                rec["commit"], "HEAD"], capture_output=True)  # fmt: skip
     assert ancestor.returncode == 0, f"{rec['commit']} is not in this checkout's history"
+
+
+def test_the_books_sentences_on_the_score_hold_and_would_catch_a_change():
+    """The claims the chapter and appendix glue from the record hold for it, and fail for a
+    record whose worst regime is a short-sequence one."""
+    import copy
+
+    from dmlimits.book import measured_figures
+    from dmlimits.measured import confront
+
+    rec = measured_figures.lockbox_record()
+    facts = measured_figures.lockbox_facts(rec)
+    assert facts["holds"] and facts["rows"] >= facts["modelled"] > 0
+    changed = copy.deepcopy(rec)
+    short = next(k for k in changed["lockbox_by_regime"]
+                 if not k.endswith(confront.SEQUENCES[-1][1]))  # fmt: skip
+    changed["lockbox_by_regime"][short]["step"] = 10.0
+    assert not measured_figures.lockbox_facts(changed)["holds"]

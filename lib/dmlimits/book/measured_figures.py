@@ -391,3 +391,67 @@ def lockbox_regimes_markdown(rec: dict[str, Any]) -> str:
         lines.append(f"| {name} | {g['rows']} | {g['step']:.0%} | {g['mfu_points']:.1f} "
                      f"| {g['inside']:.0%} | {mine} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def lockbox_facts(rec: dict[str, Any]) -> dict[str, Any]:
+    """What the chapter and the appendix say of the lockbox's recorded score: its rows, files,
+    commit and date; whether the model has changed since; the headline figures; the worst
+    regime and the long-input regimes (:data:`dmlimits.measured.confront.SEQUENCES`' longest
+    bin) against the rest; where the intervals held by framework family; how many rows
+    ``predict --runs`` flags as outside every validated regime; the development rows' widest
+    context-parallel split; and ``holds``, whether the sentences' claims hold (the long-input
+    regimes are the worst and every other regime does better than any of them, their rows fall
+    outside their intervals more often, every scored row is flagged, and some long-input regime
+    spans nodes)."""
+    regimes = rec["lockbox_by_regime"]
+    facts = {k: tuple(k.split(", ")) for k in regimes}
+
+    def pooled(names: list[str], what: str = "inside") -> tuple[int, float]:
+        n = sum(regimes[k]["rows"] for k in names)
+        return n, sum(regimes[k][what] * regimes[k]["rows"] for k in names) / n
+
+    longest = confront.SEQUENCES[-1][1]
+    long_ones = [k for k in regimes if facts[k][3] == longest]
+    short_ones = [k for k in regimes if facts[k][3] != longest]
+    worst = max(regimes, key=lambda k: regimes[k]["step"])
+    long_n, long_inside = pooled(long_ones)
+    families = sorted({f[1] for f in facts.values()})
+    by_family = {fam: pooled([k for k in regimes if facts[k][1] == fam]) for fam in families}
+    flagged = sum(regimes[k]["rows"] for k in regimes if not confront.is_validated(facts[k]))
+    box = rec["lockbox"]
+    share = confront.INTERVAL_QUANTILES[1] - confront.INTERVAL_QUANTILES[0]
+    holds = (
+        worst in long_ones
+        and max(regimes[k]["step"] for k in short_ones)
+        < min(regimes[k]["step"] for k in long_ones)
+        and pooled(short_ones)[1] > long_inside
+        and flagged == box["rows"]
+        and any(facts[k][2] != confront.SCALES[0][1] for k in long_ones)
+    )
+    return {
+        "rows": rec["coverage_lockbox"]["rows"],
+        "modelled": rec["coverage_lockbox"]["modelled"],
+        "files": len(rec["lockbox_rows_by_source"]),
+        "commit": rec["commit"][:10],
+        "date": rec["scored_at"][:10],
+        "unchanged": rec["model_unchanged"],
+        "mfu": box["mfu_points"],
+        "dev_mfu": rec["development"]["mfu"]["held_out_points"],
+        "multi": box["step_multi_node"],
+        "single": box["step_single_node"],
+        "inside": rec["interval_lockbox"]["inside"],
+        "promise": "as many as they promise" if rec["interval_lockbox"]["inside"] >= share
+        else "fewer than they promise",
+        "short_top": confront.SEQUENCES[-2][0],
+        "short_max": max(regimes[k]["step"] for k in short_ones),
+        "worst": regimes[worst]["step"],
+        "worst_regime": worst,
+        "long_rows": long_n,
+        "long_inside": long_inside,
+        "family_inside": "; ".join(f"{fam}, {round(n * inside):d} of {n:d}"
+                                   for fam, (n, inside) in by_family.items()),
+        "flagged": "every one" if flagged == box["rows"] else f"{flagged:d}",
+        "dev_cp": max(runs.interpret(r).config.cp for r in runs.dev_rows()
+                      if r["metric"] in runs.THROUGHPUT_METRICS),
+        "holds": holds,
+    }  # fmt: skip
