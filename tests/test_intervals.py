@@ -28,7 +28,7 @@ def test_the_interval_holds_the_held_out_rows_as_its_quantiles_say():
         lo, hi, _ = table[level]
         inside.append(lo <= r <= hi)
     share = float(np.mean(inside))
-    central = confront.INTERVAL_QUANTILES[1] - confront.INTERVAL_QUANTILES[0]
+    central = confront.INTERVAL_SHARE
     assert share == pytest.approx(central, abs=0.1)
 
 
@@ -70,7 +70,7 @@ def test_predict_prints_the_interval(capsys):
 
 def test_interval_coverage_counts_rows_inside_their_interval():
     result = confront.interval_coverage(runs.dev_rows())
-    central = confront.INTERVAL_QUANTILES[1] - confront.INTERVAL_QUANTILES[0]
+    central = confront.INTERVAL_SHARE
     assert result["rows"] == sum(g["rows"] for g in result["by_regime"].values())
     # In sample, the residuals are smaller than held out: at least the central share holds.
     assert result["inside"] >= central - 0.05
@@ -117,7 +117,7 @@ def test_the_widening_holds_each_calibration_source_as_the_quantiles_promise():
     (in sample for the widening, so this checks that the factor reaches every interval), and
     the factor is the largest file's, never below 1."""
     w = confront.widening()
-    central = confront.INTERVAL_QUANTILES[1] - confront.INTERVAL_QUANTILES[0]
+    central = confront.INTERVAL_SHARE
     assert set(w["by_source"]) == set(confront.CALIBRATION_ROWS) and w["factor"] >= 1
     for name, rows in confront.CALIBRATION_ROWS.items():
         assert confront.interval_coverage(rows())["inside"] >= central, name
@@ -127,7 +127,7 @@ def test_the_widening_holds_each_calibration_source_as_the_quantiles_promise():
 def test_without_the_widening_some_calibration_source_falls_short(monkeypatch):
     """The widening is not idle: at factor 1 some calibration file's rows lie outside their
     intervals more often than the quantiles promise."""
-    central = confront.INTERVAL_QUANTILES[1] - confront.INTERVAL_QUANTILES[0]
+    central = confront.INTERVAL_SHARE
     monkeypatch.setattr(confront, "widening", lambda: {"factor": 1.0, "by_source": {}})
     shares = [confront.interval_coverage(rows())["inside"]
               for rows in confront.CALIBRATION_ROWS.values()]  # fmt: skip

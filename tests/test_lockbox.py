@@ -132,7 +132,7 @@ def test_the_score_is_of_the_recorded_lockbox_at_a_commit_of_this_history():
 
     assert SCORES.is_file(), f"{SCORES}: the lockbox is not scored"
     rec = json.loads(SCORES.read_text())
-    assert rec["digests"] == [line for line in DIGEST.read_text().splitlines()]
+    assert rec["digests"] == DIGEST.read_text().splitlines()
     assert len(rec["commit"]) == 40 and len(rec["fingerprint"]) == 64
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("no git history to place the scored commit in")

@@ -103,7 +103,7 @@ def test_too_few_layers_for_a_mixture_of_experts_is_refused():
         ("GPT3-175B", "gpt3-175b"),
     ],
 )
-def test_every_preset_is_found_by_its_name_however_written(name, preset):
+def test_every_preset_is_found_by_its_name_in_any_case_and_separators(name, preset):
     assert runs.row_shape({"model": name}, []) is transformer.SHAPES[preset]
 
 

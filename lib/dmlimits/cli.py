@@ -641,7 +641,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         print(f"  step time                {r['step_time_s']:.4g} s")
         if bar := r.get("interval"):
             lo, hi = bar["predicted_step_time_low_s"], bar["predicted_step_time_high_s"]
-            share = confront.INTERVAL_QUANTILES[1] - confront.INTERVAL_QUANTILES[0]
+            share = confront.INTERVAL_SHARE
             print(
                 f"  {share:.0%} interval             {lo:.4g} to {hi:.4g} s (held-out errors of "
                 f"{bar['interval_rows']} rows: {bar['interval_regime']})"

@@ -328,14 +328,18 @@ LOCKBOX_SCORES = "lockbox/scores.json"
 
 
 def lockbox_record() -> dict[str, Any] | None:
-    """The lockbox's recorded score, with ``model_unchanged``: whether the model still gives
-    the predictions that were scored (:func:`dmlimits.measured.confront.fingerprint`); ``None``
+    """The lockbox's recorded score as ``bench/bench_predict.py --lockbox`` wrote it; ``None``
     before it is scored."""
     path = published.data_path(LOCKBOX_SCORES)
     if not path.is_file():
         return None
-    rec = json.loads(path.read_text())
-    return {**rec, "model_unchanged": rec["fingerprint"] == confront.fingerprint()}
+    return json.loads(path.read_text())
+
+
+def model_unchanged(rec: dict[str, Any]) -> bool:
+    """Whether the model still gives the predictions that were scored in ``rec``: its
+    fingerprint (:func:`dmlimits.measured.confront.fingerprint`) against the recorded one."""
+    return rec["fingerprint"] == confront.fingerprint()
 
 
 def side_by_side_rows(rec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -395,7 +399,7 @@ def lockbox_regimes_markdown(rec: dict[str, Any]) -> str:
 
 def lockbox_facts(rec: dict[str, Any]) -> dict[str, Any]:
     """What the chapter and the appendix say of the lockbox's recorded score: its rows, files,
-    commit and date; whether the model has changed since; the headline figures; the worst
+    commit and date; the headline figures; the worst
     regime and the long-input regimes (:data:`dmlimits.measured.confront.SEQUENCES`' longest
     bin) against the rest; where the intervals held by framework family; how many rows
     ``predict --runs`` flags as outside every validated regime; the development rows' widest
@@ -419,7 +423,7 @@ def lockbox_facts(rec: dict[str, Any]) -> dict[str, Any]:
     by_family = {fam: pooled([k for k in regimes if facts[k][1] == fam]) for fam in families}
     flagged = sum(regimes[k]["rows"] for k in regimes if not confront.is_validated(facts[k]))
     box = rec["lockbox"]
-    share = confront.INTERVAL_QUANTILES[1] - confront.INTERVAL_QUANTILES[0]
+    share = confront.INTERVAL_SHARE
     holds = (
         worst in long_ones
         and max(regimes[k]["step"] for k in short_ones)
@@ -434,7 +438,6 @@ def lockbox_facts(rec: dict[str, Any]) -> dict[str, Any]:
         "files": len(rec["lockbox_rows_by_source"]),
         "commit": rec["commit"][:10],
         "date": rec["scored_at"][:10],
-        "unchanged": rec["model_unchanged"],
         "mfu": box["mfu_points"],
         "dev_mfu": rec["development"]["mfu"]["held_out_points"],
         "multi": box["step_multi_node"],

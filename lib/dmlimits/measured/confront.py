@@ -927,6 +927,8 @@ MIN_REGIME_ROWS = 8
 #: The quantiles of the held-out step-time ratio (measured over predicted) that bound the
 #: interval: a central 80% interval, the issue's coverage target.
 INTERVAL_QUANTILES = (0.10, 0.90)
+#: The share of runs the interval promises to hold: the central share between those quantiles.
+INTERVAL_SHARE = INTERVAL_QUANTILES[1] - INTERVAL_QUANTILES[0]
 #: The columns :func:`with_intervals` adds to ``predict --runs``'s output.
 INTERVAL_COLUMNS = (
     "predicted_step_time_low_s",
@@ -1079,7 +1081,7 @@ def widening() -> dict[str, Any]:
 
 @cache
 def _widening(_state: tuple) -> dict[str, Any]:
-    share = INTERVAL_QUANTILES[1] - INTERVAL_QUANTILES[0]
+    share = INTERVAL_SHARE
     by_source = {}
     for name, rows in CALIBRATION_ROWS.items():
         s = np.sort(_scores(rows()))
@@ -1227,8 +1229,8 @@ PROBE_LAYOUTS = ((8, 1, 1, 1), (64, 8, 1, 1), (256, 4, 4, 2), (1024, 8, 4, 8))
 
 
 def fingerprint_probes() -> list[runs.Config]:
-    """Every shape preset in each of :data:`PROBE_LAYOUTS` (data parallelism over the rest, a
-    million tokens a GPU-group step at 8,192 tokens a sequence, ZeRO-1, one sequence a
+    """Every shape preset in each of :data:`PROBE_LAYOUTS` (data parallelism over the rest;
+    128 sequences of 8,192 tokens for each data-parallel replica, ZeRO-1, one sequence a
     micro-batch), on each probed cluster."""
     out = []
     for gpu in ("h100", "a100"):

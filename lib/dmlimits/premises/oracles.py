@@ -779,8 +779,8 @@ def _cp_run(d: Derivation) -> str:
         layers, dm, batch = 4 * pp, 32, 16 * cp * dp
         tokens = batch // (cp * dp)
         # The key and value heads dealt out round-robin over the tensor-parallel ranks: rank 0
-        # holds heads 0, tp, 2 tp, ... (at least head 0), which are kv / tp heads where tp
-        # divides kv and one where kv < tp, the two layouts Megatron-LM allows.
+        # holds heads 0, tp, 2 tp, ... (at least head 0): kv / tp heads where tp divides kv,
+        # and one where kv < tp (a head repeated on several ranks); no other layout is counted.
         assert kv % tp == 0 or kv < tp
         own = [h for h in range(kv) if h % tp == 0]
         kv_words = tokens * 2 * (dm // heads) * len(own)
